@@ -1,0 +1,72 @@
+"""`make bench`: training throughput and model inference cost, printed (never asserted)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from agent.model_io import load_model
+from agent.simulator import Simulation
+from agent.train import TrainConfig, train
+
+MODELS = Path("models")
+
+
+def inference_table(node_counts=(3, 10, 100, 1000, 5000), repeats: int = 50) -> None:
+    torch.set_num_threads(1)
+    print("\n## Scoring one pod (features + Q-network, 1 thread), median of runs\n")
+    print("| policy | " + " | ".join(f"{n} nodes" for n in node_counts) + " |")
+    print("|---|" + "---|" * len(node_counts))
+    for policy in ("ee", "lb", "el"):
+        path = MODELS / f"{policy}.pt"
+        if not path.is_file():
+            print(f"| {policy.upper()} | (no {path}) |")
+            continue
+        model = load_model(path)
+        cells = []
+        for n in node_counts:
+            sim = Simulation("poisson", n, seed=0)
+            sim.next_decision()
+            state, pod = sim.candidate_state()
+            times = []
+            for _ in range(repeats if n <= 1000 else 10):
+                t0 = time.perf_counter()
+                model.q_values(state, pod)
+                times.append(time.perf_counter() - t0)
+            cells.append(f"{1000 * np.median(times):.3f} ms")
+        print(f"| {policy.upper()} | " + " | ".join(cells) + " |")
+
+
+def training_table(steps: int = 2000) -> None:
+    print("\n## Training\n")
+    print("| policy | recorded steps | recorded seconds | steps/s (recorded) | steps/s (measured now) |")
+    print("|---|---|---|---|---|")
+    for policy in ("EE", "LB", "EL"):
+        side = MODELS / f"{policy.lower()}.json"
+        recorded = json.loads(side.read_text())["training"] if side.is_file() else {}
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg = TrainConfig(policy=policy, total_timesteps=steps, learning_starts=500, log_dir="",
+                              progress=False, out=tmp)
+            t0 = time.perf_counter()
+            train(cfg)
+            rate = steps / (time.perf_counter() - t0)
+        print(f"| {policy} | {recorded.get('steps', '-')} | {recorded.get('seconds', '-')} | "
+              f"{recorded.get('steps_per_second', '-')} | {rate:.0f} |")
+    defaults = TrainConfig()
+    print(f"\nAt the measured rate a default run ({defaults.total_timesteps} steps) takes about "
+          f"{defaults.total_timesteps / rate / 60:.1f} min per policy on this machine.")
+
+
+def main() -> None:
+    print(f"# rlscore agent benchmark ({torch.get_num_threads()} torch threads available)")
+    inference_table()
+    training_table()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Saving and validated loading of trained policies.
+
+A model is `<name>.pt` (tensors and a small header, read with `weights_only=True` so a file can never
+run code) plus a `<name>.json` sidecar that records how it was trained. A model is handed out only
+after it validates: header, policy, feature-spec version, architecture, exact tensor shapes, the
+sidecar's checksum, and finite Q-values on probe inputs. Anything else is a ModelValidationError
+that says what is wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agent.features import FEATURE_SPEC_VERSION, NUM_NODE_FEATURES, NUM_POD_FEATURES, node_features
+from agent.network import QNetwork
+from agent.state import POLICIES, NodeState, PodRequest
+
+MODEL_FORMAT = "rlscore-dqn-deepsets"
+MAX_MODEL_BYTES = 64 * 1024 * 1024
+MAX_HIDDEN_UNITS = 4096
+
+
+class ModelValidationError(ValueError):
+    """The file is not a model this build can serve; the message says why."""
+
+
+@dataclass
+class LoadedModel:
+    policy: str
+    version: str
+    network: QNetwork
+    path: Path
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def q_values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
+        """Q-value of placing `pod` on each of `nodes` (all of them candidates)."""
+        features, pod_vec = node_features(nodes, pod)
+        return self.q_values_from_features(features, pod_vec)
+
+    def q_values_from_features(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            x = torch.from_numpy(features).unsqueeze(0)
+            p = torch.from_numpy(pod_vec).unsqueeze(0)
+            mask = torch.ones(x.shape[:2], dtype=torch.bool)
+            return self.network(x, p, mask)[0].numpy().astype(np.float64)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sidecar_path(path: Path) -> Path:
+    return Path(path).with_suffix(".json")
+
+
+def save_model(path: str | Path, network: QNetwork, policy: str, metadata: dict[str, Any]) -> Path:
+    """Write the model and its sidecar; the sidecar gets the model's checksum."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format": MODEL_FORMAT,
+        "feature_spec_version": FEATURE_SPEC_VERSION,
+        "policy": policy,
+        "architecture": network.architecture(),
+        "state_dict": {k: v.detach().cpu().clone() for k, v in network.state_dict().items()},
+    }
+    tmp = path.with_suffix(".pt.tmp")
+    torch.save(payload, tmp)
+    tmp.replace(path)
+    sidecar = {"policy": policy, "feature_spec_version": FEATURE_SPEC_VERSION,
+               "format": MODEL_FORMAT, "sha256": sha256_of(path), **metadata}
+    sidecar_path(path).write_text(json.dumps(sidecar, indent=2, sort_keys=False) + "\n")
+    return path
+
+
+def _require(condition: bool, path: Path, message: str) -> None:
+    if not condition:
+        raise ModelValidationError(f"{path}: {message}")
+
+
+def load_model(path: str | Path, expected_policy: str | None = None) -> LoadedModel:
+    path = Path(path)
+    _require(path.is_file(), path, "no such model file")
+    size = path.stat().st_size
+    _require(size <= MAX_MODEL_BYTES, path, f"file is {size} bytes, over the {MAX_MODEL_BYTES} limit")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for truncated or foreign files
+        raise ModelValidationError(f"{path}: not a readable model file ({type(exc).__name__}: {exc})") from exc
+
+    _require(isinstance(payload, dict), path, "model file does not hold a dictionary")
+    _require(payload.get("format") == MODEL_FORMAT, path,
+             f"format is {payload.get('format')!r}, expected {MODEL_FORMAT!r}")
+    spec = payload.get("feature_spec_version")
+    _require(spec == FEATURE_SPEC_VERSION, path,
+             f"trained on feature spec version {spec!r}, this build serves version {FEATURE_SPEC_VERSION}")
+    policy = payload.get("policy")
+    _require(policy in POLICIES, path, f"policy is {policy!r}, expected one of {', '.join(POLICIES)}")
+    if expected_policy is not None:
+        _require(policy == expected_policy, path, f"holds policy {policy}, expected {expected_policy}")
+
+    arch = payload.get("architecture")
+    _require(isinstance(arch, dict), path, "missing architecture")
+    hidden = arch.get("hidden")
+    _require(isinstance(hidden, list) and 1 <= len(hidden) <= 8
+             and all(isinstance(h, int) and 1 <= h <= MAX_HIDDEN_UNITS for h in hidden), path,
+             f"architecture.hidden must be 1..8 layer sizes in 1..{MAX_HIDDEN_UNITS}, got {hidden!r}")
+    _require(arch.get("node_features") == NUM_NODE_FEATURES and arch.get("pod_features") == NUM_POD_FEATURES,
+             path, f"expects {arch.get('node_features')}+{arch.get('pod_features')} features, this build "
+                   f"produces {NUM_NODE_FEATURES}+{NUM_POD_FEATURES}")
+    network = QNetwork(tuple(hidden))
+    state_dict = payload.get("state_dict")
+    _require(isinstance(state_dict, dict), path, "missing state_dict")
+    try:
+        network.load_state_dict(state_dict, strict=True)
+    except RuntimeError as exc:
+        raise ModelValidationError(f"{path}: weights do not match the architecture: {exc}") from exc
+    network.eval()
+
+    metadata: dict[str, Any] = {}
+    digest = sha256_of(path)
+    side = sidecar_path(path)
+    if side.is_file():
+        try:
+            metadata = json.loads(side.read_text())
+        except (OSError, ValueError) as exc:
+            raise ModelValidationError(f"{side}: unreadable sidecar: {exc}") from exc
+        _require(isinstance(metadata, dict), side, "sidecar is not a JSON object")
+        _require(metadata.get("sha256") in (None, digest), side,
+                 "sha256 does not match the model file (file changed after training?)")
+        _require(metadata.get("policy") in (None, policy), side,
+                 f"sidecar says policy {metadata.get('policy')!r}, model holds {policy}")
+
+    model = LoadedModel(policy=policy, version=f"{policy.lower()}-{digest[:7]}", network=network,
+                        path=path, metadata=metadata)
+    _probe(model, path)
+    return model
+
+
+def _probe(model: LoadedModel, path: Path) -> None:
+    """Finite weights, and finite Q-values on a few synthetic clusters of different sizes."""
+    for p in model.network.parameters():
+        _require(bool(torch.isfinite(p).all()), path, "weights contain NaN or infinity")
+    rng = np.random.default_rng(0)
+    for n in (1, 3, 64):
+        cap = rng.choice([4000.0, 8000.0, 16000.0], n)
+        nodes = NodeState(
+            names=[f"probe-{i}" for i in range(n)], cpu_capacity=cap, memory_capacity=cap * 2**21,
+            max_pods=np.full(n, 110.0), cpu_requested=cap * rng.uniform(0, 0.8, n),
+            memory_requested=cap * 2**21 * rng.uniform(0, 0.8, n), pods=rng.integers(0, 20, n),
+            latency_ms=rng.uniform(1, 80, n))
+        for pod in (PodRequest(250, 64 * 2**20), PodRequest(1000, 2**30, 20.0, 30.0)):
+            q = model.q_values(nodes, pod)
+            _require(q.shape == (n,) and bool(np.all(np.isfinite(q))), path,
+                     f"non-finite Q-values on a {n}-node probe input")

@@ -1,0 +1,70 @@
+"""Scorers turn (candidate nodes, pod) into one value per node, higher is better. Evaluation and
+the suggestion server use the same scorers, so what is measured is what is served."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from agent.heuristics import HEURISTICS, MAX_NODE_SCORE
+from agent.model_io import LoadedModel
+from agent.state import NodeState, PodRequest
+
+
+class Scorer(Protocol):
+    name: str
+
+    def values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray: ...
+
+
+@dataclass
+class HeuristicScorer:
+    name: str
+    rng: np.random.Generator
+
+    def __post_init__(self) -> None:
+        if self.name not in HEURISTICS:
+            raise ValueError(f"unknown heuristic {self.name!r}: expected one of {', '.join(HEURISTICS)}")
+        self._fn = HEURISTICS[self.name]
+
+    def values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
+        return self._fn(nodes, pod, self.rng)
+
+
+@dataclass
+class ModelScorer:
+    model: LoadedModel
+
+    @property
+    def name(self) -> str:
+        return f"rl-{self.model.policy.lower()}"
+
+    def values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
+        return self.model.q_values(nodes, pod)
+
+
+def choose(values: np.ndarray, rng: np.random.Generator) -> int:
+    """Index of the best value, ties broken at random as kube-scheduler's selectHost does."""
+    best = np.flatnonzero(values >= values.max() - 1e-9)
+    return int(best[0] if best.size == 1 else rng.choice(best))
+
+
+def to_node_scores(values: np.ndarray) -> np.ndarray:
+    """Map values onto integer scores 0..100 (best 100, worst 0, linear between; all 100 when equal).
+
+    Non-finite values score 0, so a broken entry can never win.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(values)
+    scores = np.zeros(values.shape, dtype=np.int64)
+    if not finite.any():
+        return scores
+    low, high = values[finite].min(), values[finite].max()
+    if high - low < 1e-12:
+        scores[finite] = MAX_NODE_SCORE
+        return scores
+    scaled = np.rint((values[finite] - low) / (high - low) * MAX_NODE_SCORE)
+    scores[finite] = scaled.astype(np.int64)
+    return scores

@@ -1,0 +1,78 @@
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import agent
+from agent.env import SchedulingEnv
+from agent.rewards import INVALID_ACTION_REWARD
+
+
+@pytest.mark.parametrize("policy", ["EE", "LB", "EL"])
+def test_registered_env_passes_gymnasium_checker(policy):
+    env = gymnasium.make(agent.ENV_ID, policy=policy)
+    check_env(env.unwrapped, skip_render_check=True)
+
+
+def test_mask_marks_exactly_the_feasible_nodes_and_only_they_are_placed_on():
+    env = SchedulingEnv(policy="LB", max_nodes=16, min_nodes=2, churn=True)
+    rng = np.random.default_rng(0)
+    obs, _ = env.reset(seed=3)
+    for _ in range(600):
+        sim = env.sim
+        mask = env.action_masks()
+        feasible = sim.cluster.feasible(sim.pod)
+        assert mask.sum() == len(feasible) > 0
+        assert np.array_equal(obs["action_mask"].astype(bool), mask)
+        # absent nodes are never offered
+        assert sim.cluster.present[sim.candidates].all()
+        action = int(rng.choice(np.flatnonzero(mask)))
+        node, pod = int(sim.candidates[action]), sim.pod
+        placements = []
+        original_bind = sim.cluster.bind
+        sim.cluster.bind = lambda p, n: (placements.append((p.id, n)), original_bind(p, n))
+        obs, _, _, truncated, info = env.step(action)
+        sim.cluster.bind = original_bind
+        assert not info["invalid_action"]
+        assert placements == [(pod.id, node)]
+        if truncated:
+            obs, _ = env.reset()
+
+
+def test_invalid_action_is_penalised_and_places_nothing():
+    env = SchedulingEnv(policy="EE", max_nodes=8, min_nodes=3)
+    obs, _ = env.reset(seed=1, options={"nodes": 3})
+    placed = env.sim.cluster.pods.sum()
+    invalid = int(np.flatnonzero(~env.action_masks())[0])
+    _, reward, terminated, _, info = env.step(invalid)
+    assert info["invalid_action"] and reward == INVALID_ACTION_REWARD and not terminated
+    assert env.sim.cluster.pods.sum() <= placed
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 7, 32])
+def test_variable_node_count(nodes):
+    env = SchedulingEnv(policy="EL", max_nodes=32)
+    obs, info = env.reset(seed=5, options={"nodes": nodes})
+    assert info["nodes"] == nodes
+    assert obs["nodes"].shape == (32, env.observation_space["nodes"].shape[1])
+    assert 1 <= obs["action_mask"].sum() <= nodes
+    assert not obs["nodes"][nodes:].any()  # padding is zero
+    assert env.observation_space.contains(obs)
+
+
+def test_episode_truncates_after_configured_decisions():
+    env = SchedulingEnv(policy="EE", max_nodes=8, episode_decisions=25, churn=False)
+    env.reset(seed=2)
+    for step in range(1, 26):
+        _, _, _, truncated, _ = env.step(int(np.flatnonzero(env.action_masks())[0]))
+        assert truncated == (step == 25)
+
+
+def test_rejects_bad_options():
+    with pytest.raises(ValueError, match="unknown policy"):
+        SchedulingEnv(policy="XX")
+    with pytest.raises(ValueError, match="unknown scenario"):
+        SchedulingEnv(scenarios=("nope",))
+    env = SchedulingEnv(max_nodes=4)
+    with pytest.raises(ValueError, match="nodes"):
+        env.reset(options={"nodes": 10})

@@ -1,0 +1,61 @@
+import numpy as np
+import pytest
+
+from agent.heuristics import (balanced_allocation, default_scheduler, latency_greedy, latency_pack,
+                              least_allocated, most_allocated)
+from agent.scoring import choose, to_node_scores
+from agent.state import PodRequest
+from tests.conftest import make_nodes
+
+RNG = np.random.default_rng(0)
+MIB = 2**20
+
+
+def test_kube_scheduler_formulas_on_hand_computed_values():
+    # cpu 4000m with 1000m requested; memory 8Gi with 2Gi requested; pod 500m / 1Gi
+    nodes = make_nodes([4000], cpu_req=[1000], mem_cap=[8192 * MIB], mem_req=[2048 * MIB])
+    pod = PodRequest(500, 1024 * MIB)
+    # LeastAllocated: cpu (4000-1500)*100/4000 = 62, mem (8192-3072)*100/8192 = 62 -> 62
+    assert least_allocated(nodes, pod, RNG)[0] == 62
+    # MostAllocated: cpu 1500*100/4000 = 37, mem 3072*100/8192 = 37 -> 37
+    assert most_allocated(nodes, pod, RNG)[0] == 37
+    # Balanced: fractions 0.375 and 0.375 -> std 0 -> 100
+    assert balanced_allocation(nodes, pod, RNG)[0] == 100
+    unbalanced = make_nodes([4000], cpu_req=[3000], mem_cap=[8192 * MIB], mem_req=[0])
+    # fractions 0.875 / 0.125 -> std 0.375 -> int(62.5) = 62
+    assert balanced_allocation(unbalanced, pod, RNG)[0] == 62
+    assert default_scheduler(nodes, pod, RNG)[0] == 162
+
+
+def test_pod_without_requests_is_scored_with_the_non_zero_defaults():
+    nodes = make_nodes([1000], mem_cap=[1000 * MIB])
+    # 100m of 1000m -> 90; 200Mi of 1000Mi -> 80; mean 85
+    assert least_allocated(nodes, PodRequest(0, 0), RNG)[0] == 85
+
+
+def test_latency_scorers():
+    nodes = make_nodes([8000] * 3, cpu_req=[4000, 0, 1000], latency=[25.0, 8.0, np.nan])
+    pod = PodRequest(250, 64 * MIB, 20.0, 30.0)
+    assert int(np.argmax(latency_greedy(nodes, pod, RNG))) == 1
+    assert latency_greedy(nodes, pod, RNG)[2] < latency_greedy(nodes, pod, RNG)[0]  # unknown last
+    packed = make_nodes([8000] * 3, cpu_req=[4000, 0, 1000], latency=[12.0, 8.0, 50.0])
+    assert int(np.argmax(latency_pack(packed, pod, RNG))) == 0  # soft tier, fullest
+
+
+def test_choose_breaks_ties_at_random_and_to_node_scores_maps_to_0_100():
+    rng = np.random.default_rng(1)
+    picks = {choose(np.array([1.0, 3.0, 3.0, 0.0]), rng) for _ in range(50)}
+    assert picks == {1, 2}
+    assert to_node_scores(np.array([-2.0, 0.0, 2.0])).tolist() == [0, 50, 100]
+    assert to_node_scores(np.array([5.0, 5.0])).tolist() == [100, 100]
+    assert to_node_scores(np.array([np.nan, 1.0, -np.inf, 3.0])).tolist() == [0, 0, 0, 100]
+    assert to_node_scores(np.array([np.nan])).tolist() == [0]
+
+
+def test_pod_request_validation():
+    with pytest.raises(ValueError, match="cpu_millicores"):
+        PodRequest(-1, 0)
+    with pytest.raises(ValueError, match="memory_bytes"):
+        PodRequest(1, float("nan"))
+    with pytest.raises(ValueError, match="must not exceed"):
+        PodRequest(1, 1, 40.0, 30.0)

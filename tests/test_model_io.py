@@ -1,0 +1,96 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from agent.features import FEATURE_SPEC_VERSION
+from agent.model_io import ModelValidationError, load_model, save_model, sidecar_path
+from agent.network import QNetwork
+from agent.state import PodRequest
+from tests.conftest import make_nodes
+
+
+@pytest.fixture
+def saved(tmp_path):
+    torch.manual_seed(0)
+    net = QNetwork((16, 16))
+    path = save_model(tmp_path / "ee.pt", net, "EE", {"training": {"steps": 1}})
+    return path, net
+
+
+def test_round_trip_gives_the_same_q_values_and_records_metadata(saved):
+    path, net = saved
+    model = load_model(path, expected_policy="EE")
+    nodes = make_nodes([4000, 8000, 16000], cpu_req=[1000, 0, 500], latency=[5, 15, 40])
+    pod = PodRequest(250, 64 * 2**20)
+    from agent.features import node_features
+    feats, pod_vec = node_features(nodes, pod)
+    with torch.no_grad():
+        expected = net(torch.from_numpy(feats)[None], torch.from_numpy(pod_vec)[None],
+                       torch.ones(1, 3, dtype=torch.bool))[0].numpy()
+    np.testing.assert_allclose(model.q_values(nodes, pod), expected, rtol=1e-6)
+    assert model.version.startswith("ee-") and model.metadata["training"]["steps"] == 1
+    assert model.metadata["feature_spec_version"] == FEATURE_SPEC_VERSION
+
+
+def test_refuses_truncated_or_foreign_files(saved, tmp_path):
+    path, _ = saved
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelValidationError, match="not a readable model file"):
+        load_model(path)
+    garbage = tmp_path / "x.pt"
+    garbage.write_bytes(b"\x00not a model" * 10)
+    with pytest.raises(ModelValidationError, match="not a readable model file"):
+        load_model(garbage)
+    with pytest.raises(ModelValidationError, match="no such model file"):
+        load_model(tmp_path / "missing.pt")
+
+
+def _rewrite(path, mutate):
+    payload = torch.load(path, weights_only=True)
+    mutate(payload)
+    torch.save(payload, path)
+    sidecar_path(path).unlink()  # the checksum would (rightly) fail first otherwise
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda p: p.update(feature_spec_version=FEATURE_SPEC_VERSION + 1), "feature spec version"),
+    (lambda p: p.update(format="something-else"), "format"),
+    (lambda p: p.update(policy="XX"), "policy is 'XX'"),
+    (lambda p: p["architecture"].update(hidden=[16, 32]), "weights do not match"),
+    (lambda p: p["architecture"].update(node_features=3), "features"),
+    (lambda p: p["state_dict"].pop("layers.0.Lambda.weight"), "weights do not match"),
+    (lambda p: p["state_dict"]["layers.0.Lambda.weight"].fill_(float("nan")), "NaN or infinity"),
+])
+def test_refuses_mismatched_models(saved, mutate, message):
+    path, _ = saved
+    _rewrite(path, mutate)
+    with pytest.raises(ModelValidationError, match=message):
+        load_model(path)
+
+
+def test_refuses_wrong_policy_and_tampered_file(saved):
+    path, _ = saved
+    with pytest.raises(ModelValidationError, match="expected LB"):
+        load_model(path, expected_policy="LB")
+    meta = json.loads(sidecar_path(path).read_text())
+    meta["sha256"] = "0" * 64
+    sidecar_path(path).write_text(json.dumps(meta))
+    with pytest.raises(ModelValidationError, match="sha256"):
+        load_model(path)
+    sidecar_path(path).write_text("{not json")
+    with pytest.raises(ModelValidationError, match="unreadable sidecar"):
+        load_model(path)
+
+
+def test_refuses_a_pickle_that_would_run_code(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"format": Evil()}, path)
+    with pytest.raises(ModelValidationError, match="not a readable model file"):
+        load_model(path)

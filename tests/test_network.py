@@ -1,0 +1,63 @@
+import numpy as np
+import torch
+
+from agent.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
+from agent.network import QNetwork
+
+
+def _inputs(batch, nodes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(batch, nodes, NUM_NODE_FEATURES, generator=g)
+    p = torch.rand(batch, NUM_POD_FEATURES, generator=g)
+    return x, p
+
+
+def test_permuting_nodes_permutes_q_values():
+    torch.manual_seed(0)
+    net = QNetwork((32, 32))
+    x, p = _inputs(4, 9)
+    mask = torch.ones(4, 9, dtype=torch.bool)
+    mask[:, 7:] = False
+    q = net(x, p, mask)
+    perm = torch.randperm(9)
+    q_perm = net(x[:, perm], p, mask[:, perm])
+    assert torch.allclose(q[:, perm], q_perm, atol=1e-6)
+    # the set summary really matters: changing one node changes the others' Q-values
+    x2 = x.clone()
+    x2[:, 0] += 1.0
+    assert not torch.allclose(net(x2, p, mask)[:, 1:7], q[:, 1:7])
+
+
+def test_masked_nodes_get_minus_infinity_and_do_not_influence_the_rest():
+    torch.manual_seed(1)
+    net = QNetwork()
+    x, p = _inputs(1, 6)
+    mask = torch.tensor([[True, True, False, True, False, False]])
+    q = net(x, p, mask)
+    assert torch.isinf(q[~mask]).all() and (q[~mask] < 0).all()
+    assert torch.isfinite(q[mask]).all()
+    # padding or infeasible nodes with any content leave the candidates' Q-values unchanged
+    x_noise = x.clone()
+    x_noise[~mask] = 3.7
+    assert torch.allclose(net(x_noise, p, mask)[mask], q[mask], atol=1e-6)
+    # and equal the Q-values of the candidate set alone
+    alone = net(x[:, mask[0]], p, torch.ones(1, 3, dtype=torch.bool))
+    assert torch.allclose(alone[0], q[mask], atol=1e-6)
+
+
+def test_same_weights_serve_2_and_5000_nodes():
+    torch.manual_seed(2)
+    net = QNetwork()
+    for n in (2, 5000):
+        x, p = _inputs(1, n)
+        q = net(x, p, torch.ones(1, n, dtype=torch.bool))
+        assert q.shape == (1, n) and torch.isfinite(q).all()
+
+
+def test_all_masked_row_is_all_minus_infinity_not_nan():
+    net = QNetwork()
+    x, p = _inputs(2, 3)
+    mask = torch.tensor([[False] * 3, [True, False, True]])
+    q = net(x, p, mask)
+    assert not torch.isnan(q).any()
+    assert torch.isinf(q[0]).all()
