@@ -34,7 +34,7 @@ from agent.state import POLICIES, normalize_policy
 class TrainConfig:
     policy: str = "EE"
     """EE, LB or EL: which reward the agent learns"""
-    total_timesteps: int = 30_000
+    total_timesteps: int = 20_000
     """placement decisions to train on"""
     seed: int = 1
     """seeds python, numpy, torch and the environment"""
