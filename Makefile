@@ -9,8 +9,14 @@ PY := $(VENV)/bin/python
 TORCH_WHEEL := $(wildcard ../shared/wheels/torch-*+cpu-*.whl)
 TIMESTEPS ?= 20000
 SEED ?= 1
+GO ?= go
+GO_SOURCES := $(shell find plugin-go -name '*.go' -o -name 'go.mod' -o -name 'go.sum')
+K8S_VERSION := v1.35.4
+# What `kube-scheduler --version` reports: the pinned release plus our suffix.
+SCHEDULER_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION)-rlscore \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35
 
-.PHONY: help install test train eval bench demo clean
+.PHONY: help install test py-test go-test check-go scheduler train eval bench demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -25,8 +31,22 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed ## create .venv and install rlscore with its dev tools
 
-test: install ## run the test suite
+test: py-test go-test ## run the whole test suite (Python and Go)
+
+py-test: install ## Python tests only
 	$(PY) -m pytest
+
+check-go:
+	@command -v $(GO) >/dev/null || { echo "plugin-go needs Go 1.25 or newer on PATH (https://go.dev/dl/)"; exit 1; }
+
+go-test: check-go ## Go tests only (gofmt, go vet, go test, including the real scheduler framework)
+	@cd plugin-go && unformatted=$$(gofmt -l .) && if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	cd plugin-go && $(GO) vet ./... && $(GO) test ./...
+
+scheduler: bin/kube-scheduler ## build our kube-scheduler (upstream + RLScore) into bin/
+
+bin/kube-scheduler: $(GO_SOURCES) | check-go
+	cd plugin-go && $(GO) build -trimpath -ldflags "$(SCHEDULER_LDFLAGS)" -o ../bin/kube-scheduler ./cmd/kube-scheduler
 
 train: install ## train EE, LB and EL into models/ (two at a time), each evaluated into its sidecar
 	@for p in EE LB; do $(VENV)/bin/rlscore-train --policy $$p --timesteps $(TIMESTEPS) --seed $(SEED) --out models --no-progress & done; wait
@@ -35,11 +55,12 @@ train: install ## train EE, LB and EL into models/ (two at a time), each evaluat
 eval: install ## evaluate the shipped models against the baselines (tables and plots in eval/)
 	@for p in EE LB EL; do $(VENV)/bin/rlscore-eval --policy $$p --nodes 3,10,100 --out eval/$$p || exit 1; done
 
-bench: install ## print training throughput and model inference figures
+bench: install check-go ## print figures: model inference, training throughput, plugin overhead
 	$(PY) -m agent.bench
+	cd plugin-go && $(GO) test ./pkg/rlscore/ -run '^$$' -bench PreScoreScore -benchtime 2s
 
 demo: install ## the thesis's test patterns in the simulator: where the pods land, per policy
 	$(PY) -m agent.demo
 
 clean: ## remove build output (keeps models/)
-	rm -rf eval runs .pytest_cache
+	rm -rf eval runs .pytest_cache bin

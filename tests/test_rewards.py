@@ -26,7 +26,7 @@ def test_lb_rewards_the_least_loaded_and_punishes_the_most_loaded():
     nodes = make_nodes([8000, 8000, 8000], cpu_req=[6000, 3000, 0])
     assert load_balance_reward(nodes, POD, 2) == pytest.approx(1.0)
     assert load_balance_reward(nodes, POD, 0) == pytest.approx(-1.0)
-    assert load_balance_reward(nodes, POD, 1) == pytest.approx(0.0)
+    assert load_balance_reward(nodes, POD, 1) == pytest.approx(-0.5)
     # on heterogeneous nodes the load after placement decides
     hetero = make_nodes([2000, 16000], cpu_req=[0, 1000])
     assert load_balance_reward(hetero, POD, 1) == pytest.approx(1.0)

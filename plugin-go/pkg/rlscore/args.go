@@ -1,0 +1,156 @@
+package rlscore
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	// DefaultSuggestionURL is the suggestion server's Service in the deploy/ manifests.
+	DefaultSuggestionURL = "http://rlscore-suggestion-server.rlscore-system.svc:8000/suggest"
+	// DefaultTimeout bounds one /suggest exchange; a scheduling cycle never waits longer on us.
+	DefaultTimeout = 250 * time.Millisecond
+	// MaxTimeout keeps a misconfiguration from stalling the scheduler for seconds per pod.
+	MaxTimeout = 5 * time.Second
+	// DefaultMaxResponseBytes fits a 25 000-node answer with room to spare.
+	DefaultMaxResponseBytes = 4 << 20
+)
+
+// Policies the suggestion server knows.
+var Policies = []string{"EE", "LB", "EL"}
+
+// RLScoreArgs configures the RLScore plugin through the KubeSchedulerConfiguration's pluginConfig.
+type RLScoreArgs struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// SuggestionURL is the full URL of the server's POST /suggest endpoint.
+	SuggestionURL string `json:"suggestionURL,omitempty"`
+	// Timeout bounds one request, connection to last byte (default 250ms, at most 5s).
+	Timeout metav1.Duration `json:"timeout,omitempty"`
+	// DefaultPolicy (EE, LB or EL) is sent for pods without an rlscore.io/policy annotation;
+	// empty leaves the choice to the server's default.
+	DefaultPolicy string `json:"defaultPolicy,omitempty"`
+	// Shadow asks the server and records what it would have chosen, but scores every node the
+	// same, so the policy can be trialled without influencing placements.
+	Shadow bool `json:"shadow,omitempty"`
+	// BearerTokenFile, when set, holds a token sent as "Authorization: Bearer <token>".
+	BearerTokenFile string `json:"bearerTokenFile,omitempty"`
+	// MaxResponseBytes caps the response body read (default 4 MiB).
+	MaxResponseBytes int64 `json:"maxResponseBytes,omitempty"`
+}
+
+// DeepCopyObject makes RLScoreArgs a runtime.Object, so tests and callers can pass it directly.
+func (a *RLScoreArgs) DeepCopyObject() runtime.Object {
+	out := *a
+	return &out
+}
+
+// SetDefaults fills what the configuration left out.
+func (a *RLScoreArgs) SetDefaults() {
+	if a.SuggestionURL == "" {
+		a.SuggestionURL = DefaultSuggestionURL
+	}
+	if a.Timeout.Duration == 0 {
+		a.Timeout.Duration = DefaultTimeout
+	}
+	if a.MaxResponseBytes == 0 {
+		a.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	a.DefaultPolicy = strings.ToUpper(strings.TrimSpace(a.DefaultPolicy))
+}
+
+// Validate reports every problem at once, each naming its field.
+func (a *RLScoreArgs) Validate() error {
+	var problems []string
+	u, err := url.Parse(a.SuggestionURL)
+	switch {
+	case err != nil:
+		problems = append(problems, fmt.Sprintf("suggestionURL %q: %v", a.SuggestionURL, err))
+	case u.Scheme != "http" && u.Scheme != "https":
+		problems = append(problems, fmt.Sprintf("suggestionURL %q: scheme must be http or https", a.SuggestionURL))
+	case u.Host == "":
+		problems = append(problems, fmt.Sprintf("suggestionURL %q: missing host", a.SuggestionURL))
+	}
+	if a.Timeout.Duration <= 0 || a.Timeout.Duration > MaxTimeout {
+		problems = append(problems, fmt.Sprintf("timeout %s: must be > 0 and <= %s", a.Timeout.Duration, MaxTimeout))
+	}
+	if a.DefaultPolicy != "" && !isPolicy(a.DefaultPolicy) {
+		problems = append(problems, fmt.Sprintf("defaultPolicy %q: must be one of %s", a.DefaultPolicy, strings.Join(Policies, ", ")))
+	}
+	if a.MaxResponseBytes < 1024 {
+		problems = append(problems, fmt.Sprintf("maxResponseBytes %d: must be >= 1024", a.MaxResponseBytes))
+	}
+	if a.BearerTokenFile != "" {
+		if _, err := readToken(a.BearerTokenFile); err != nil {
+			problems = append(problems, fmt.Sprintf("bearerTokenFile: %v", err))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("invalid %s args: %s", Name, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func isPolicy(p string) bool {
+	for _, known := range Policies {
+		if p == known {
+			return true
+		}
+	}
+	return false
+}
+
+func readToken(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return token, nil
+}
+
+// DecodeArgs turns the pluginConfig entry into defaulted, validated args. Unknown fields are an
+// error (a typo such as "timout" must not silently fall back to the default).
+func DecodeArgs(obj runtime.Object) (*RLScoreArgs, error) {
+	args := &RLScoreArgs{}
+	switch in := obj.(type) {
+	case nil:
+	case *RLScoreArgs:
+		*args = *in
+	case *runtime.Unknown:
+		if len(in.Raw) > 0 {
+			raw := in.Raw
+			if in.ContentType == runtime.ContentTypeYAML {
+				converted, err := yaml.YAMLToJSON(raw)
+				if err != nil {
+					return nil, fmt.Errorf("decoding %s args: %w", Name, err)
+				}
+				raw = converted
+			}
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(args); err != nil {
+				return nil, fmt.Errorf("decoding %s args: %w", Name, err)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("%s args: want *RLScoreArgs or runtime.Unknown, got %T", Name, obj)
+	}
+	args.SetDefaults()
+	if err := args.Validate(); err != nil {
+		return nil, err
+	}
+	return args, nil
+}

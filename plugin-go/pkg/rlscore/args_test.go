@@ -1,0 +1,66 @@
+package rlscore
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+func TestDecodeArgs(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	emptyToken := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(emptyToken, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		in      runtime.Object
+		want    RLScoreArgs
+		wantErr string
+	}{
+		{name: "nil gives defaults", in: nil,
+			want: RLScoreArgs{SuggestionURL: DefaultSuggestionURL, Timeout: metav1.Duration{Duration: DefaultTimeout}, MaxResponseBytes: DefaultMaxResponseBytes}},
+		{name: "json with every field", in: &runtime.Unknown{Raw: []byte(`{"suggestionURL":"https://s:8443/suggest","timeout":"100ms","defaultPolicy":"el","shadow":true,"bearerTokenFile":"` + tokenFile + `","maxResponseBytes":2048}`)},
+			want: RLScoreArgs{SuggestionURL: "https://s:8443/suggest", Timeout: metav1.Duration{Duration: 100 * time.Millisecond}, DefaultPolicy: "EL", Shadow: true, BearerTokenFile: tokenFile, MaxResponseBytes: 2048}},
+		{name: "yaml", in: &runtime.Unknown{ContentType: runtime.ContentTypeYAML, Raw: []byte("suggestionURL: http://x/suggest\ntimeout: 1s\n")},
+			want: RLScoreArgs{SuggestionURL: "http://x/suggest", Timeout: metav1.Duration{Duration: time.Second}, MaxResponseBytes: DefaultMaxResponseBytes}},
+		{name: "typed args", in: &RLScoreArgs{SuggestionURL: "http://y/suggest"},
+			want: RLScoreArgs{SuggestionURL: "http://y/suggest", Timeout: metav1.Duration{Duration: DefaultTimeout}, MaxResponseBytes: DefaultMaxResponseBytes}},
+		{name: "typo is an error", in: &runtime.Unknown{Raw: []byte(`{"timout":"1s"}`)}, wantErr: `unknown field "timout"`},
+		{name: "bad scheme", in: &RLScoreArgs{SuggestionURL: "tcp://localhost:8765"}, wantErr: "scheme must be http or https"},
+		{name: "no host", in: &RLScoreArgs{SuggestionURL: "http:///suggest"}, wantErr: "missing host"},
+		{name: "timeout too long", in: &RLScoreArgs{Timeout: metav1.Duration{Duration: time.Minute}}, wantErr: "timeout 1m0s"},
+		{name: "negative timeout", in: &RLScoreArgs{Timeout: metav1.Duration{Duration: -time.Second}}, wantErr: "timeout -1s"},
+		{name: "unknown policy", in: &RLScoreArgs{DefaultPolicy: "fast"}, wantErr: `defaultPolicy "FAST"`},
+		{name: "missing token file", in: &RLScoreArgs{BearerTokenFile: "/nonexistent/token"}, wantErr: "bearerTokenFile"},
+		{name: "empty token file", in: &RLScoreArgs{BearerTokenFile: emptyToken}, wantErr: "is empty"},
+		{name: "tiny response limit", in: &RLScoreArgs{MaxResponseBytes: 10}, wantErr: "maxResponseBytes 10"},
+		{name: "several problems at once", in: &RLScoreArgs{SuggestionURL: "ftp://x", DefaultPolicy: "zz"}, wantErr: "scheme must be http or https; defaultPolicy"},
+		{name: "wrong type", in: &metav1.Status{}, wantErr: "want *RLScoreArgs or runtime.Unknown"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := DecodeArgs(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("want error containing %q, got %v", tt.wantErr, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if *got != tt.want {
+				t.Errorf("got %+v, want %+v", *got, tt.want)
+			}
+		})
+	}
+}
