@@ -1,0 +1,1 @@
+"""rlscore's suggestion server: POST /suggest scores nodes with the trained policies."""

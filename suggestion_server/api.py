@@ -1,0 +1,198 @@
+"""The HTTP API: POST /suggest, health, readiness, metrics, policies and model reload."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+
+import numpy as np
+import torch
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from suggestion_server import metrics
+from suggestion_server.config import Settings
+from suggestion_server.kube_state import KubeState
+from suggestion_server.latency_source import ProbeLatencySource
+from suggestion_server.pods import RequestFieldError, pod_request, resolve_policy
+from suggestion_server.prometheus_source import PrometheusSource
+from suggestion_server.registry import ModelRegistry
+from suggestion_server.schemas import SuggestRequest, SuggestResponse
+from suggestion_server.scoring import score_nodes
+from suggestion_server.snapshot import StateCollector, assemble
+
+log = logging.getLogger("rlscore.server")
+decisions = logging.getLogger("rlscore.decisions")
+
+
+def _error(status: int, loc: list, message: str) -> JSONResponse:
+    metrics.INVALID.labels(str(status)).inc()
+    return JSONResponse({"detail": [{"loc": loc, "msg": message, "type": "value_error"}]}, status_code=status)
+
+
+class BodyLimit:
+    """ASGI middleware: a body over the limit is a 413 before anything parses it."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await _error(413, ["body"], f"body of {int(declared)} bytes is over the "
+                                               f"{self.max_bytes}-byte limit")(scope, receive, send)
+        received = 0
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _BodyTooLarge()
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send)
+        except _BodyTooLarge:
+            await _error(413, ["body"], f"body is over the {self.max_bytes}-byte limit")(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def create_app(settings: Settings | None = None, *, background: bool = True) -> FastAPI:
+    """The app; `background=False` skips the refresh and watch loops (tests drive them)."""
+    settings = settings or Settings()
+    registry = ModelRegistry(settings.model_dir)
+    kube = KubeState.from_settings(settings.kubernetes, settings.kubeconfig)
+    prometheus = None
+    if settings.prometheus_url:
+        queries = {"cpu_utilization": settings.cpu_query, "memory_utilization": settings.memory_query,
+                   "cpu_count": settings.cpu_count_query, "memory_total": settings.memory_total_query}
+        if settings.latency_source == "prometheus":
+            queries["latency_ms"] = settings.latency_query
+        prometheus = PrometheusSource(settings.prometheus_url, settings.prometheus_timeout_s, queries)
+    probes = (ProbeLatencySource(settings.probe_port, settings.probe_timeout_s)
+              if settings.latency_source == "probe" else None)
+    collector = StateCollector(kube, prometheus, probes, settings.refresh_interval_s, settings.stale_after_s)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        torch.set_num_threads(1)  # one small forward pass per request; threads only add overhead
+        await asyncio.to_thread(registry.load_all)
+        tasks = []
+        if kube is not None:
+            kube.start()
+        if background:
+            tasks.append(asyncio.create_task(collector.run(), name="snapshot-refresh"))
+            if settings.model_watch_interval_s > 0:
+                tasks.append(asyncio.create_task(_watch_models(), name="model-watch"))
+        yield
+        for task in tasks:
+            task.cancel()
+        if kube is not None:
+            kube.stop()
+        if probes is not None:
+            await probes.close()
+
+    async def _watch_models():
+        while True:
+            await asyncio.sleep(settings.model_watch_interval_s)
+            try:
+                await asyncio.to_thread(registry.reload_changed)
+            except Exception:
+                log.exception("model watch failed")
+
+    app = FastAPI(title="rlscore suggestion server", version="0.1.0", lifespan=lifespan,
+                  description="Scores feasible nodes for a pod with learned EE / LB / EL policies.")
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.state.settings, app.state.registry, app.state.collector = settings, registry, collector
+    rng = np.random.default_rng()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        metrics.INVALID.labels("422").inc()
+        errors = [{"loc": list(e.get("loc", [])), "msg": e.get("msg", ""), "type": e.get("type", "")}
+                  for e in exc.errors()]
+        return JSONResponse({"detail": errors}, status_code=422)
+
+    @app.post("/suggest", response_model=SuggestResponse,
+              responses={401: {"description": "missing or wrong bearer token"},
+                         413: {"description": "body or node count over the limit"},
+                         422: {"description": "invalid request; the message names the field"}})
+    async def suggest(body: SuggestRequest, request: Request) -> Response:
+        start = time.perf_counter()
+        if settings.api_token and request.headers.get("authorization") != f"Bearer {settings.api_token}":
+            return _error(401, ["header", "authorization"], "missing or wrong bearer token")
+        if len(body.nodes) > settings.max_nodes:
+            return _error(413, ["body", "nodes"],
+                          f"{len(body.nodes)} nodes is over the limit of {settings.max_nodes}")
+        try:
+            policy = resolve_policy(body, settings.default_policy)
+            pod = pod_request(body.pod, policy, (settings.el_default_soft_ms, settings.el_default_hard_ms))
+        except (RequestFieldError, ValueError) as exc:
+            loc = list(getattr(exc, "loc", ["body", "pod"]))
+            return _error(422, loc, str(exc))
+
+        needs_snapshot = any(isinstance(n, str) for n in body.nodes) or any(
+            getattr(n, f) is None for n in body.nodes if not isinstance(n, str)
+            for f in ("cpu_capacity_millicores", "cpu_requested_millicores"))
+        snapshot = await collector.current() if needs_snapshot else collector.snapshot
+        nodes, reasons = assemble(body.nodes, snapshot, settings.stale_after_s, need_latency=policy == "EL")
+        scores, source, version, fallback = score_nodes(policy, nodes, pod, registry, rng)
+        for code in {code for code, _ in reasons}:
+            metrics.DEGRADED.labels(code).inc()
+
+        names = nodes.names
+        top = names[int(np.argmax(scores))]
+        payload = {"policy": policy, "model_version": version, "source": source, "degraded": bool(reasons),
+                   "reasons": [message for _, message in reasons] + fallback,
+                   "scores": dict(zip(names, scores.tolist()))}
+        elapsed = time.perf_counter() - start
+        metrics.REQUESTS.labels(policy, source).inc()
+        metrics.LATENCY.labels(policy, source).observe(elapsed)
+        decisions.info(json.dumps({"pod": f"{body.pod.namespace}/{body.pod.name}", "policy": policy,
+                                   "model_version": version, "source": source, "degraded": bool(reasons),
+                                   "top_node": top, "nodes": len(names), "ms": round(elapsed * 1000, 3)}))
+        return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        ready = registry.ready() and collector.attempted.is_set()
+        return JSONResponse({"ready": ready, "models_loaded": registry.ready(),
+                             "snapshot_attempted": collector.attempted.is_set()},
+                            status_code=200 if ready else 503)
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        snap = collector.snapshot
+        metrics.SNAPSHOT_AGE.set(snap.age() if snap.taken_at else -1)
+        metrics.SNAPSHOT_NODES.set(len(snap.nodes))
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/policies")
+    async def policies() -> dict:
+        snap = collector.snapshot
+        return {"default_policy": settings.default_policy, "policies": registry.status(),
+                "snapshot": {"age_s": snap.age() if snap.taken_at else None, "nodes": len(snap.nodes),
+                             "problems": snap.problems}}
+
+    @app.post("/models/reload")
+    async def reload_models() -> dict:
+        await asyncio.to_thread(registry.load_all)
+        return {"policies": registry.status()}
+
+    return app

@@ -1,0 +1,39 @@
+"""Console scripts: `rlscore-server` (and `python -m suggestion_server`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from suggestion_server.config import Settings
+
+    try:
+        settings = Settings()
+    except Exception as exc:  # pydantic's message names the variable
+        print(f"rlscore-server: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    parser = argparse.ArgumentParser(prog="rlscore-server", description="rlscore suggestion server. "
+                                     "Everything else is configured by RLSCORE_* environment variables.")
+    parser.add_argument("--host", default=settings.host)
+    parser.add_argument("--port", type=int, default=settings.port)
+    parser.add_argument("--workers", type=int, default=settings.workers)
+    parser.add_argument("--log-level", default=settings.log_level)
+    args = parser.parse_args(argv)
+    if args.workers < 1 or not 0 < args.port < 65536:
+        parser.error("--workers must be >= 1 and --port in 1..65535")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    import uvicorn
+
+    # Workers re-create the app from the same RLSCORE_* environment.
+    os.environ.setdefault("RLSCORE_LOG_LEVEL", args.log_level)
+    uvicorn.run("suggestion_server.api:create_app", factory=True, host=args.host, port=args.port,
+                workers=args.workers, log_level=args.log_level.lower(), access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Server settings, from RLSCORE_* environment variables (or a .env file) via pydantic-settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from agent.state import DEFAULT_LATENCY_HARD_MS, DEFAULT_LATENCY_SOFT_MS, normalize_policy
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RLSCORE_", env_file=".env", extra="ignore")
+
+    # Policies and models
+    model_dir: Path = Field(Path("models"), description="directory holding ee.pt, lb.pt, el.pt")
+    default_policy: str = Field("EE", description="policy when neither the request nor the pod names one")
+    model_watch_interval_s: float = Field(5.0, ge=0, description="how often model files are checked for changes (0: never)")
+    el_default_soft_ms: float = Field(DEFAULT_LATENCY_SOFT_MS, gt=0, description="EL limits for pods without annotations")
+    el_default_hard_ms: float = Field(DEFAULT_LATENCY_HARD_MS, gt=0)
+
+    # Request limits
+    max_nodes: int = Field(25_000, ge=1, description="more nodes in one request is a 413")
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="larger bodies are a 413")
+    api_token: str | None = Field(None, description="when set, /suggest needs 'Authorization: Bearer <token>'")
+
+    # State snapshot
+    refresh_interval_s: float = Field(5.0, gt=0, description="background refresh period of the node snapshot")
+    stale_after_s: float = Field(30.0, gt=0, description="a snapshot older than this is refreshed on demand and flagged")
+    prometheus_url: str | None = Field(None, description="e.g. http://prometheus:9090; unset disables metrics")
+    prometheus_timeout_s: float = Field(2.0, gt=0)
+    cpu_query: str = Field('1 - avg by (instance, node) (rate(node_cpu_seconds_total{mode="idle"}[1m]))',
+                           description="busy cpu fraction per node (0..1)")
+    memory_query: str = Field("1 - node_memory_MemAvailable_bytes / node_memory_MemTotal_bytes",
+                              description="used memory fraction per node (0..1)")
+    cpu_count_query: str = Field('count by (instance, node) (node_cpu_seconds_total{mode="idle"})',
+                                 description="cpus per node, used when the Kubernetes API gives no capacity")
+    memory_total_query: str = Field("node_memory_MemTotal_bytes",
+                                    description="memory bytes per node, used when the Kubernetes API gives none")
+    latency_query: str = Field("avg by (node) (rlscore_node_user_latency_ms)",
+                               description="node-to-user latency (ms) per node")
+    kubernetes: Literal["auto", "off", "in-cluster", "kubeconfig"] = Field(
+        "auto", description="where node and pod state comes from; auto tries in-cluster, then kubeconfig")
+    kubeconfig: str | None = Field(None, description="path for kubernetes=kubeconfig (default: KUBECONFIG or ~/.kube/config)")
+    latency_source: Literal["prometheus", "probe", "none"] = Field("prometheus")
+    probe_port: int = Field(9102, ge=1, le=65535, description="port of the latency probe on each node")
+    probe_timeout_s: float = Field(0.5, gt=0)
+
+    # Serving
+    host: str = "0.0.0.0"
+    port: int = Field(8000, ge=1, le=65535)
+    workers: int = Field(1, ge=1)
+    log_level: str = "info"
+
+    @field_validator("default_policy")
+    @classmethod
+    def _policy(cls, value: str) -> str:
+        return normalize_policy(value)

@@ -1,0 +1,210 @@
+"""An informer-style cache of nodes and the pods bound to them, fed by list + watch.
+
+Scoring never calls the API: it reads this cache. Two daemon threads list once, then follow the
+watch from the list's resourceVersion, and list again when the watch expires (410 Gone) or breaks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils.quantity import parse_quantity
+
+log = logging.getLogger("rlscore.kube")
+
+WATCH_TIMEOUT_S = 60
+MAX_BACKOFF_S = 30.0
+
+
+@dataclass(frozen=True)
+class KubeNode:
+    name: str
+    internal_ip: str | None
+    cpu_millicores: float | None
+    memory_bytes: float | None
+    max_pods: float | None
+
+
+@dataclass(frozen=True)
+class KubePod:
+    node: str
+    cpu_millicores: float
+    memory_bytes: float
+
+
+def _quantity(resources: dict | None, key: str, scale: float = 1.0) -> float | None:
+    if not resources or key not in resources:
+        return None
+    try:
+        return float(parse_quantity(resources[key])) * scale
+    except (ValueError, TypeError):
+        return None
+
+
+def node_from_api(node) -> KubeNode:
+    status = node.status
+    allocatable = (status.allocatable if status else None) or {}
+    ip = None
+    for address in (status.addresses if status and status.addresses else []):
+        if address.type == "InternalIP":
+            ip = address.address
+            break
+    return KubeNode(node.metadata.name, ip, _quantity(allocatable, "cpu", 1000.0),
+                    _quantity(allocatable, "memory"), _quantity(allocatable, "pods"))
+
+
+def pod_requests(pod) -> tuple[float, float]:
+    """Effective requests the way the scheduler counts them: max(sum of containers, largest init
+    container) plus overhead."""
+    def total(containers) -> tuple[float, float]:
+        cpu = mem = 0.0
+        for c in containers or []:
+            req = (c.resources.requests if c.resources else None) or {}
+            cpu += _quantity(req, "cpu", 1000.0) or 0.0
+            mem += _quantity(req, "memory") or 0.0
+        return cpu, mem
+
+    cpu, mem = total(pod.spec.containers)
+    for init in pod.spec.init_containers or []:
+        icpu, imem = total([init])
+        cpu, mem = max(cpu, icpu), max(mem, imem)
+    overhead = pod.spec.overhead or {}
+    return cpu + (_quantity(overhead, "cpu", 1000.0) or 0.0), mem + (_quantity(overhead, "memory") or 0.0)
+
+
+class KubeState:
+    def __init__(self, api: client.ApiClient):
+        self._core = client.CoreV1Api(api)
+        self._lock = threading.Lock()
+        self._nodes: dict[str, KubeNode] = {}
+        self._pods: dict[str, KubePod] = {}
+        self._stop = threading.Event()
+        self.nodes_synced = threading.Event()
+        self.pods_synced = threading.Event()
+        self.error: str | None = None
+        self._threads: list[threading.Thread] = []
+
+    @classmethod
+    def from_settings(cls, mode: str, kubeconfig: str | None) -> KubeState | None:
+        """None when mode is off, or auto finds no cluster."""
+        if mode == "off":
+            return None
+        if mode in ("auto", "in-cluster"):
+            try:
+                cfg = client.Configuration()
+                config.load_incluster_config(client_configuration=cfg)
+                return cls(client.ApiClient(cfg))
+            except config.ConfigException:
+                if mode == "in-cluster":
+                    raise
+        try:
+            return cls(config.new_client_from_config(config_file=kubeconfig))
+        except (config.ConfigException, OSError, TypeError) as exc:
+            if mode == "kubeconfig":
+                raise
+            log.warning("no Kubernetes API configured (%s): node state comes from requests and Prometheus", exc)
+            return None
+
+    def start(self) -> None:
+        for name, target in (("nodes", self._run_nodes), ("pods", self._run_pods)):
+            thread = threading.Thread(target=target, name=f"kube-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def synced(self) -> bool:
+        return self.nodes_synced.is_set() and self.pods_synced.is_set()
+
+    def snapshot(self) -> tuple[dict[str, KubeNode], dict[str, tuple[float, float, int]]]:
+        """Nodes, and per node (cpu requested, memory requested, pod count)."""
+        with self._lock:
+            nodes = dict(self._nodes)
+            pods = list(self._pods.values())
+        usage: dict[str, tuple[float, float, int]] = {}
+        for pod in pods:
+            cpu, mem, count = usage.get(pod.node, (0.0, 0.0, 0))
+            usage[pod.node] = (cpu + pod.cpu_millicores, mem + pod.memory_bytes, count + 1)
+        return nodes, usage
+
+    def _follow(self, kind: str, list_fn, apply, replace, synced: threading.Event, **kw) -> None:
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                listing = list_fn(**kw)
+                replace(listing.items)
+                synced.set()
+                self.error = None
+                backoff = 1.0
+                stream = watch.Watch()
+                for event in stream.stream(list_fn, resource_version=listing.metadata.resource_version,
+                                           timeout_seconds=WATCH_TIMEOUT_S, **kw):
+                    if self._stop.is_set():
+                        stream.stop()
+                        return
+                    apply(event["type"], event["object"])
+            except ApiException as exc:
+                if exc.status != 410:  # 410: the watch expired, list again at once
+                    self._failed(kind, f"{exc.status} {exc.reason}", backoff)
+                    backoff = min(backoff * 2, MAX_BACKOFF_S)
+            except Exception as exc:  # connection refused, timeouts, decode errors: retry with backoff
+                self._failed(kind, str(exc) or type(exc).__name__, backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    def _failed(self, kind: str, message: str, backoff: float) -> None:
+        self.error = f"kubernetes {kind}: {message}"
+        log.warning("watching %s failed (%s); retrying in %.0f s", kind, message, backoff)
+        self._stop.wait(backoff)
+
+    def _run_nodes(self) -> None:
+        def replace(items):
+            with self._lock:
+                self._nodes = {n.metadata.name: node_from_api(n) for n in items}
+
+        def apply(kind, node):
+            with self._lock:
+                if kind == "DELETED":
+                    self._nodes.pop(node.metadata.name, None)
+                else:
+                    self._nodes[node.metadata.name] = node_from_api(node)
+
+        self._follow("nodes", self._core.list_node, apply, replace, self.nodes_synced)
+
+    def _run_pods(self) -> None:
+        def entry(pod) -> KubePod | None:
+            if not pod.spec.node_name or (pod.status and pod.status.phase in ("Succeeded", "Failed")):
+                return None
+            cpu, mem = pod_requests(pod)
+            return KubePod(pod.spec.node_name, cpu, mem)
+
+        def replace(items):
+            fresh = {p.metadata.uid: e for p in items if (e := entry(p)) is not None}
+            with self._lock:
+                self._pods = fresh
+
+        def apply(kind, pod):
+            e = None if kind == "DELETED" else entry(pod)
+            with self._lock:
+                if e is None:
+                    self._pods.pop(pod.metadata.uid, None)
+                else:
+                    self._pods[pod.metadata.uid] = e
+
+        self._follow("pods", self._core.list_pod_for_all_namespaces, apply, replace, self.pods_synced,
+                     field_selector="spec.nodeName!=")
+
+
+def wait_synced(state: KubeState, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if state.synced:
+            return True
+        time.sleep(0.05)
+    return state.synced

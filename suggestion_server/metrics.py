@@ -1,0 +1,16 @@
+"""The server's Prometheus metrics (GET /metrics)."""
+
+from prometheus_client import Counter, Gauge, Histogram
+
+REQUESTS = Counter("rlscore_suggest_requests_total", "Answered /suggest requests.", ["policy", "source"])
+LATENCY = Histogram("rlscore_suggest_duration_seconds", "Time to answer /suggest.", ["policy", "source"],
+                    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0))
+INVALID = Counter("rlscore_suggest_invalid_requests_total", "Rejected /suggest requests.", ["status"])
+FALLBACKS = Counter("rlscore_fallbacks_total", "Answers from the heuristic instead of the model.",
+                    ["policy", "reason"])
+DEGRADED = Counter("rlscore_degraded_total", "Answers made with missing or stale node state.", ["reason"])
+SNAPSHOT_AGE = Gauge("rlscore_snapshot_age_seconds", "Age of the node state snapshot.")
+SNAPSHOT_NODES = Gauge("rlscore_snapshot_nodes", "Nodes in the state snapshot.")
+MODEL_INFO = Gauge("rlscore_model_info", "The serving model per policy (value 1).", ["policy", "version"])
+MODEL_LOAD_FAILURES = Counter("rlscore_model_load_failures_total", "Model files refused by validation.",
+                              ["policy"])

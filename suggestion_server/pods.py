@@ -1,0 +1,65 @@
+"""What the server reads from the pod: its policy and its latency limits, from the annotations."""
+
+from __future__ import annotations
+
+import math
+
+from agent.state import PodRequest, normalize_policy
+from suggestion_server.schemas import PodIn, SuggestRequest
+
+ANNOTATION_POLICY = "rlscore.io/policy"
+ANNOTATION_SOFT = "rlscore.io/latency-soft-ms"
+ANNOTATION_HARD = "rlscore.io/latency-hard-ms"
+# The thesis's manifests used these; read when the prefixed ones are absent.
+THESIS_SOFT = "latencySoftConstraint"
+THESIS_HARD = "latencyHardConstraint"
+
+
+class RequestFieldError(ValueError):
+    """A request field that parses but does not make sense; becomes a 422 naming `loc`."""
+
+    def __init__(self, loc: tuple[str, ...], message: str):
+        super().__init__(message)
+        self.loc = loc
+        self.message = message
+
+
+def resolve_policy(request: SuggestRequest, default: str) -> str:
+    """Request field > pod annotation > server default."""
+    if request.policy:
+        return request.policy
+    annotated = request.pod.annotations.get(ANNOTATION_POLICY)
+    if annotated is None:
+        return default
+    try:
+        return normalize_policy(annotated)
+    except ValueError as exc:
+        raise RequestFieldError(("body", "pod", "annotations", ANNOTATION_POLICY), str(exc)) from None
+
+
+def _limit(pod: PodIn, primary: str, fallback: str) -> float | None:
+    key = primary if primary in pod.annotations else fallback if fallback in pod.annotations else None
+    if key is None:
+        return None
+    raw = pod.annotations[key]
+    try:
+        value = float(raw.strip().removesuffix("ms"))
+    except ValueError:
+        raise RequestFieldError(("body", "pod", "annotations", key),
+                                f"{key}={raw!r} is not a number of milliseconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise RequestFieldError(("body", "pod", "annotations", key),
+                                f"{key}={raw!r} must be a finite number of milliseconds > 0")
+    return value
+
+
+def pod_request(pod: PodIn, policy: str, el_defaults: tuple[float, float]) -> PodRequest:
+    """The pod as the scorer sees it. EL pods without limits get the configured defaults."""
+    soft = _limit(pod, ANNOTATION_SOFT, THESIS_SOFT)
+    hard = _limit(pod, ANNOTATION_HARD, THESIS_HARD)
+    if policy == "EL" and soft is None and hard is None:
+        soft, hard = el_defaults
+    if soft is not None and hard is not None and soft > hard:
+        raise RequestFieldError(("body", "pod", "annotations"),
+                                f"latency soft limit {soft} ms exceeds the hard limit {hard} ms")
+    return PodRequest(pod.cpu_request_millicores, pod.memory_request_bytes, soft, hard)

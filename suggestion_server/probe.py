@@ -1,0 +1,182 @@
+"""`rlscore-latency-probe`: runs on every node (a DaemonSet) and measures the round-trip time from
+the node to the configured user endpoints every few seconds.
+
+TCP connect time by default (works unprivileged, through most firewalls); ICMP echo with
+`--method icmp` where the kernel allows unprivileged ping sockets (net.ipv4.ping_group_range).
+Serves GET /latency (JSON) and GET /metrics with the gauge rlscore_node_user_latency_ms{node,target}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import struct
+import sys
+import time
+
+from fastapi import FastAPI
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+
+log = logging.getLogger("rlscore.probe")
+
+
+def parse_target(text: str, default_port: int = 443) -> tuple[str, int]:
+    text = text.strip()
+    if not text:
+        raise ValueError("empty target")
+    if text.startswith("["):  # [ipv6]:port
+        host, _, rest = text[1:].partition("]")
+        port = int(rest.lstrip(":")) if rest.strip(":") else default_port
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+        port = int(port_text)
+    else:
+        host, port = text, default_port
+    if not host or not 0 < port < 65536:
+        raise ValueError(f"bad target {text!r}: expected host[:port]")
+    return host, port
+
+
+async def tcp_rtt_ms(host: str, port: int, timeout_s: float) -> float | None:
+    start = time.perf_counter()
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    except (OSError, asyncio.TimeoutError):
+        return None
+    elapsed = (time.perf_counter() - start) * 1000.0
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return elapsed
+
+
+def _icmp_checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    total = (total >> 16) + (total & 0xFFFF)
+    total += total >> 16
+    return ~total & 0xFFFF
+
+
+def icmp_rtt_ms_blocking(host: str, timeout_s: float) -> float | None:
+    """One echo over an unprivileged ICMP datagram socket (IPv4)."""
+    try:
+        address = socket.gethostbyname(host)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP) as sock:
+            sock.settimeout(timeout_s)
+            header = struct.pack("!BBHHH", 8, 0, 0, 0, 1)
+            payload = b"rlscore-probe"
+            packet = struct.pack("!BBHHH", 8, 0, _icmp_checksum(header + payload), 0, 1) + payload
+            start = time.perf_counter()
+            sock.sendto(packet, (address, 0))
+            sock.recvfrom(1024)
+            return (time.perf_counter() - start) * 1000.0
+    except (OSError, socket.timeout):
+        return None
+
+
+class Prober:
+    def __init__(self, node: str, targets: list[str], method: str, interval_s: float, timeout_s: float):
+        self.node, self.method = node, method
+        self.targets = {t: parse_target(t) for t in targets}
+        self.interval_s, self.timeout_s = interval_s, timeout_s
+        self.results: dict[str, float | None] = {t: None for t in targets}
+        self.measured_at: float | None = None
+        self.registry = CollectorRegistry()
+        self.gauge = Gauge("rlscore_node_user_latency_ms", "Round-trip time from this node to a user endpoint (ms).",
+                           ["node", "target"], registry=self.registry)
+
+    async def measure_once(self) -> None:
+        async def one(target: str) -> float | None:
+            host, port = self.targets[target]
+            if self.method == "icmp":
+                return await asyncio.to_thread(icmp_rtt_ms_blocking, host, self.timeout_s)
+            return await tcp_rtt_ms(host, port, self.timeout_s)
+
+        values = await asyncio.gather(*(one(t) for t in self.targets))
+        for target, value in zip(self.targets, values):
+            self.results[target] = value
+            if value is None:
+                with contextlib.suppress(KeyError):
+                    self.gauge.remove(self.node, target)  # unreachable: no sample rather than a stale one
+            else:
+                self.gauge.labels(self.node, target).set(value)
+        self.measured_at = time.time()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.measure_once()
+            except Exception:
+                log.exception("measurement failed")
+            await asyncio.sleep(self.interval_s)
+
+    def summary(self) -> dict:
+        reachable = [v for v in self.results.values() if v is not None]
+        return {"node": self.node, "method": self.method, "measured_at": self.measured_at,
+                # the mean over reachable user endpoints; null when none answered
+                "latency_ms": sum(reachable) / len(reachable) if reachable else None,
+                "targets": dict(self.results)}
+
+
+def create_probe_app(prober: Prober) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        task = asyncio.create_task(prober.run())
+        yield
+        task.cancel()
+
+    app = FastAPI(title="rlscore latency probe", lifespan=lifespan)
+
+    @app.get("/latency")
+    async def latency() -> dict:
+        return prober.summary()
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(prober.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlscore-latency-probe", description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default=os.environ.get("RLSCORE_PROBE_TARGETS", ""),
+                        help="comma-separated host[:port] user endpoints (env RLSCORE_PROBE_TARGETS)")
+    parser.add_argument("--node-name", default=os.environ.get("NODE_NAME", socket.gethostname()))
+    parser.add_argument("--method", choices=("tcp", "icmp"), default=os.environ.get("RLSCORE_PROBE_METHOD", "tcp"))
+    parser.add_argument("--interval", type=float, default=float(os.environ.get("RLSCORE_PROBE_INTERVAL_S", "5")))
+    parser.add_argument("--timeout", type=float, default=float(os.environ.get("RLSCORE_PROBE_TIMEOUT_S", "1")))
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("RLSCORE_PROBE_PORT", "9102")))
+    args = parser.parse_args(argv)
+    targets = [t for t in args.targets.split(",") if t.strip()]
+    if not targets:
+        parser.error("no targets: give --targets host[:port],... or RLSCORE_PROBE_TARGETS")
+    try:
+        for t in targets:
+            parse_target(t)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.interval <= 0 or args.timeout <= 0:
+        parser.error("--interval and --timeout must be > 0")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    import uvicorn
+
+    prober = Prober(args.node_name, targets, args.method, args.interval, args.timeout)
+    uvicorn.run(create_probe_app(prober), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

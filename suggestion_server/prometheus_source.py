@@ -1,0 +1,55 @@
+"""Node metrics from Prometheus: one query per metric for all nodes, never one per node."""
+
+from __future__ import annotations
+
+import math
+
+from prometheus_api_client import PrometheusConnect
+
+# Which field each configured query fills.
+FIELDS = ("cpu_utilization", "memory_utilization", "cpu_count", "memory_total", "latency_ms")
+
+
+def series_node(labels: dict[str, str], ip_to_node: dict[str, str]) -> str | None:
+    """The node a series belongs to: its `node` label, else its `instance` host mapped through the
+    nodes' InternalIPs (node_exporter's instance is ip:port), else the instance host itself."""
+    if labels.get("node"):
+        return labels["node"]
+    instance = labels.get("instance")
+    if not instance:
+        return None
+    host = instance
+    if host.startswith("["):  # [ipv6]:port
+        host = host[1:].split("]", 1)[0]
+    elif host.count(":") == 1:
+        host = host.rsplit(":", 1)[0]
+    return ip_to_node.get(host, host)
+
+
+class PrometheusSource:
+    def __init__(self, url: str, timeout_s: float, queries: dict[str, str]):
+        self.url = url
+        self.timeout_s = timeout_s
+        self.queries = {field: q for field, q in queries.items() if q}
+        self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
+
+    def collect(self, ip_to_node: dict[str, str]) -> tuple[dict[str, dict[str, float]], list[str]]:
+        """Per node, the fields whose query answered; and a problem per query that failed."""
+        values: dict[str, dict[str, float]] = {}
+        problems: list[str] = []
+        for field, query in self.queries.items():
+            try:
+                result = self._prom.custom_query(query, params={"timeout": f"{self.timeout_s}s"})
+            except Exception as exc:  # connection refused, timeout, HTTP or PromQL error
+                problems.append(f"prometheus {field}: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            for series in result:
+                node = series_node(series.get("metric", {}), ip_to_node)
+                try:
+                    value = float(series["value"][1])
+                except (KeyError, IndexError, TypeError, ValueError):
+                    continue
+                if node is None or not math.isfinite(value):
+                    continue  # NaN from a division by zero, or a series we cannot place
+                values.setdefault(node, {})[field] = value
+        return values, problems

@@ -1,0 +1,98 @@
+"""The /suggest contract as pydantic models: every field validated, every error naming its field."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+
+from agent.state import POLICIES
+
+Name = Annotated[str, Field(min_length=1, max_length=253)]
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+
+class PodIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: Name
+    namespace: str = Field("default", max_length=253)
+    cpu_request_millicores: NonNegative = 0
+    memory_request_bytes: NonNegative = 0
+    annotations: dict[str, Annotated[str, Field(max_length=65536)]] = Field(default_factory=dict, max_length=1024)
+
+
+class NodeIn(BaseModel):
+    """A node with (some of) its state; what is left out comes from the server's snapshot."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: Name
+    cpu_capacity_millicores: Positive | None = None
+    memory_capacity_bytes: Positive | None = None
+    max_pods: Annotated[int, Field(gt=0)] | None = None
+    cpu_requested_millicores: NonNegative | None = None
+    memory_requested_bytes: NonNegative | None = None
+    pods: Annotated[int, Field(ge=0)] | None = None
+    cpu_utilization: Fraction | None = None
+    memory_utilization: Fraction | None = None
+    latency_ms: NonNegative | None = None
+
+
+def _node_kind(value) -> str | None:
+    if isinstance(value, str):
+        return "name"
+    if isinstance(value, (dict, NodeIn)):
+        return "object"
+    return None
+
+
+# A node is either its name or an object carrying (some of) its state.
+NodeEntry = Annotated[
+    Annotated[Name, Tag("name")] | Annotated[NodeIn, Tag("object")],
+    Discriminator(_node_kind, custom_error_type="node_entry",
+                  custom_error_message="each node must be a node name or an object with a name"),
+]
+
+
+class SuggestRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    pod: PodIn
+    nodes: list[NodeEntry] = Field(min_length=1)
+    policy: str | None = Field(None, description="EE, LB or EL (case-insensitive); overrides the pod's annotation")
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        policy = value.strip().upper()
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {value!r}: expected one of {', '.join(POLICIES)}")
+        return policy
+
+    @field_validator("nodes")
+    @classmethod
+    def _unique_names(cls, nodes: list) -> list:
+        seen: set[str] = set()
+        for node in nodes:
+            name = node if isinstance(node, str) else node.name
+            if name in seen:
+                raise ValueError(f"duplicate node name {name!r}")
+            seen.add(name)
+        return nodes
+
+    def node_names(self) -> list[str]:
+        return [n if isinstance(n, str) else n.name for n in self.nodes]
+
+
+class SuggestResponse(BaseModel):
+    policy: Literal["EE", "LB", "EL"]
+    model_version: str | None = Field(description="version of the model that scored, null for the heuristic")
+    source: Literal["model", "heuristic"]
+    degraded: bool = Field(description="true when any node state was missing or stale (see reasons)")
+    reasons: list[str]
+    scores: dict[str, Annotated[int, Field(ge=0, le=100)]]

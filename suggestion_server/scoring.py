@@ -1,0 +1,37 @@
+"""Turn a validated request into scores: the policy's model when one is loaded and its output is
+finite, otherwise the heuristic of the same intent."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agent.heuristics import POLICY_HEURISTIC
+from agent.scoring import HeuristicScorer, to_node_scores
+from agent.state import NodeState, PodRequest
+from suggestion_server import metrics
+from suggestion_server.registry import ModelRegistry
+
+
+def score_nodes(policy: str, nodes: NodeState, pod: PodRequest, registry: ModelRegistry,
+                rng: np.random.Generator) -> tuple[np.ndarray, str, str | None, list[str]]:
+    """(integer scores 0..100, source, model version, reasons for a fallback)."""
+    model = registry.get(policy)
+    reasons: list[str] = []
+    if model is not None:
+        try:
+            values = model.q_values(nodes, pod)
+        except (RuntimeError, ValueError) as exc:  # a tensor that does not fit, a numerical error
+            values = None
+            reasons.append(f"model {model.version} failed: {exc}")
+            metrics.FALLBACKS.labels(policy, "model_error").inc()
+        if values is not None:
+            if np.all(np.isfinite(values)):
+                return to_node_scores(values), "model", model.version, reasons
+            reasons.append(f"model {model.version} gave non-finite Q-values")
+            metrics.FALLBACKS.labels(policy, "non_finite").inc()
+    else:
+        error = registry.policies[policy].error
+        reasons.append(f"no valid {policy} model" + (f" ({error})" if error else ""))
+        metrics.FALLBACKS.labels(policy, "no_model").inc()
+    heuristic = HeuristicScorer(POLICY_HEURISTIC[policy], rng)
+    return to_node_scores(heuristic.values(nodes, pod)), "heuristic", None, reasons

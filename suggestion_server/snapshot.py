@@ -1,0 +1,177 @@
+"""One snapshot of every node's state, refreshed in the background; requests only read it.
+
+`assemble` turns a request's nodes (names, or objects with some fields) into the NodeState the
+scorer needs, filling what the request left out from the snapshot, and saying what it had to guess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agent.state import NodeState
+from suggestion_server.kube_state import KubeState
+from suggestion_server.latency_source import ProbeLatencySource
+from suggestion_server.prometheus_source import PrometheusSource
+from suggestion_server.schemas import NodeIn
+
+log = logging.getLogger("rlscore.snapshot")
+
+# Used only when neither the request, the Kubernetes API nor Prometheus knows a node's size.
+FALLBACK_CPU_MILLICORES = 4000.0
+FALLBACK_MEMORY_BYTES = 8.0 * 1024**3
+FALLBACK_MAX_PODS = 110.0
+
+FIELDS = ("cpu_capacity_millicores", "memory_capacity_bytes", "max_pods", "cpu_requested_millicores",
+          "memory_requested_bytes", "pods", "cpu_utilization", "memory_utilization", "latency_ms")
+
+
+@dataclass
+class Snapshot:
+    taken_at: float = 0.0  # time.monotonic(); 0 = never
+    nodes: dict[str, dict[str, float]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    requests_known: bool = False  # pods' requests come from the Kubernetes API
+
+    def age(self) -> float:
+        return float("inf") if not self.taken_at else time.monotonic() - self.taken_at
+
+
+class StateCollector:
+    def __init__(self, kube: KubeState | None, prometheus: PrometheusSource | None,
+                 probes: ProbeLatencySource | None, refresh_interval_s: float, stale_after_s: float):
+        self.kube, self.prometheus, self.probes = kube, prometheus, probes
+        self.refresh_interval_s, self.stale_after_s = refresh_interval_s, stale_after_s
+        self.snapshot = Snapshot()
+        self.attempted = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    async def refresh(self) -> Snapshot:
+        async with self._lock:
+            nodes: dict[str, dict[str, float]] = {}
+            problems: list[str] = []
+            ips: dict[str, str] = {}
+            if self.kube is not None:
+                kube_nodes, usage = self.kube.snapshot()
+                if self.kube.error:
+                    problems.append(self.kube.error)
+                for name, n in kube_nodes.items():
+                    cpu, mem, count = usage.get(name, (0.0, 0.0, 0))
+                    record = {"cpu_requested_millicores": cpu, "memory_requested_bytes": mem, "pods": float(count)}
+                    for key, value in (("cpu_capacity_millicores", n.cpu_millicores),
+                                       ("memory_capacity_bytes", n.memory_bytes), ("max_pods", n.max_pods)):
+                        if value is not None:
+                            record[key] = value
+                    nodes[name] = record
+                    if n.internal_ip:
+                        ips[n.internal_ip] = name
+            if self.prometheus is not None:
+                metrics, prom_problems = await asyncio.to_thread(self.prometheus.collect, ips)
+                problems += prom_problems
+                for name, values in metrics.items():
+                    record = nodes.setdefault(name, {})
+                    for src, dst in (("cpu_utilization", "cpu_utilization"),
+                                     ("memory_utilization", "memory_utilization"), ("latency_ms", "latency_ms")):
+                        if src in values:
+                            record[dst] = min(max(values[src], 0.0), 1.0) if dst != "latency_ms" else max(values[src], 0.0)
+                    if "cpu_count" in values:
+                        record.setdefault("cpu_capacity_millicores", values["cpu_count"] * 1000.0)
+                    if "memory_total" in values:
+                        record.setdefault("memory_capacity_bytes", values["memory_total"])
+            if self.probes is not None and ips:
+                latencies, probe_problems = await self.probes.collect({name: ip for ip, name in ips.items()})
+                problems += probe_problems
+                for name, latency in latencies.items():
+                    nodes.setdefault(name, {})["latency_ms"] = latency
+            self.snapshot = Snapshot(time.monotonic(), nodes, problems, requests_known=self.kube is not None)
+            self.attempted.set()
+            if problems:
+                log.warning("snapshot refreshed with problems: %s", "; ".join(problems))
+            return self.snapshot
+
+    async def current(self) -> Snapshot:
+        """The snapshot, refreshed first when it is stale (bounded by the sources' own timeouts)."""
+        if self.snapshot.age() > self.stale_after_s and not self._lock.locked():
+            try:
+                await self.refresh()
+            except Exception as exc:  # never let a broken source turn into a 5xx
+                log.exception("on-demand refresh failed: %s", exc)
+        return self.snapshot
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("background refresh failed: %s", exc)
+                self.attempted.set()
+            await asyncio.sleep(self.refresh_interval_s)
+
+
+def assemble(request_nodes: list[str | NodeIn], snapshot: Snapshot, stale_after_s: float,
+             need_latency: bool) -> tuple[NodeState, list[tuple[str, str]]]:
+    """NodeState for the requested nodes, request fields first, then the snapshot, then guesses;
+    and what was missing, as (code, message) pairs."""
+    n = len(request_nodes)
+    table = np.full((len(FIELDS), n), np.nan)
+    names: list[str] = []
+    used_snapshot = False
+    for j, node in enumerate(request_nodes):
+        if isinstance(node, str):
+            name, given = node, None
+        else:
+            name, given = node.name, node
+        names.append(name)
+        known = snapshot.nodes.get(name)
+        for i, key in enumerate(FIELDS):
+            value = getattr(given, key) if given is not None else None
+            if value is None and known is not None:
+                value = known.get(key)
+                used_snapshot = used_snapshot or value is not None
+            if value is not None:
+                table[i, j] = value
+    cpu_cap, mem_cap, max_pods, cpu_req, mem_req, pods, cpu_util, mem_util, latency = table
+
+    reasons: list[tuple[str, str]] = []
+
+    def note(mask: np.ndarray, code: str, what: str) -> None:
+        if mask.any():
+            missing = [names[k] for k in np.flatnonzero(mask)[:3]]
+            more = f" and {int(mask.sum()) - 3} more" if mask.sum() > 3 else ""
+            reasons.append((code, f"{what} unknown for {int(mask.sum())} node(s) ({', '.join(missing)}{more})"))
+
+    for cap, fallback, code, label in ((cpu_cap, FALLBACK_CPU_MILLICORES, "capacity", "cpu capacity"),
+                                       (mem_cap, FALLBACK_MEMORY_BYTES, "capacity", "memory capacity")):
+        missing = np.isnan(cap)
+        note(missing, code, label)
+        known = cap[~missing]
+        cap[missing] = np.median(known) if known.size else fallback
+    missing = np.isnan(max_pods)
+    max_pods[missing] = FALLBACK_MAX_PODS
+    # Requests unknown (no Kubernetes API): estimate them from measured utilization.
+    for req, util, cap, label in ((cpu_req, cpu_util, cpu_cap, "cpu requests"),
+                                  (mem_req, mem_util, mem_cap, "memory requests")):
+        missing = np.isnan(req)
+        if missing.any():
+            note(missing, "requests", label + " (estimated from utilization)")
+            req[missing] = np.nan_to_num(util[missing], nan=0.0) * cap[missing]
+    missing = np.isnan(pods)
+    pods[missing] = (cpu_req[missing] > 0).astype(float)
+    note(np.isnan(cpu_util) | np.isnan(mem_util), "utilization", "utilization")
+    if need_latency:
+        note(np.isnan(latency), "latency", "latency")
+    if used_snapshot and snapshot.age() > stale_after_s:
+        reasons.append(("stale", f"node snapshot is {snapshot.age():.0f} s old"))
+    if used_snapshot or reasons:
+        reasons += [("source", problem) for problem in snapshot.problems]
+
+    state = NodeState(names=names, cpu_capacity=cpu_cap, memory_capacity=mem_cap, max_pods=max_pods,
+                      cpu_requested=cpu_req, memory_requested=mem_req, pods=pods, cpu_utilization=cpu_util,
+                      memory_utilization=mem_util, latency_ms=latency)
+    return state, reasons

@@ -1,0 +1,57 @@
+import json
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from suggestion_server.api import create_app
+from suggestion_server.config import Settings
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+MIB = 2**20
+
+
+def node(name, cpu_req=0.0, pods=0, latency=None, cpu_cap=4000.0, util=None, **extra):
+    """A node object as the contract describes it, memory mirroring cpu."""
+    body = {"name": name, "cpu_capacity_millicores": cpu_cap, "memory_capacity_bytes": cpu_cap * 2 * MIB,
+            "max_pods": 110, "cpu_requested_millicores": cpu_req, "memory_requested_bytes": cpu_req * 2 * MIB,
+            "pods": pods, "cpu_utilization": util if util is not None else cpu_req / cpu_cap * 0.6,
+            "memory_utilization": cpu_req / cpu_cap * 0.5, "latency_ms": latency}
+    body.update(extra)
+    return body
+
+
+def pod(annotations=None, cpu=250, memory=64 * MIB, name="web-1"):
+    return {"name": name, "namespace": "default", "cpu_request_millicores": cpu,
+            "memory_request_bytes": memory, "annotations": annotations or {}}
+
+
+def settings(**overrides) -> Settings:
+    values = {"kubernetes": "off", "model_dir": MODELS, "model_watch_interval_s": 0}
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+def make_client():
+    clients = []
+
+    def make(**overrides) -> TestClient:
+        client = TestClient(create_app(settings(**overrides), background=False))
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client):
+    return make_client()
+
+
+def post(client, body, headers=None):
+    return client.post("/suggest", content=json.dumps(body).encode(),
+                       headers={"content-type": "application/json", **(headers or {})})

@@ -1,0 +1,143 @@
+"""The /suggest contract through the ASGI app, with the shipped models."""
+
+import json
+
+import pytest
+
+from tests.server.conftest import MIB, node, pod, post
+
+
+def test_scores_every_node_and_follows_each_policy(client):
+    nodes = [node("busy", cpu_req=3000, pods=10, latency=45.0), node("half", cpu_req=1500, pods=5, latency=10.0),
+             node("empty", latency=5.0)]
+    by_policy = {}
+    for policy in ("EE", "LB", "EL"):
+        r = post(client, {"pod": pod(), "nodes": nodes, "policy": policy})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert set(body["scores"]) == {"busy", "half", "empty"}
+        assert all(isinstance(s, int) and 0 <= s <= 100 for s in body["scores"].values())
+        assert body["policy"] == policy and body["source"] == "model"
+        assert body["model_version"].startswith(policy.lower() + "-")
+        assert body["degraded"] is False and body["reasons"] == []
+        by_policy[policy] = max(body["scores"], key=body["scores"].get)
+    assert by_policy == {"EE": "busy", "LB": "empty", "EL": "half"}  # pack / spread / pack within 20 ms
+
+
+def test_policy_precedence_request_then_annotation_then_default(make_client):
+    client = make_client(default_policy="LB")
+    nodes = [node("a", cpu_req=2000, pods=4), node("b")]
+    assert post(client, {"pod": pod(), "nodes": nodes}).json()["policy"] == "LB"
+    assert post(client, {"pod": pod({"rlscore.io/policy": "ee"}), "nodes": nodes}).json()["policy"] == "EE"
+    r = post(client, {"pod": pod({"rlscore.io/policy": "ee"}), "nodes": nodes, "policy": "el"})
+    assert r.json()["policy"] == "EL"
+
+
+def test_latency_limits_from_annotations_including_the_thesis_names(client):
+    nodes = [node("near", latency=25.0), node("far", latency=60.0), node("mid", latency=35.0)]
+    for annotations in ({"rlscore.io/latency-soft-ms": "20", "rlscore.io/latency-hard-ms": "30"},
+                        {"latencySoftConstraint": "20", "latencyHardConstraint": "30"}):
+        r = post(client, {"pod": pod(annotations), "nodes": nodes, "policy": "EL"})
+        scores = r.json()["scores"]
+        assert max(scores, key=scores.get) == "near"
+    # looser limits make "mid" acceptable too; the busier one then wins (packing)
+    nodes = [node("near", latency=25.0), node("mid", latency=35.0, cpu_req=2000, pods=4)]
+    r = post(client, {"pod": pod({"rlscore.io/latency-soft-ms": "50", "rlscore.io/latency-hard-ms": "80"}),
+                      "nodes": nodes, "policy": "EL"})
+    scores = r.json()["scores"]
+    assert max(scores, key=scores.get) == "mid"
+
+
+@pytest.mark.parametrize("mutate, status, field", [
+    (lambda b: b.update(policy="fast"), 422, "policy"),
+    (lambda b: b["pod"]["annotations"].update({"rlscore.io/policy": "XX"}), 422, "rlscore.io/policy"),
+    (lambda b: b["pod"]["annotations"].update({"rlscore.io/latency-soft-ms": "fast"}), 422, "rlscore.io/latency-soft-ms"),
+    (lambda b: b["pod"]["annotations"].update({"latencyHardConstraint": "-3"}), 422, "latencyHardConstraint"),
+    (lambda b: b["pod"]["annotations"].update({"rlscore.io/latency-soft-ms": "40", "rlscore.io/latency-hard-ms": "30"}), 422, "annotations"),
+    (lambda b: b["pod"].update(cpu_request_millicores=-1), 422, "cpu_request_millicores"),
+    (lambda b: b["pod"].pop("name"), 422, "name"),
+    (lambda b: b["nodes"][0].update(cpu_utilization=1.5), 422, "cpu_utilization"),
+    (lambda b: b["nodes"][0].update(memory_utilization=-0.1), 422, "memory_utilization"),
+    (lambda b: b["nodes"][0].update(cpu_capacity_millicores=0), 422, "cpu_capacity_millicores"),
+    (lambda b: b["nodes"][0].update(pods=-1), 422, "pods"),
+    (lambda b: b.update(nodes=[]), 422, "nodes"),
+    (lambda b: b.update(nodes=["a", ""]), 422, "name"),
+    (lambda b: b.update(nodes=["a", "a"]), 422, "duplicate node name 'a'"),
+    (lambda b: b.update(nodes=[1, 2]), 422, "node name or an object"),
+    (lambda b: b.pop("nodes"), 422, "nodes"),
+])
+def test_invalid_input_is_a_4xx_naming_the_field(client, mutate, status, field):
+    body = {"pod": pod(), "nodes": [node("a"), node("b")]}
+    mutate(body)
+    r = post(client, body)
+    assert r.status_code == status, r.text
+    assert field in r.text
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"[]", b"null", b'{"pod": {"name": "x"}, "nodes": ["a"], "x": NaN',
+                                 b'{"pod": {"name": "x"}, "nodes": [{"name": "a", "latency_ms": NaN}]}',
+                                 b'{"pod": {"name": "x"}, "nodes": [{"name": "a", "cpu_requested_millicores": Infinity}]}',
+                                 "{\"pod\": {\"name\": \"\u00e9\"}, \"nodes\": [\"\u00e9\"]}".encode() + b"\xff"])
+def test_malformed_bodies_are_422(client, raw):
+    r = client.post("/suggest", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code in (400, 422) and "body" in r.text, r.text  # 400 only for bytes that are not UTF-8
+
+
+def test_size_limits_are_413(make_client):
+    client = make_client(max_nodes=5, max_body_bytes=4096)
+    r = post(client, {"pod": pod(), "nodes": [f"n{i}" for i in range(6)]})
+    assert r.status_code == 413 and "nodes" in r.text and "limit of 5" in r.text
+    r = post(client, {"pod": pod({"x": "y" * 5000}), "nodes": ["a"]})
+    assert r.status_code == 413 and "byte limit" in r.text
+
+
+def test_bearer_token(make_client):
+    client = make_client(api_token="s3cret")
+    body = {"pod": pod(), "nodes": [node("a")]}
+    assert post(client, body).status_code == 401
+    assert post(client, body, headers={"authorization": "Bearer nope"}).status_code == 401
+    ok = client.post("/suggest", json=body, headers={"authorization": "Bearer s3cret"})
+    assert ok.status_code == 200
+
+
+def test_names_without_any_state_are_answered_degraded(client):
+    r = post(client, {"pod": pod(), "nodes": ["unknown-1", "unknown-2"], "policy": "EL"})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["degraded"] is True and set(body["scores"]) == {"unknown-1", "unknown-2"}
+    assert any("capacity unknown for 2 node(s)" in reason for reason in body["reasons"])
+    assert any("latency unknown" in reason for reason in body["reasons"])
+
+
+def test_heuristic_fallback_without_models(make_client, tmp_path):
+    client = make_client(model_dir=tmp_path)
+    r = post(client, {"pod": pod(), "nodes": [node("busy", cpu_req=3000, pods=9), node("empty")], "policy": "EE"})
+    body = r.json()
+    assert r.status_code == 200 and body["source"] == "heuristic" and body["model_version"] is None
+    assert body["scores"] == {"busy": 100, "empty": 0}  # MostAllocated
+    assert any("no valid EE model" in reason for reason in body["reasons"])
+    statuses = {p["policy"]: p for p in client.get("/policies").json()["policies"]}
+    assert statuses["EE"]["serving"] == "heuristic" and "no such model file" in statuses["EE"]["error"]
+    assert "rlscore_fallbacks_total" in client.get("/metrics").text
+
+
+def test_health_readiness_metrics_and_openapi(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    r = client.get("/readyz")
+    assert r.status_code == 503 and r.json()["models_loaded"] is True  # no snapshot attempted yet
+    import asyncio
+    asyncio.run(client.app.state.collector.refresh())
+    assert client.get("/readyz").status_code == 200
+    post(client, {"pod": pod(), "nodes": [node("a")], "policy": "LB"})
+    text = client.get("/metrics").text
+    assert 'rlscore_suggest_requests_total{policy="LB",source="model"}' in text
+    assert "rlscore_suggest_duration_seconds_bucket" in text and "rlscore_model_info" in text
+    schema = client.get("/openapi.json").json()
+    assert "/suggest" in schema["paths"] and "SuggestRequest" in json.dumps(schema)
+    assert client.get("/docs").status_code == 200
+
+
+def test_scales_to_many_nodes(client):
+    nodes = [node(f"n{i}", cpu_req=(i % 7) * 500, pods=i % 7, latency=float(i % 50)) for i in range(2000)]
+    r = post(client, {"pod": pod(memory=MIB), "nodes": nodes, "policy": "EL"})
+    assert r.status_code == 200 and len(r.json()["scores"]) == 2000
