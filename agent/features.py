@@ -59,7 +59,7 @@ def latency_tiers(nodes: NodeState, pod: PodRequest) -> np.ndarray:
 
 
 def _share(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         share = numerator / denominator
     return np.where(denominator > 0, share, FEATURE_CLIP)
 

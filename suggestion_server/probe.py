@@ -26,19 +26,21 @@ log = logging.getLogger("rlscore.probe")
 
 
 def parse_target(text: str, default_port: int = 443) -> tuple[str, int]:
+    """host, host:port or [ipv6]:port."""
     text = text.strip()
-    if not text:
-        raise ValueError("empty target")
-    if text.startswith("["):  # [ipv6]:port
-        host, _, rest = text[1:].partition("]")
-        port = int(rest.lstrip(":")) if rest.strip(":") else default_port
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-        port = int(port_text)
-    else:
-        host, port = text, default_port
+    try:
+        if text.startswith("["):
+            host, _, rest = text[1:].partition("]")
+            port = int(rest.lstrip(":")) if rest.strip(":") else default_port
+        elif text.count(":") == 1:
+            host, port_text = text.split(":")
+            port = int(port_text)
+        else:
+            host, port = text, default_port
+    except ValueError:
+        host, port = "", 0
     if not host or not 0 < port < 65536:
-        raise ValueError(f"bad target {text!r}: expected host[:port]")
+        raise ValueError(f"bad target {text!r}: expected host[:port] with a port in 1..65535")
     return host, port
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
 
 # Which field each configured query fills.
 FIELDS = ("cpu_utilization", "memory_utilization", "cpu_count", "memory_total", "latency_ms")
@@ -31,7 +32,9 @@ class PrometheusSource:
         self.url = url
         self.timeout_s = timeout_s
         self.queries = {field: q for field, q in queries.items() if q}
-        self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
+        # No client-side retries: the background refresh retries, and a down Prometheus must cost
+        # one timeout per query, not several.
+        self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s, retry=Retry(total=0))
 
     def collect(self, ip_to_node: dict[str, str]) -> tuple[dict[str, dict[str, float]], list[str]]:
         """Per node, the fields whose query answered; and a problem per query that failed."""
@@ -39,7 +42,8 @@ class PrometheusSource:
         problems: list[str] = []
         for field, query in self.queries.items():
             try:
-                result = self._prom.custom_query(query, params={"timeout": f"{self.timeout_s}s"})
+                # PromQL durations take integers: "1500ms", not "1.5s"
+                result = self._prom.custom_query(query, params={"timeout": f"{int(self.timeout_s * 1000)}ms"})
             except Exception as exc:  # connection refused, timeout, HTTP or PromQL error
                 problems.append(f"prometheus {field}: {type(exc).__name__}: {str(exc)[:200]}")
                 continue

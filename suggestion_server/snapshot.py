@@ -87,10 +87,13 @@ class StateCollector:
                 problems += probe_problems
                 for name, latency in latencies.items():
                     nodes.setdefault(name, {})["latency_ms"] = latency
+            if problems != self.snapshot.problems:  # say it when it changes, not every refresh
+                if problems:
+                    log.warning("node state incomplete: %s", "; ".join(problems))
+                elif self.snapshot.taken_at:
+                    log.info("node state complete again")
             self.snapshot = Snapshot(time.monotonic(), nodes, problems, requests_known=self.kube is not None)
             self.attempted.set()
-            if problems:
-                log.warning("snapshot refreshed with problems: %s", "; ".join(problems))
             return self.snapshot
 
     async def current(self) -> Snapshot:

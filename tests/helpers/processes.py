@@ -1,0 +1,99 @@
+"""Real processes for tests: free ports, a Prometheus server, a fake node_exporter, waiting."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import MetricsHandler
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(check, timeout_s: float, what: str, interval_s: float = 0.2):
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+        except Exception as exc:  # not up yet
+            last = exc
+        time.sleep(interval_s)
+    raise TimeoutError(f"{what} not within {timeout_s} s (last error: {last})")
+
+
+class FakeNodeExporter:
+    """Serves node_exporter's cpu and memory series for several fake nodes on one endpoint; each
+    series carries its node's `instance` label (scraped with honor_labels). CPU counters grow with
+    wall-clock time at each node's busy fraction, so rate() sees exactly that fraction."""
+
+    def __init__(self, busy: dict[str, float], cpus: int = 4, memory_bytes: float = 8 * 2**30):
+        self.busy, self.cpus, self.memory_bytes = dict(busy), cpus, memory_bytes
+        self.start = time.time()
+        self.port = free_port()
+        registry = CollectorRegistry()
+        registry.register(self)
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), MetricsHandler.factory(registry))
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def collect(self):
+        elapsed = time.time() - self.start + 1000.0
+        cpu = CounterMetricFamily("node_cpu_seconds_total", "cpu time", labels=["instance", "cpu", "mode"])
+        avail = GaugeMetricFamily("node_memory_MemAvailable_bytes", "available", labels=["instance"])
+        total = GaugeMetricFamily("node_memory_MemTotal_bytes", "total", labels=["instance"])
+        for node, busy in self.busy.items():
+            instance = f"{node}:9100"
+            for c in range(self.cpus):
+                cpu.add_metric([instance, str(c), "idle"], elapsed * (1.0 - busy))
+                cpu.add_metric([instance, str(c), "user"], elapsed * busy)
+            avail.add_metric([instance], self.memory_bytes * (1.0 - busy))
+            total.add_metric([instance], self.memory_bytes)
+        yield from (cpu, avail, total)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class PrometheusServer:
+    def __init__(self, workdir: Path, targets: list[str], scrape_interval: str = "1s"):
+        if not Path(PROMETHEUS).exists():
+            raise RuntimeError("prometheus is not installed: run `make deps` (Debian package 'prometheus')")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = workdir / "prometheus.yml"
+        config.write_text(
+            f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {scrape_interval}\n"
+            "scrape_configs:\n  - job_name: nodes\n    honor_labels: true\n"
+            f"    static_configs:\n      - targets: {targets!r}\n")
+        self.log = open(workdir / "prometheus.log", "wb")
+        self.proc = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}"], stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for(lambda: httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200, 30, "prometheus ready")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()

@@ -1,0 +1,97 @@
+"""Model registry: only validated models serve; a bad file never replaces a good one."""
+
+import os
+import shutil
+
+import torch
+
+from agent.features import FEATURE_SPEC_VERSION, NODE_FEATURES
+from agent.model_io import save_model, sidecar_path
+from agent.network import QNetwork
+from suggestion_server.registry import ModelRegistry
+from tests.server.conftest import MODELS, node, pod, post
+
+
+def _copy_models(tmp_path):
+    for name in ("ee", "lb", "el"):
+        for suffix in (".pt", ".json"):
+            shutil.copy(MODELS / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
+
+
+def _touch_later(path):
+    st = path.stat()
+    os.utime(path, (st.st_atime + 5, st.st_mtime + 5))
+
+
+def test_good_models_load_with_versions(tmp_path):
+    _copy_models(tmp_path)
+    registry = ModelRegistry(tmp_path)
+    registry.load_all()
+    assert registry.ready()
+    assert {s["policy"]: s["serving"] for s in registry.status()} == {"EE": "model", "LB": "model", "EL": "model"}
+    assert registry.get("EL").version.startswith("el-")
+
+
+def test_corrupted_file_keeps_the_previous_model_and_is_reported(tmp_path, make_client):
+    _copy_models(tmp_path)
+    client = make_client(model_dir=tmp_path)
+    before = post(client, {"pod": pod(), "nodes": [node("a"), node("b", cpu_req=1000, pods=2)], "policy": "EE"}).json()
+
+    (tmp_path / "ee.pt").write_bytes(b"\x80\x04 this is not a model")
+    r = client.post("/models/reload")
+    statuses = {s["policy"]: s for s in r.json()["policies"]}
+    assert statuses["EE"]["serving"] == "model" and statuses["EE"]["model_version"] == before["model_version"]
+    assert "not a readable model file" in statuses["EE"]["error"]
+    after = post(client, {"pod": pod(), "nodes": [node("a"), node("b", cpu_req=1000, pods=2)], "policy": "EE"}).json()
+    assert after["source"] == "model" and after["model_version"] == before["model_version"]
+    assert 'rlscore_model_load_failures_total{policy="EE"}' in client.get("/metrics").text
+
+
+def test_wrong_spec_version_is_refused(tmp_path):
+    net = QNetwork((8,))
+    path = save_model(tmp_path / "lb.pt", net, "LB", {})
+    payload = torch.load(path, weights_only=True)
+    payload["feature_spec_version"] = FEATURE_SPEC_VERSION + 1
+    torch.save(payload, path)
+    sidecar_path(path).unlink()
+    registry = ModelRegistry(tmp_path)
+    entry = registry.load("LB")
+    assert entry.model is None and "feature spec version" in entry.error
+
+
+def test_hot_reload_on_file_change(tmp_path):
+    _copy_models(tmp_path)
+    registry = ModelRegistry(tmp_path)
+    registry.load_all()
+    old = registry.get("LB").version
+    assert registry.reload_changed() == []
+    torch.manual_seed(123)
+    save_model(tmp_path / "lb.pt", QNetwork((16, 16)), "LB", {"training": {"steps": 1}})
+    _touch_later(tmp_path / "lb.pt")
+    assert registry.reload_changed() == ["LB"]
+    assert registry.get("LB").version != old
+    # a file that breaks later is refused; the new good model keeps serving
+    good = registry.get("LB").version
+    (tmp_path / "lb.pt").write_bytes(b"garbage")
+    assert registry.reload_changed() == ["LB"]
+    assert registry.get("LB").version == good and registry.policies["LB"].error
+
+
+def test_model_with_non_finite_output_at_serving_time_falls_back(tmp_path, make_client):
+    """Weights that pass the loader's probe but overflow on a far-away node: the heuristic answers."""
+    _copy_models(tmp_path)
+    torch.manual_seed(0)
+    net = QNetwork((4,))
+    with torch.no_grad():
+        for p in net.parameters():
+            p.zero_()
+        net.layers[0].Lambda.weight[0, NODE_FEATURES.index("latency_over_hard")] = 1e38
+        net.layers[1].Lambda.weight[0, 0] = 1.0
+    save_model(tmp_path / "el.pt", net, "EL", {})
+    client = make_client(model_dir=tmp_path)
+    body = {"pod": pod(), "nodes": [node("near", latency=10.0), node("far", latency=120.0)], "policy": "EL"}
+    r = post(client, body).json()
+    assert r["source"] == "heuristic" and any("non-finite" in reason for reason in r["reasons"])
+    assert r["scores"]["near"] == 100
+    near_only = post(client, {**body, "nodes": [node("near", latency=10.0), node("mid", latency=20.0)]}).json()
+    assert near_only["source"] == "model"

@@ -1,0 +1,19 @@
+"""Property-based fuzzing of the OpenAPI schema: no input may produce a 5xx."""
+
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+
+from suggestion_server.api import create_app
+from tests.server.conftest import settings as server_settings
+
+app = create_app(server_settings(max_nodes=200), background=False)
+app.state.registry.load_all()  # the ASGI calls below do not run the lifespan; fuzz the model path too
+schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+
+
+@schema.parametrize()
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+def test_no_server_errors(case):
+    response = case.call()
+    case.validate_response(response, checks=(not_a_server_error,))

@@ -1,0 +1,81 @@
+"""The server as users start it: `rlscore-server` on a real socket, and the latency probe."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers.processes import free_port, wait_for
+from tests.server.conftest import MODELS, node, pod
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def server(tmp_path):
+    port = free_port()
+    env = {**os.environ, "RLSCORE_MODEL_DIR": str(MODELS), "RLSCORE_KUBERNETES": "off",
+           "RLSCORE_REFRESH_INTERVAL_S": "1"}
+    log = open(tmp_path / "server.log", "wb")
+    proc = subprocess.Popen([str(BIN / "rlscore-server"), "--host", "127.0.0.1", "--port", str(port)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: httpx.get(f"{url}/readyz", timeout=1).status_code == 200, 60, "server ready")
+        yield url, tmp_path / "server.log"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+def test_suggest_over_a_real_socket_with_keep_alive(server):
+    url, log = server
+    with httpx.Client(base_url=url, timeout=5) as client:
+        for i in range(20):
+            r = client.post("/suggest", json={"pod": pod(name=f"web-{i}"), "policy": "EE",
+                                              "nodes": [node("a", cpu_req=2000, pods=4), node("b")]})
+            assert r.status_code == 200 and r.json()["scores"] == {"a": 100, "b": 0}
+        assert client.post("/suggest", content=b"{", headers={"content-type": "application/json"}).status_code == 422
+        assert "rlscore_suggest_requests_total" in client.get("/metrics").text
+        assert len(client.get("/policies").json()["policies"]) == 3
+    text = log.read_text()
+    assert '"pod": "default/web-3"' in text and '"top_node": "a"' in text  # one decision log line each
+
+
+def test_invalid_configuration_is_a_clear_error():
+    env = {**os.environ, "RLSCORE_DEFAULT_POLICY": "fast"}
+    r = subprocess.run([str(BIN / "rlscore-server")], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "default_policy" in r.stderr and "unknown policy" in r.stderr
+
+
+def test_latency_probe_measures_tcp_rtt_to_a_local_target(tmp_path):
+    target = socket.socket()
+    target.bind(("127.0.0.1", 0))
+    target.listen(16)
+    port = free_port()
+    log = open(tmp_path / "probe.log", "wb")
+    proc = subprocess.Popen([str(BIN / "rlscore-latency-probe"), "--targets",
+                             f"127.0.0.1:{target.getsockname()[1]},127.0.0.1:1", "--interval", "0.2",
+                             "--node-name", "worker-9", "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        body = wait_for(lambda: (b := httpx.get(f"http://127.0.0.1:{port}/latency", timeout=1).json())
+                        and b["latency_ms"] is not None and b, 30, "probe measurement")
+        assert body["node"] == "worker-9" and 0 <= body["latency_ms"] < 1000
+        assert body["targets"]["127.0.0.1:1"] is None  # refused: no measurement, not a fake number
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1).text
+        assert 'rlscore_node_user_latency_ms{node="worker-9",target="127.0.0.1:' in metrics
+        assert 'target="127.0.0.1:1"' not in metrics
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+        target.close()
+    bad = subprocess.run([str(BIN / "rlscore-latency-probe"), "--targets", "host:notaport"],
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "host:notaport" in bad.stderr
