@@ -16,7 +16,8 @@ K8S_VERSION := v1.35.4
 SCHEDULER_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION)-rlscore \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35
 
-.PHONY: help install test py-test go-test check-go scheduler train eval bench demo clean
+.PHONY: help install deps test py-test go-test check-go scheduler train eval bench demo clean
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -31,9 +32,14 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed ## create .venv and install rlscore with its dev tools
 
+deps: ## Debian packages the tests use (Prometheus), installed with apt-get when missing
+	@command -v prometheus >/dev/null || { echo "installing Prometheus from Debian's packages"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	    --no-install-recommends prometheus >/dev/null; }
+
 test: py-test go-test ## run the whole test suite (Python and Go)
 
-py-test: install ## Python tests only
+py-test: install deps ## Python tests only
 	$(PY) -m pytest
 
 check-go:
@@ -55,8 +61,9 @@ train: install ## train EE, LB and EL into models/ (two at a time), each evaluat
 eval: install ## evaluate the shipped models against the baselines (tables and plots in eval/)
 	@for p in EE LB EL; do $(VENV)/bin/rlscore-eval --policy $$p --nodes 3,10,100 --out eval/$$p || exit 1; done
 
-bench: install check-go ## print figures: model inference, training throughput, plugin overhead
+bench: install deps check-go ## print figures: models, training, /suggest latency and throughput, plugin overhead
 	$(PY) -m agent.bench
+	$(PY) -m suggestion_server.bench
 	cd plugin-go && $(GO) test ./pkg/rlscore/ -run '^$$' -bench PreScoreScore -benchtime 2s
 
 demo: install ## the thesis's test patterns in the simulator: where the pods land, per policy

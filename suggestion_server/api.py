@@ -160,9 +160,10 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         elapsed = time.perf_counter() - start
         metrics.REQUESTS.labels(policy, source).inc()
         metrics.LATENCY.labels(policy, source).observe(elapsed)
-        decisions.info(json.dumps({"pod": f"{body.pod.namespace}/{body.pod.name}", "policy": policy,
-                                   "model_version": version, "source": source, "degraded": bool(reasons),
-                                   "top_node": top, "nodes": len(names), "ms": round(elapsed * 1000, 3)}))
+        if decisions.isEnabledFor(logging.INFO):
+            decisions.info(json.dumps({"pod": f"{body.pod.namespace}/{body.pod.name}", "policy": policy,
+                                       "model_version": version, "source": source, "degraded": bool(reasons),
+                                       "top_node": top, "nodes": len(names), "ms": round(elapsed * 1000, 3)}))
         return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
 
     @app.get("/healthz")

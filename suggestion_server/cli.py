@@ -30,8 +30,11 @@ def main(argv: list[str] | None = None) -> int:
 
     # Workers re-create the app from the same RLSCORE_* environment.
     os.environ.setdefault("RLSCORE_LOG_LEVEL", args.log_level)
+    from suggestion_server.http_protocol import NoDelayHTTPProtocol
+
     uvicorn.run("suggestion_server.api:create_app", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level=args.log_level.lower(), access_log=False)
+                workers=args.workers, log_level=args.log_level.lower(), access_log=False,
+                http=NoDelayHTTPProtocol)
     return 0
 
 

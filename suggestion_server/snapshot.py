@@ -122,23 +122,18 @@ def assemble(request_nodes: list[str | NodeIn], snapshot: Snapshot, stale_after_
     """NodeState for the requested nodes, request fields first, then the snapshot, then guesses;
     and what was missing, as (code, message) pairs."""
     n = len(request_nodes)
-    table = np.full((len(FIELDS), n), np.nan)
-    names: list[str] = []
+    names = [node if isinstance(node, str) else node.name for node in request_nodes]
+    given = [None if isinstance(node, str) else node for node in request_nodes]
+    known = [snapshot.nodes.get(name) for name in names] if snapshot.nodes else [None] * n
+    table = np.empty((len(FIELDS), n))
     used_snapshot = False
-    for j, node in enumerate(request_nodes):
-        if isinstance(node, str):
-            name, given = node, None
-        else:
-            name, given = node.name, node
-        names.append(name)
-        known = snapshot.nodes.get(name)
-        for i, key in enumerate(FIELDS):
-            value = getattr(given, key) if given is not None else None
-            if value is None and known is not None:
-                value = known.get(key)
-                used_snapshot = used_snapshot or value is not None
-            if value is not None:
-                table[i, j] = value
+    for i, key in enumerate(FIELDS):
+        column = [getattr(g, key) if g is not None else None for g in given]
+        if None in column and snapshot.nodes:
+            filled = [v if v is not None or k is None else k.get(key) for v, k in zip(column, known)]
+            used_snapshot = used_snapshot or filled != column
+            column = filled
+        table[i] = np.array(column, dtype=np.float64)  # None becomes NaN
     cpu_cap, mem_cap, max_pods, cpu_req, mem_req, pods, cpu_util, mem_util, latency = table
 
     reasons: list[tuple[str, str]] = []

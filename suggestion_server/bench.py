@@ -1,0 +1,144 @@
+"""`make bench`: /suggest latency and throughput over loopback against a real `rlscore-server`.
+
+Figures are printed, never asserted. One keep-alive connection per client; p50/p99 over
+`--requests` calls after a warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from tests.helpers.processes import FakeNodeExporter, PrometheusServer, free_port, wait_for
+
+BIN = Path(sys.executable).parent
+MIB = 2**20
+
+
+def nodes_with_state(n: int, rng: np.random.Generator) -> list[dict]:
+    cap = rng.choice([4000.0, 8000.0, 16000.0], n)
+    req = cap * rng.uniform(0, 0.8, n)
+    return [{"name": f"node-{i:05d}", "cpu_capacity_millicores": cap[i], "memory_capacity_bytes": cap[i] * 2 * MIB,
+             "max_pods": 110, "cpu_requested_millicores": req[i], "memory_requested_bytes": req[i] * 2 * MIB,
+             "pods": int(req[i] // 250), "cpu_utilization": float(req[i] / cap[i] * 0.6),
+             "memory_utilization": float(req[i] / cap[i] * 0.5), "latency_ms": float(rng.uniform(2, 60))}
+            for i in range(n)]
+
+
+def body(policy: str, nodes: list) -> bytes:
+    return json.dumps({"pod": {"name": "bench", "namespace": "default", "cpu_request_millicores": 250,
+                               "memory_request_bytes": 64 * MIB,
+                               "annotations": {"rlscore.io/latency-soft-ms": "20", "rlscore.io/latency-hard-ms": "30"}},
+                       "nodes": nodes, "policy": policy}).encode()
+
+
+class Server:
+    def __init__(self, workers: int, env: dict[str, str] | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        full_env = {**os.environ, "RLSCORE_KUBERNETES": "off", "RLSCORE_LOG_LEVEL": "warning", **(env or {})}
+        self.proc = subprocess.Popen([str(BIN / "rlscore-server"), "--host", "127.0.0.1", "--port", str(self.port),
+                                      "--workers", str(workers), "--log-level", "warning"],
+                                     env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200, 90, "server ready")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(15)
+
+
+def latencies(url: str, payload: bytes, requests: int, warmup: int = 20) -> np.ndarray:
+    out = []
+    with httpx.Client(base_url=url, timeout=30, headers={"content-type": "application/json"}) as client:
+        for i in range(warmup + requests):
+            t0 = time.perf_counter()
+            r = client.post("/suggest", content=payload)
+            elapsed = time.perf_counter() - t0
+            if r.status_code != 200:
+                raise RuntimeError(f"/suggest answered {r.status_code}: {r.text[:200]}")
+            if i >= warmup:
+                out.append(elapsed)
+    return np.array(out) * 1000.0
+
+
+def throughput(url: str, payload: bytes, clients: int, seconds: float) -> float:
+    done = [0] * clients
+    stop = time.monotonic() + seconds
+
+    def worker(k: int) -> None:
+        with httpx.Client(base_url=url, timeout=30, headers={"content-type": "application/json"}) as client:
+            while time.monotonic() < stop:
+                client.post("/suggest", content=payload)
+                done[k] += 1
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(done) / seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m suggestion_server.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per throughput run")
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(0)
+
+    print("\n## /suggest latency, state in the request (1 worker, 1 keep-alive connection)\n")
+    print("| nodes | policy | p50 ms | p99 ms |\n|---|---|---|---|")
+    server = Server(workers=1)
+    try:
+        for n in (100, 1000, 5000):
+            payload_nodes = nodes_with_state(n, rng)
+            for policy in ("EE", "LB", "EL"):
+                ms = latencies(server.url, body(policy, payload_nodes), args.requests if n < 5000 else args.requests // 3)
+                print(f"| {n} | {policy} | {np.percentile(ms, 50):.2f} | {np.percentile(ms, 99):.2f} |")
+    finally:
+        server.stop()
+
+    print("\n## /suggest latency, node names only, warm snapshot from a real Prometheus (100 nodes)\n")
+    names = [f"node-{i:05d}" for i in range(100)]
+    exporter = FakeNodeExporter({name: float(rng.uniform(0.05, 0.9)) for name in names})
+    with tempfile.TemporaryDirectory() as tmp:
+        prometheus = PrometheusServer(Path(tmp), [f"127.0.0.1:{exporter.port}"])
+        server = Server(workers=1, env={"RLSCORE_PROMETHEUS_URL": prometheus.url, "RLSCORE_REFRESH_INTERVAL_S": "2"})
+        try:
+            wait_for(lambda: httpx.get(f"{server.url}/policies").json()["snapshot"]["nodes"] == 100, 60, "warm snapshot")
+            time.sleep(3)  # rate() needs two scrapes
+            print("| nodes | policy | p50 ms | p99 ms |\n|---|---|---|---|")
+            for policy in ("EE", "LB"):
+                ms = latencies(server.url, body(policy, names), args.requests)
+                print(f"| 100 | {policy} | {np.percentile(ms, 50):.2f} | {np.percentile(ms, 99):.2f} |")
+        finally:
+            server.stop()
+            prometheus.stop()
+            exporter.close()
+
+    print("\n## Throughput at 100 nodes, state in the request (4 client threads)\n")
+    print("| server workers | requests/s |\n|---|---|")
+    payload = body("EE", nodes_with_state(100, rng))
+    for workers in (1, 2):
+        server = Server(workers=workers)
+        try:
+            latencies(server.url, payload, 20)
+            print(f"| {workers} | {throughput(server.url, payload, 4, args.seconds):.0f} |")
+        finally:
+            server.stop()
+    print("\n(The load generator runs on the same 2 cores as the server.)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
