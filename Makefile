@@ -13,10 +13,14 @@ GO ?= go
 GO_SOURCES := $(shell find plugin-go -name '*.go' -o -name 'go.mod' -o -name 'go.sum')
 K8S_VERSION := v1.35.4
 # What `kube-scheduler --version` reports: the pinned release plus our suffix.
-SCHEDULER_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION)-rlscore \
-	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35
+K8S_VERSION_FLAGS = -X k8s.io/component-base/version.gitVersion=$(1) \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35 \
+	-X k8s.io/component-base/version.gitTreeState=clean
+SCHEDULER_LDFLAGS := $(call K8S_VERSION_FLAGS,$(K8S_VERSION)-rlscore)
+KWOK_VERSION := v0.8.0
+LOCAL_BINARIES := bin/etcd bin/kube-apiserver bin/kube-controller-manager bin/kubectl bin/kwok bin/kwokctl bin/kube-scheduler
 
-.PHONY: help install deps test py-test go-test check-go scheduler train eval bench demo clean
+.PHONY: local-bin local-up local-down local-status help install deps test py-test go-test check-go scheduler train eval bench demo clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help: ## list targets
@@ -53,6 +57,30 @@ scheduler: bin/kube-scheduler ## build our kube-scheduler (upstream + RLScore) i
 
 bin/kube-scheduler: $(GO_SOURCES) | check-go
 	cd plugin-go && $(GO) build -trimpath -ldflags "$(SCHEDULER_LDFLAGS)" -o ../bin/kube-scheduler ./cmd/kube-scheduler
+
+local-bin: $(LOCAL_BINARIES) ## build etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, kwokctl, kube-scheduler into bin/
+
+bin/etcd: local-cluster/binaries/etcd/go.mod local-cluster/binaries/etcd/main.go | check-go
+	cd local-cluster/binaries/etcd && $(GO) build -trimpath -o $(CURDIR)/$@ .
+
+bin/kube-apiserver bin/kube-controller-manager bin/kubectl: local-cluster/binaries/kubernetes/go.mod | check-go
+	@echo "building $@ (several minutes the first time)"
+	cd local-cluster/binaries/kubernetes && $(GO) build -trimpath -ldflags "$(call K8S_VERSION_FLAGS,$(K8S_VERSION))" \
+	  -o $(CURDIR)/$@ k8s.io/kubernetes/cmd/$(notdir $@)
+
+bin/kwok bin/kwokctl: local-cluster/binaries/kwok/go.mod | check-go
+	cd local-cluster/binaries/kwok && $(GO) build -trimpath -ldflags "-X sigs.k8s.io/kwok/pkg/consts.Version=$(KWOK_VERSION)" \
+	  -o $(CURDIR)/$@ sigs.k8s.io/kwok/cmd/$(notdir $@)
+
+NODES ?= 4
+local-up: local-bin install deps ## start the local cluster (NODES=4 KWOK nodes) with Prometheus and the suggestion server
+	NODES=$(NODES) local-cluster/cluster.sh up
+
+local-down: ## delete the local cluster
+	local-cluster/cluster.sh down
+
+local-status: ## ports, kubeconfig and logs of the local cluster
+	@local-cluster/cluster.sh status
 
 train: install ## train EE, LB and EL into models/ (two at a time), each evaluated into its sidecar
 	@for p in EE LB; do $(VENV)/bin/rlscore-train --policy $$p --timesteps $(TIMESTEPS) --seed $(SEED) --out models --no-progress & done; wait

@@ -31,7 +31,7 @@ class Settings(BaseSettings):
     stale_after_s: float = Field(30.0, gt=0, description="a snapshot older than this is refreshed on demand and flagged")
     prometheus_url: str | None = Field(None, description="e.g. http://prometheus:9090; unset disables metrics")
     prometheus_timeout_s: float = Field(2.0, gt=0)
-    cpu_query: str = Field('1 - avg by (instance, node) (rate(node_cpu_seconds_total{mode="idle"}[1m]))',
+    cpu_query: str = Field('1 - avg by (instance, node) (irate(node_cpu_seconds_total{mode="idle"}[1m]))',
                            description="busy cpu fraction per node (0..1)")
     memory_query: str = Field("1 - node_memory_MemAvailable_bytes / node_memory_MemTotal_bytes",
                               description="used memory fraction per node (0..1)")

@@ -1,0 +1,233 @@
+"""`rlscore-loadgen`: replay the simulator's arrival scenarios against a live cluster.
+
+Each arriving pod becomes a single-replica Deployment made from examples/nginx-deployment.yaml (the
+thesis's test pod, with its requests, policy and latency annotations); departures delete it;
+`latency-shift` swaps the nodes' `rlscore.io/latency-ms` annotations. Time runs `--speed` times
+faster than the scenario's (the thesis waited 3 s between deployments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from agent.scenarios import SCENARIOS, LatencyLimits, make_scenario
+from agent.state import normalize_policy
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "examples" / "nginx-deployment.yaml"
+RUN_LABEL = "rlscore.io/loadgen-run"
+LATENCY_ANNOTATION = "rlscore.io/latency-ms"
+
+
+@dataclass
+class Placement:
+    deployment: str
+    node: str | None
+    latency_ms: float | None
+
+
+@dataclass
+class RunResult:
+    run: str
+    scheduler: str
+    policy: str | None
+    placements: list[Placement] = field(default_factory=list)
+    active_nodes: list[int] = field(default_factory=list)  # after each arrival
+    chosen_latency: list[float] = field(default_factory=list)
+    shifts: list[int] = field(default_factory=list)
+
+
+class LiveCluster:
+    """The few Kubernetes operations the scenarios need, through the official client."""
+
+    def __init__(self, kubeconfig: str | None = None, namespace: str = "rlscore-loadgen"):
+        api = config.new_client_from_config(config_file=kubeconfig)
+        self.core, self.apps = client.CoreV1Api(api), client.AppsV1Api(api)
+        self.namespace = namespace
+        self.template = yaml.safe_load(TEMPLATE.read_text())
+
+    def ensure_namespace(self) -> None:
+        try:
+            self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=self.namespace)))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def node_latencies(self) -> dict[str, float]:
+        out = {}
+        for node in self.core.list_node().items:
+            value = (node.metadata.annotations or {}).get(LATENCY_ANNOTATION)
+            try:
+                out[node.metadata.name] = float(value) if value is not None else float("nan")
+            except ValueError:
+                out[node.metadata.name] = float("nan")
+        return out
+
+    def set_node_latency(self, node: str, latency_ms: float) -> None:
+        self.core.patch_node(node, {"metadata": {"annotations": {LATENCY_ANNOTATION: f"{latency_ms:g}"}}})
+
+    def create_deployment(self, name: str, run: str, scheduler: str, policy: str | None, cpu_millicores: float,
+                          memory_bytes: float, soft_ms: float | None, hard_ms: float | None) -> None:
+        body = copy.deepcopy(self.template)
+        body["metadata"] = {"name": name, "labels": {"app": "nginx", RUN_LABEL: run}}
+        selector = {"app": "nginx", "rlscore.io/deployment": name}
+        body["spec"]["selector"] = {"matchLabels": selector}
+        pod = body["spec"]["template"]
+        pod["metadata"]["labels"] = {**selector, RUN_LABEL: run}
+        annotations = {}
+        if policy:
+            annotations["rlscore.io/policy"] = policy
+        if soft_ms is not None:
+            annotations["rlscore.io/latency-soft-ms"] = f"{soft_ms:g}"
+        if hard_ms is not None:
+            annotations["rlscore.io/latency-hard-ms"] = f"{hard_ms:g}"
+        pod["metadata"]["annotations"] = annotations
+        pod["spec"]["schedulerName"] = scheduler
+        pod["spec"]["containers"][0]["resources"]["requests"] = {
+            "cpu": f"{int(cpu_millicores)}m", "memory": str(int(memory_bytes))}
+        self.apps.create_namespaced_deployment(self.namespace, body)
+
+    def delete_deployment(self, name: str) -> None:
+        try:
+            self.apps.delete_namespaced_deployment(name, self.namespace, propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def pods(self, run: str) -> dict[str, str | None]:
+        """deployment name -> node of its (non-terminating) pod, None while pending."""
+        out: dict[str, str | None] = {}
+        for pod in self.core.list_namespaced_pod(self.namespace, label_selector=f"{RUN_LABEL}={run}").items:
+            if pod.metadata.deletion_timestamp is not None:
+                continue
+            out[pod.metadata.labels.get("rlscore.io/deployment", pod.metadata.name)] = pod.spec.node_name
+        return out
+
+    def wait_scheduled(self, run: str, names: set[str], timeout_s: float = 120.0) -> dict[str, str | None]:
+        deadline = time.monotonic() + timeout_s
+        placed: dict[str, str | None] = {}
+        while time.monotonic() < deadline:
+            placed = self.pods(run)
+            if names <= {n for n, node in placed.items() if node}:
+                return placed
+            time.sleep(0.2)
+        return placed
+
+    def cleanup(self, run: str, timeout_s: float = 120.0) -> None:
+        self.apps.delete_collection_namespaced_deployment(self.namespace, label_selector=f"{RUN_LABEL}={run}",
+                                                          propagation_policy="Background")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.core.list_namespaced_pod(self.namespace, label_selector=f"{RUN_LABEL}={run}").items:
+                return
+            time.sleep(0.3)
+
+
+def replay(cluster: LiveCluster, scenario: str, pods: int, scheduler: str, policy: str | None, speed: float = 10.0,
+           seed: int = 0, run: str | None = None, progress: bool = True, settle_s: float = 60.0) -> RunResult:
+    """Replay `pods` arrivals of `scenario`; wait for each pod to be scheduled before the next arrives."""
+    run = run or f"{scenario}-{(policy or 'default').lower()}-{int(time.time())}"
+    result = RunResult(run, scheduler, policy)
+    limits = LatencyLimits(enabled=True)
+    rng = np.random.default_rng(seed)
+    nodes = sorted(cluster.node_latencies())
+    events = make_scenario(scenario, rng, limits, 1e9, len(nodes))
+    cluster.ensure_namespace()
+    names: dict[int, str] = {}
+    alive: set[str] = set()
+    t0, created = time.monotonic(), 0
+    for event in events:
+        if created >= pods:
+            break
+        delay = t0 + event.time / speed - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        if event.kind == "arrive":
+            name = f"{run}-{created:03d}"
+            names[event.pod.id] = name
+            cluster.create_deployment(name, run, scheduler, policy, event.pod.cpu_millicores,
+                                      event.pod.memory_bytes, event.pod.latency_soft_ms, event.pod.latency_hard_ms)
+            alive.add(name)
+            created += 1
+            placed = cluster.wait_scheduled(run, {name}, settle_s)
+            latencies = cluster.node_latencies()
+            node = placed.get(name)
+            result.placements.append(Placement(name, node, latencies.get(node) if node else None))
+            live = {placed.get(n) for n in alive if placed.get(n)}
+            result.active_nodes.append(len(live))
+            result.chosen_latency.append(latencies.get(node, float("nan")) if node else float("nan"))
+            if progress:
+                print(f"  {name} -> {node or 'PENDING'}", file=sys.stderr)
+        elif event.kind == "depart" and event.pod_id in names:
+            cluster.delete_deployment(names[event.pod_id])
+            alive.discard(names[event.pod_id])
+        elif event.kind == "shift-latency":
+            shift_latencies(cluster, rng)
+            result.shifts.append(created)
+    return result
+
+
+def shift_latencies(cluster: LiveCluster, rng: np.random.Generator) -> dict[str, float]:
+    """Nodes swap their latencies (the thesis's "latency change")."""
+    current = cluster.node_latencies()
+    names = sorted(current)
+    order = rng.permutation(len(names))
+    while len(names) > 1 and np.all(order == np.arange(len(names))):
+        order = rng.permutation(len(names))
+    new = {names[i]: current[names[j]] for i, j in enumerate(order)}
+    for node, latency in new.items():
+        cluster.set_node_latency(node, latency)
+    return new
+
+
+def summarize(result: RunResult) -> str:
+    counts: dict[str, int] = {}
+    for p in result.placements:
+        counts[p.node or "PENDING"] = counts.get(p.node or "PENDING", 0) + 1
+    label = f"{result.scheduler}" + (f" ({result.policy})" if result.policy else "")
+    spread = ", ".join(f"{node}: {n}" for node, n in sorted(counts.items()))
+    finite = [x for x in result.chosen_latency if np.isfinite(x)]
+    return (f"{label}: {spread}; mean active nodes {np.mean(result.active_nodes):.2f}; "
+            f"mean chosen latency {np.mean(finite) if finite else float('nan'):.1f} ms")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlscore-loadgen", description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", choices=SCENARIOS, default="test1")
+    parser.add_argument("--policy", type=str.upper, choices=("EE", "LB", "EL"), default=None,
+                        help="rlscore.io/policy of the pods (omit to leave it to the server's default)")
+    parser.add_argument("--scheduler", default="rl-scheduler", help="spec.schedulerName of the pods")
+    parser.add_argument("--pods", type=int, default=30, help="arrivals to replay")
+    parser.add_argument("--speed", type=float, default=10.0, help="scenario seconds per real second")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--namespace", default="rlscore-loadgen")
+    parser.add_argument("--kubeconfig", default=None)
+    parser.add_argument("--keep", action="store_true", help="leave the deployments in place")
+    args = parser.parse_args(argv)
+    if args.pods < 1 or args.speed <= 0:
+        parser.error("--pods must be >= 1 and --speed > 0")
+    if args.policy:
+        normalize_policy(args.policy)
+    try:
+        cluster = LiveCluster(args.kubeconfig, args.namespace)
+    except (config.ConfigException, OSError) as exc:
+        print(f"rlscore-loadgen: no cluster to talk to: {exc}", file=sys.stderr)
+        return 2
+    result = replay(cluster, args.scenario, args.pods, args.scheduler, args.policy, args.speed, args.seed)
+    print(summarize(result))
+    if not args.keep:
+        cluster.cleanup(result.run)
+    return 0 if all(p.node for p in result.placements) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

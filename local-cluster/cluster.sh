@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# The local cluster: real etcd, kube-apiserver, kube-controller-manager and our kube-scheduler
+# (all from ./bin), KWOK's fake nodes, Prometheus, and the suggestion server. No Docker.
+#
+#   cluster.sh up | down | status | nodes | server-start | server-stop | env
+#
+# Environment: NODES (default 4), CLUSTER_NAME (default rlscore), KWOK_WORKDIR (default
+# ./.local-cluster). Everything the cluster writes (configs, logs, pids) stays under KWOK_WORKDIR.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+NAME=${CLUSTER_NAME:-rlscore}
+NODES=${NODES:-4}
+export KWOK_WORKDIR=${KWOK_WORKDIR:-$ROOT/.local-cluster}
+BIN=$ROOT/bin
+PY=$ROOT/.venv/bin/python
+KWOKCTL=$BIN/kwokctl
+OURS=$KWOK_WORKDIR/rlscore-$NAME          # our files: rendered configs, ports, server log and pid
+CLUSTER_DIR=$KWOK_WORKDIR/clusters/$NAME  # kwokctl's files: component logs, pids, kubeconfig
+KUBECONFIG_FILE=$OURS/kubeconfig.yaml
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+require_binaries() {
+  local missing=()
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl kubectl; do
+    [ -x "$BIN/$b" ] || missing+=("$b")
+  done
+  [ ${#missing[@]} -eq 0 ] || die "missing in $BIN: ${missing[*]} (run: make local-bin)"
+  command -v prometheus >/dev/null || die "prometheus not found (run: make deps)"
+  [ -x "$PY" ] || die "no $PY (run: make install)"
+}
+
+kubectl_() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+
+exists() { [ -f "$OURS/ports.env" ] && [ -d "$CLUSTER_DIR" ]; }
+
+running() {
+  exists || return 1
+  # shellcheck disable=SC1091
+  . "$OURS/ports.env"
+  kubectl_ get --raw /readyz >/dev/null 2>&1
+}
+
+render() {  # render TEMPLATE OUT KEY=VALUE...
+  local template=$1 out=$2; shift 2
+  local text; text=$(<"$template")
+  for kv in "$@"; do text=${text//@${kv%%=*}@/${kv#*=}}; done
+  printf '%s\n' "$text" >"$out"
+}
+
+# KWOK nodes of three sizes; each node's user latency is an annotation that can change at run time:
+#   kubectl annotate node kwok-node-1 rlscore.io/latency-ms=50 --overwrite
+create_nodes() {
+  local count=$1 sizes=(8 16 4) latencies=(45 12 25 60 8 35 18 50)
+  local manifest=$OURS/nodes.yaml
+  : >"$manifest"
+  for ((i = 0; i < count; i++)); do
+    local cores=${sizes[$((i % 3))]} latency=${latencies[$((i % 8))]}
+    cat >>"$manifest" <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: kwok-node-$i
+  annotations:
+    node.alpha.kubernetes.io/ttl: "0"
+    kwok.x-k8s.io/node: fake
+    rlscore.io/latency-ms: "$latency"
+    metrics.rlscore.io/cpu-cores: "$cores"
+  labels:
+    kubernetes.io/hostname: kwok-node-$i
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    type: kwok
+status:
+  allocatable: {cpu: "$cores", memory: "$((cores * 2))Gi", pods: "110"}
+  capacity: {cpu: "$cores", memory: "$((cores * 2))Gi", pods: "110"}
+  nodeInfo: {architecture: amd64, operatingSystem: linux, kubeletVersion: fake, kubeProxyVersion: fake}
+---
+EOF
+  done
+  kubectl_ apply -f "$manifest" >/dev/null
+}
+
+server_start() {
+  # shellcheck disable=SC1091
+  . "$OURS/ports.env"
+  if [ -f "$OURS/server.pid" ] && kill -0 "$(cat "$OURS/server.pid")" 2>/dev/null; then
+    return 0
+  fi
+  log "starting the suggestion server on 127.0.0.1:$SERVER_PORT"
+  RLSCORE_PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT \
+  RLSCORE_KUBERNETES=kubeconfig RLSCORE_KUBECONFIG=$KUBECONFIG_FILE \
+  RLSCORE_MODEL_DIR=$ROOT/models RLSCORE_REFRESH_INTERVAL_S=${RLSCORE_REFRESH_INTERVAL_S:-2} \
+    nohup "$ROOT/.venv/bin/rlscore-server" --host 127.0.0.1 --port "$SERVER_PORT" \
+    >>"$OURS/server.log" 2>&1 &
+  echo $! >"$OURS/server.pid"
+  for _ in $(seq 1 150); do
+    curl -sf "http://127.0.0.1:$SERVER_PORT/readyz" >/dev/null 2>&1 && return 0
+    kill -0 "$(cat "$OURS/server.pid")" 2>/dev/null || die "the suggestion server exited; see $OURS/server.log"
+    sleep 0.2
+  done
+  die "the suggestion server did not become ready; see $OURS/server.log"
+}
+
+server_stop() {
+  if [ -f "$OURS/server.pid" ]; then
+    local pid; pid=$(cat "$OURS/server.pid")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$OURS/server.pid"
+  fi
+}
+
+up() {
+  require_binaries
+  if running; then
+    log "cluster $NAME is already up"
+    server_start
+    status
+    return 0
+  fi
+  exists && { log "cluster $NAME exists but is not answering: recreating it"; down; }
+  local start=$SECONDS
+  mkdir -p "$OURS"
+  cat >"$OURS/ports.env" <<EOF
+APISERVER_PORT=$(free_port)
+PROMETHEUS_PORT=$(free_port)
+SERVER_PORT=$(free_port)
+EOF
+  # shellcheck disable=SC1091
+  . "$OURS/ports.env"
+  render "$ROOT/local-cluster/scheduler-config.yaml.tmpl" "$OURS/scheduler-config.yaml" \
+    "SUGGEST_URL=http://127.0.0.1:$SERVER_PORT/suggest"
+  render "$ROOT/local-cluster/kwok.yaml.tmpl" "$OURS/kwok.yaml" "BIN=$BIN" \
+    "PROMETHEUS=$(command -v prometheus)" "KUBECTL=$BIN/kubectl" \
+    "SCHEDULER_CONFIG=$OURS/scheduler-config.yaml" \
+    "APISERVER_PORT=$APISERVER_PORT" "PROMETHEUS_PORT=$PROMETHEUS_PORT"
+  log "creating cluster $NAME (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, prometheus)"
+  "$KWOKCTL" create cluster --name "$NAME" --config "$OURS/kwok.yaml" --kubeconfig "$KUBECONFIG_FILE" \
+    --wait 3m >"$OURS/kwokctl-create.log" 2>&1 || { tail -20 "$OURS/kwokctl-create.log" >&2; die "kwokctl create cluster failed; see $OURS/kwokctl-create.log"; }
+  kubectl_ apply -f "$ROOT/local-cluster/metrics.yaml" >/dev/null
+  # kwokctl's Prometheus scrapes every 15 s and discovers the per-node Metric endpoints every 60 s;
+  # 2 s and 5 s make node and latency changes visible within seconds.
+  sed -i -e 's/^\(  \(scrape\|evaluation\)_interval:\) 15s/\1 2s/' -e 's/^\(  scrape_timeout:\) 10s/\1 2s/' \
+    -e 's|^\(  - url: http.*/discovery/prometheus\)$|\1\n    refresh_interval: 5s|' "$CLUSTER_DIR/prometheus.yaml"
+  kill -HUP "$(cat "$CLUSTER_DIR/pids/prometheus.pid")"
+  log "creating $NODES KWOK nodes"
+  create_nodes "$NODES"
+  kubectl_ wait --for=condition=Ready node --all --timeout=120s >/dev/null
+  server_start
+  log "cluster $NAME up in $((SECONDS - start)) s"
+  status
+}
+
+down() {
+  server_stop
+  if [ -x "$KWOKCTL" ] && [ -d "$CLUSTER_DIR" ]; then
+    log "deleting cluster $NAME"
+    "$KWOKCTL" delete cluster --name "$NAME" --kubeconfig "$KUBECONFIG_FILE" >/dev/null 2>&1 || true
+  fi
+  rm -rf "$OURS" "$CLUSTER_DIR"
+}
+
+status() {
+  exists || { echo "cluster $NAME: not created (make local-up)"; return 1; }
+  # shellcheck disable=SC1091
+  . "$OURS/ports.env"
+  local state=down; running && state=up
+  cat <<EOF
+cluster $NAME: $state
+  kube-apiserver     https://127.0.0.1:$APISERVER_PORT
+  prometheus         http://127.0.0.1:$PROMETHEUS_PORT
+  suggestion server  http://127.0.0.1:$SERVER_PORT   (POST /suggest, /docs, /metrics, /policies)
+  kubeconfig         $KUBECONFIG_FILE
+  logs               $CLUSTER_DIR/logs/ and $OURS/server.log
+  try                export KUBECONFIG=$KUBECONFIG_FILE; kubectl get nodes
+EOF
+}
+
+env_() {  # for scripts and tests: eval "$(cluster.sh env)"
+  exists || die "cluster $NAME is not created"
+  # shellcheck disable=SC1091
+  . "$OURS/ports.env"
+  cat <<EOF
+export KUBECONFIG=$KUBECONFIG_FILE
+export RLSCORE_LOCAL_APISERVER_PORT=$APISERVER_PORT
+export RLSCORE_LOCAL_PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT
+export RLSCORE_LOCAL_SERVER_URL=http://127.0.0.1:$SERVER_PORT
+export RLSCORE_LOCAL_DIR=$OURS
+export RLSCORE_LOCAL_CLUSTER_DIR=$CLUSTER_DIR
+EOF
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  env) env_ ;;
+  server-start) server_start ;;
+  server-stop) server_stop ;;
+  nodes) create_nodes "${2:-$NODES}" ;;
+  *) echo "usage: $0 up|down|status|env|server-start|server-stop|nodes [N]" >&2; exit 2 ;;
+esac
