@@ -4,8 +4,8 @@
 #
 #   cluster.sh up | down | status | nodes | server-start | server-stop | env
 #
-# Environment: NODES (default 4), CLUSTER_NAME (default rlscore), KWOK_WORKDIR (default
-# ./.local-cluster). Everything the cluster writes (configs, logs, pids) stays under KWOK_WORKDIR.
+# Environment: NODES (default 4), NODE_CPUS (cpus per node, cycled; default 8,16,4), CLUSTER_NAME
+# (default rlscore), KWOK_WORKDIR (default ./.local-cluster). Everything the cluster writes (configs, logs, pids) stays under KWOK_WORKDIR.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -55,11 +55,12 @@ render() {  # render TEMPLATE OUT KEY=VALUE...
 # KWOK nodes of three sizes; each node's user latency is an annotation that can change at run time:
 #   kubectl annotate node kwok-node-1 rlscore.io/latency-ms=50 --overwrite
 create_nodes() {
-  local count=$1 sizes=(8 16 4) latencies=(45 12 25 60 8 35 18 50)
+  local count=$1 sizes latencies=(45 12 25 60 8 35 18 50)
+  IFS=, read -ra sizes <<<"${NODE_CPUS:-8,16,4}"
   local manifest=$OURS/nodes.yaml
   : >"$manifest"
   for ((i = 0; i < count; i++)); do
-    local cores=${sizes[$((i % 3))]} latency=${latencies[$((i % 8))]}
+    local cores=${sizes[$((i % ${#sizes[@]}))]} latency=${latencies[$((i % 8))]}
     cat >>"$manifest" <<EOF
 apiVersion: v1
 kind: Node

@@ -147,7 +147,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
             getattr(n, f) is None for n in body.nodes if not isinstance(n, str)
             for f in ("cpu_capacity_millicores", "cpu_requested_millicores"))
         snapshot = await collector.current() if needs_snapshot else collector.snapshot
-        nodes, reasons = assemble(body.nodes, snapshot, settings.stale_after_s, need_latency=policy == "EL")
+        nodes, reasons = assemble(body.nodes, snapshot, settings.stale_after_s, need_latency=policy == "EL",
+                                  kube=kube)
         scores, source, version, fallback = score_nodes(policy, nodes, pod, registry, rng)
         for code in {code for code, _ in reasons}:
             metrics.DEGRADED.labels(code).inc()

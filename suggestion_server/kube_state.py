@@ -83,6 +83,8 @@ class KubeState:
         self._lock = threading.Lock()
         self._nodes: dict[str, KubeNode] = {}
         self._pods: dict[str, KubePod] = {}
+        # per node [cpu, memory, pods], kept in step with _pods so a lookup is O(requested nodes)
+        self._usage: dict[str, list[float]] = {}
         self._stop = threading.Event()
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
@@ -123,16 +125,39 @@ class KubeState:
     def synced(self) -> bool:
         return self.nodes_synced.is_set() and self.pods_synced.is_set()
 
-    def snapshot(self) -> tuple[dict[str, KubeNode], dict[str, tuple[float, float, int]]]:
-        """Nodes, and per node (cpu requested, memory requested, pod count)."""
+    def records(self, names: list[str]) -> list[dict[str, float] | None]:
+        """Current state of the named nodes (None for a node the API does not know), read at
+        request time: bindings made a moment ago already count."""
+        out: list[dict[str, float] | None] = []
         with self._lock:
-            nodes = dict(self._nodes)
-            pods = list(self._pods.values())
-        usage: dict[str, tuple[float, float, int]] = {}
-        for pod in pods:
-            cpu, mem, count = usage.get(pod.node, (0.0, 0.0, 0))
-            usage[pod.node] = (cpu + pod.cpu_millicores, mem + pod.memory_bytes, count + 1)
-        return nodes, usage
+            for name in names:
+                node = self._nodes.get(name)
+                if node is None:
+                    out.append(None)
+                    continue
+                cpu, mem, count = self._usage.get(name, (0.0, 0.0, 0.0))
+                record = {"cpu_requested_millicores": cpu, "memory_requested_bytes": mem, "pods": count}
+                for key, value in (("cpu_capacity_millicores", node.cpu_millicores),
+                                   ("memory_capacity_bytes", node.memory_bytes), ("max_pods", node.max_pods)):
+                    if value is not None:
+                        record[key] = value
+                out.append(record)
+        return out
+
+    def ip_map(self) -> dict[str, str]:
+        """InternalIP -> node name, to place node_exporter series (instance = ip:port)."""
+        with self._lock:
+            return {n.internal_ip: n.name for n in self._nodes.values() if n.internal_ip}
+
+    def node_names(self) -> list[str]:
+        with self._lock:
+            return list(self._nodes)
+
+    def _account(self, pod: KubePod, sign: int) -> None:
+        usage = self._usage.setdefault(pod.node, [0.0, 0.0, 0.0])
+        usage[0] += sign * pod.cpu_millicores
+        usage[1] += sign * pod.memory_bytes
+        usage[2] += sign
 
     def _follow(self, kind: str, list_fn, apply, replace, synced: threading.Event, **kw) -> None:
         backoff = 1.0
@@ -187,15 +212,20 @@ class KubeState:
         def replace(items):
             fresh = {p.metadata.uid: e for p in items if (e := entry(p)) is not None}
             with self._lock:
-                self._pods = fresh
+                self._pods, self._usage = {}, {}
+                for uid, e in fresh.items():
+                    self._pods[uid] = e
+                    self._account(e, +1)
 
         def apply(kind, pod):
             e = None if kind == "DELETED" else entry(pod)
             with self._lock:
-                if e is None:
-                    self._pods.pop(pod.metadata.uid, None)
-                else:
+                old = self._pods.pop(pod.metadata.uid, None)
+                if old is not None:
+                    self._account(old, -1)
+                if e is not None:
                     self._pods[pod.metadata.uid] = e
+                    self._account(e, +1)
 
         self._follow("pods", self._core.list_pod_for_all_namespaces, apply, replace, self.pods_synced,
                      field_selector="spec.nodeName!=")

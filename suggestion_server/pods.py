@@ -54,12 +54,16 @@ def _limit(pod: PodIn, primary: str, fallback: str) -> float | None:
 
 
 def pod_request(pod: PodIn, policy: str, el_defaults: tuple[float, float]) -> PodRequest:
-    """The pod as the scorer sees it. EL pods without limits get the configured defaults."""
+    """The pod as the scorer sees it. Latency annotations are validated for every policy but only
+    EL uses them (EE and LB were trained, and are measured, on pods without limits); EL pods
+    without limits get the configured defaults."""
     soft = _limit(pod, ANNOTATION_SOFT, THESIS_SOFT)
     hard = _limit(pod, ANNOTATION_HARD, THESIS_HARD)
-    if policy == "EL" and soft is None and hard is None:
-        soft, hard = el_defaults
     if soft is not None and hard is not None and soft > hard:
         raise RequestFieldError(("body", "pod", "annotations"),
                                 f"latency soft limit {soft} ms exceeds the hard limit {hard} ms")
+    if policy != "EL":
+        soft = hard = None
+    elif soft is None and hard is None:
+        soft, hard = el_defaults
     return PodRequest(pod.cpu_request_millicores, pod.memory_request_bytes, soft, hard)

@@ -35,7 +35,6 @@ class Snapshot:
     taken_at: float = 0.0  # time.monotonic(); 0 = never
     nodes: dict[str, dict[str, float]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-    requests_known: bool = False  # pods' requests come from the Kubernetes API
 
     def age(self) -> float:
         return float("inf") if not self.taken_at else time.monotonic() - self.taken_at
@@ -51,37 +50,30 @@ class StateCollector:
         self._lock = asyncio.Lock()
 
     async def refresh(self) -> Snapshot:
+        """Metrics and latency for all nodes; node sizes and requests are read live (assemble)."""
         async with self._lock:
             nodes: dict[str, dict[str, float]] = {}
             problems: list[str] = []
             ips: dict[str, str] = {}
             if self.kube is not None:
-                kube_nodes, usage = self.kube.snapshot()
                 if self.kube.error:
                     problems.append(self.kube.error)
-                for name, n in kube_nodes.items():
-                    cpu, mem, count = usage.get(name, (0.0, 0.0, 0))
-                    record = {"cpu_requested_millicores": cpu, "memory_requested_bytes": mem, "pods": float(count)}
-                    for key, value in (("cpu_capacity_millicores", n.cpu_millicores),
-                                       ("memory_capacity_bytes", n.memory_bytes), ("max_pods", n.max_pods)):
-                        if value is not None:
-                            record[key] = value
-                    nodes[name] = record
-                    if n.internal_ip:
-                        ips[n.internal_ip] = name
+                ips = self.kube.ip_map()
             if self.prometheus is not None:
                 metrics, prom_problems = await asyncio.to_thread(self.prometheus.collect, ips)
                 problems += prom_problems
                 for name, values in metrics.items():
                     record = nodes.setdefault(name, {})
-                    for src, dst in (("cpu_utilization", "cpu_utilization"),
-                                     ("memory_utilization", "memory_utilization"), ("latency_ms", "latency_ms")):
-                        if src in values:
-                            record[dst] = min(max(values[src], 0.0), 1.0) if dst != "latency_ms" else max(values[src], 0.0)
+                    for key in ("cpu_utilization", "memory_utilization"):
+                        if key in values:
+                            record[key] = min(max(values[key], 0.0), 1.0)
+                    if "latency_ms" in values:
+                        record["latency_ms"] = max(values["latency_ms"], 0.0)
+                    # sizes from node_exporter, used only where the Kubernetes API has none
                     if "cpu_count" in values:
-                        record.setdefault("cpu_capacity_millicores", values["cpu_count"] * 1000.0)
+                        record["cpu_capacity_millicores"] = values["cpu_count"] * 1000.0
                     if "memory_total" in values:
-                        record.setdefault("memory_capacity_bytes", values["memory_total"])
+                        record["memory_capacity_bytes"] = values["memory_total"]
             if self.probes is not None and ips:
                 latencies, probe_problems = await self.probes.collect({name: ip for ip, name in ips.items()})
                 problems += probe_problems
@@ -92,7 +84,7 @@ class StateCollector:
                     log.warning("node state incomplete: %s", "; ".join(problems))
                 elif self.snapshot.taken_at:
                     log.info("node state complete again")
-            self.snapshot = Snapshot(time.monotonic(), nodes, problems, requests_known=self.kube is not None)
+            self.snapshot = Snapshot(time.monotonic(), nodes, problems)
             self.attempted.set()
             return self.snapshot
 
@@ -118,18 +110,21 @@ class StateCollector:
 
 
 def assemble(request_nodes: list[str | NodeIn], snapshot: Snapshot, stale_after_s: float,
-             need_latency: bool) -> tuple[NodeState, list[tuple[str, str]]]:
-    """NodeState for the requested nodes, request fields first, then the snapshot, then guesses;
-    and what was missing, as (code, message) pairs."""
+             need_latency: bool, kube: KubeState | None = None) -> tuple[NodeState, list[tuple[str, str]]]:
+    """NodeState for the requested nodes: request fields first, then the Kubernetes watch cache
+    (live), then the metrics snapshot, then guesses; and what was missing, as (code, message)."""
     n = len(request_nodes)
     names = [node if isinstance(node, str) else node.name for node in request_nodes]
     given = [None if isinstance(node, str) else node for node in request_nodes]
-    known = [snapshot.nodes.get(name) for name in names] if snapshot.nodes else [None] * n
+    known: list[dict | None] = [snapshot.nodes.get(name) for name in names] if snapshot.nodes else [None] * n
+    if kube is not None:
+        # the API's sizes and requests win over node_exporter's; metrics fill the rest
+        known = [(m or {}) | k if k is not None else m for k, m in zip(kube.records(names), known)]
     table = np.empty((len(FIELDS), n))
     used_snapshot = False
     for i, key in enumerate(FIELDS):
         column = [getattr(g, key) if g is not None else None for g in given]
-        if None in column and snapshot.nodes:
+        if None in column and any(k is not None for k in known):
             filled = [v if v is not None or k is None else k.get(key) for v, k in zip(column, known)]
             used_snapshot = used_snapshot or filled != column
             column = filled

@@ -141,3 +141,13 @@ def test_scales_to_many_nodes(client):
     nodes = [node(f"n{i}", cpu_req=(i % 7) * 500, pods=i % 7, latency=float(i % 50)) for i in range(2000)]
     r = post(client, {"pod": pod(memory=MIB), "nodes": nodes, "policy": "EL"})
     assert r.status_code == 200 and len(r.json()["scores"]) == 2000
+
+
+def test_latency_limits_are_validated_for_every_policy_but_only_el_uses_them(client):
+    nodes = [node("a", cpu_req=1000, pods=2, latency=50.0), node("b", latency=5.0)]
+    limits = {"rlscore.io/latency-soft-ms": "20", "rlscore.io/latency-hard-ms": "30"}
+    with_limits = post(client, {"pod": pod(limits), "nodes": nodes, "policy": "LB"}).json()
+    without = post(client, {"pod": pod(), "nodes": nodes, "policy": "LB"}).json()
+    assert with_limits["scores"] == without["scores"]
+    bad = post(client, {"pod": pod({"rlscore.io/latency-soft-ms": "soon"}), "nodes": nodes, "policy": "EE"})
+    assert bad.status_code == 422
