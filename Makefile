@@ -20,7 +20,7 @@ SCHEDULER_LDFLAGS := $(call K8S_VERSION_FLAGS,$(K8S_VERSION)-rlscore)
 KWOK_VERSION := v0.8.0
 LOCAL_BINARIES := bin/etcd bin/kube-apiserver bin/kube-controller-manager bin/kubectl bin/kwok bin/kwokctl bin/kube-scheduler
 
-.PHONY: local-bin local-up local-down local-status help install deps test py-test go-test check-go scheduler train eval bench demo clean
+.PHONY: local-bin local-up local-down local-status e2e help install deps test py-test go-test check-go scheduler train eval bench demo clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help: ## list targets
@@ -41,10 +41,13 @@ deps: ## Debian packages the tests use (Prometheus), installed with apt-get when
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	    --no-install-recommends prometheus >/dev/null; }
 
-test: py-test go-test ## run the whole test suite (Python and Go)
+test: py-test go-test e2e ## run the whole test suite: Python, Go, and end to end on a fresh local cluster
 
-py-test: install deps ## Python tests only
-	$(PY) -m pytest
+py-test: install deps ## Python tests (agent, server with a real Prometheus and uvicorn)
+	$(PY) -m pytest --ignore=tests/e2e
+
+e2e: local-bin install deps ## end-to-end tests on a fresh local cluster (builds the binaries first)
+	$(PY) -m pytest tests/e2e
 
 check-go:
 	@command -v $(GO) >/dev/null || { echo "plugin-go needs Go 1.25 or newer on PATH (https://go.dev/dl/)"; exit 1; }
@@ -94,8 +97,8 @@ bench: install deps check-go ## print figures: models, training, /suggest latenc
 	$(PY) -m suggestion_server.bench
 	cd plugin-go && $(GO) test ./pkg/rlscore/ -run '^$$' -bench PreScoreScore -benchtime 2s
 
-demo: install ## the thesis's test patterns in the simulator: where the pods land, per policy
-	$(PY) -m agent.demo
+demo: local-up ## the local cluster + the thesis's test pattern per policy: where the pods landed
+	@eval "$$(local-cluster/cluster.sh env)" && $(PY) -m agent.demo
 
 clean: ## remove build output (keeps models/)
-	rm -rf eval runs .pytest_cache bin
+	rm -rf eval runs demo-output .pytest_cache bin

@@ -1,55 +1,101 @@
-"""A look at the policies on the thesis's first test pattern, in the simulator: 30 nginx pods
-(250m / 64Mi, latency soft 20 ms / hard 30 ms) arrive 3 s apart on 3 nodes; where do they land?"""
+"""`make demo`: the thesis's test patterns on the local cluster, once per policy and once with the
+default scheduler; prints where the pods landed and writes a comparison plot.
+
+Runs against the cluster that `local-cluster/cluster.sh up` started (KUBECONFIG from its `env`).
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from agent.model_io import ModelValidationError, load_model
-from agent.scenarios import LatencyLimits
-from agent.scoring import HeuristicScorer, ModelScorer, Scorer, choose
-from agent.simulator import Simulation
+from agent.loadgen import LiveCluster, RunResult, replay
 
-NODES, PODS, SEED = 3, 30, 2**40 + 1
-
-
-def place_pods(scorer: Scorer) -> Simulation:
-    sim = Simulation("test1", NODES, SEED, LatencyLimits(enabled=True))
-    rng = np.random.default_rng(SEED)
-    for _ in range(PODS):
-        sim.next_decision()
-        state, pod = sim.candidate_state()
-        sim.place(choose(scorer.values(state, pod), rng))
-    return sim
+RUNS = (  # label, scheduler, policy
+    ("rl EE", "rl-scheduler", "EE"),
+    ("rl LB", "rl-scheduler", "LB"),
+    ("rl EL", "rl-scheduler", "EL"),
+    ("default", "default-scheduler", None),
+)
 
 
-def main() -> int:
-    torch.set_num_threads(1)
-    scorers: list[Scorer] = [HeuristicScorer("default-scheduler", np.random.default_rng(0))]
-    for policy in ("ee", "lb", "el"):
-        try:
-            scorers.append(ModelScorer(load_model(Path("models") / f"{policy}.pt")))
-        except ModelValidationError as exc:
-            print(f"skipping {policy.upper()}: {exc}", file=sys.stderr)
-    reference = Simulation("test1", NODES, SEED).cluster
-    header = " | ".join(f"node-{i} ({reference.cpu_capacity[i] / 1000:.0f} cpu, "
-                        f"{reference.latency_ms[i]:.0f} ms)" for i in range(NODES))
-    print(f"{PODS} pods (250m, 64Mi, soft 20 ms / hard 30 ms) on {NODES} simulated nodes\n")
-    print(f"| scorer | {header} | active nodes | mean latency of chosen nodes |")
-    print("|---|" + "---|" * NODES + "---|---|")
-    for scorer in scorers:
-        sim = place_pods(scorer)
-        pods = sim.cluster.pods.astype(int)
-        chosen = [sim.cluster.latency_ms[n] for n, _ in sim.cluster.placement.values()]
-        print(f"| {scorer.name} | " + " | ".join(str(p) for p in pods)
-              + f" | {int((pods > 0).sum())} | {np.mean(chosen):.1f} ms |")
-    print("\nrl-ee packs, rl-lb spreads, rl-el packs onto nodes within the latency limits;"
-          " `make eval` measures them at 3, 10 and 100 nodes.")
-    return 0
+def table(results: dict[str, RunResult], nodes: list[str], latencies: dict[str, float]) -> str:
+    head = ["run"] + [f"{n} ({latencies[n]:g} ms)" for n in nodes] + ["active nodes (end)", "mean latency ms",
+                                                                       "within 30 ms"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, r in results.items():
+        counts = Counter(p.node for p in r.placements)
+        chosen = [x for x in r.chosen_latency if np.isfinite(x)]
+        within = np.mean([x <= 30 for x in chosen]) if chosen else float("nan")
+        lines.append("| " + " | ".join([label] + [str(counts.get(n, 0)) for n in nodes] + [
+            str(r.active_nodes[-1] if r.active_nodes else 0), f"{np.mean(chosen):.1f}" if chosen else "-",
+            f"{within:.0%}"]) + " |")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, RunResult], nodes: list[str], out: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    width = 0.8 / len(results)
+    for k, (label, r) in enumerate(results.items()):
+        counts = Counter(p.node for p in r.placements)
+        axes[0].bar(np.arange(len(nodes)) + k * width, [counts.get(n, 0) for n in nodes], width, label=label)
+        axes[1].plot(r.active_nodes, label=label)
+        axes[2].plot(r.chosen_latency, label=label)
+    axes[0].set(xticks=np.arange(len(nodes)) + 0.4 - width / 2, xticklabels=nodes, ylabel="pods", title="pods per node")
+    axes[1].set(xlabel="arrivals", ylabel="nodes with pods", title="active nodes")
+    axes[2].axhline(30, color="grey", linestyle="--", label="hard limit")
+    axes[2].set(xlabel="arrivals", ylabel="ms", title="latency of the chosen node")
+    for ax in axes:
+        ax.legend(fontsize="small")
+    fig.suptitle(title)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agent.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", default="test1", help="thesis pattern: test1 or test2")
+    parser.add_argument("--pods", type=int, default=24)
+    parser.add_argument("--speed", type=float, default=20.0, help="scenario seconds per real second")
+    parser.add_argument("--out", type=Path, default=Path("demo-output"))
+    args = parser.parse_args(argv)
+    try:
+        cluster = LiveCluster(os.environ.get("KUBECONFIG"), namespace="rlscore-demo")
+        latencies = cluster.node_latencies()
+    except Exception as exc:  # no cluster: say how to get one
+        print(f"demo: cannot reach the local cluster ({exc}); run `make local-up` first", file=sys.stderr)
+        return 2
+    nodes = sorted(latencies)
+    print(f"{len(nodes)} KWOK nodes; {args.pods} nginx deployments (250m, 64Mi, latency soft 20 / hard 30 ms) "
+          f"per run, thesis pattern {args.scenario}, {args.speed:g}x faster\n", file=sys.stderr)
+    results: dict[str, RunResult] = {}
+    for label, scheduler, policy in RUNS:
+        print(f"== {label}", file=sys.stderr)
+        run = f"demo-{label.replace(' ', '-').lower()}"
+        cluster.cleanup(run)
+        results[label] = replay(cluster, args.scenario, args.pods, scheduler, policy, args.speed, seed=1,
+                                run=run, progress=False)
+        cluster.cleanup(run)
+    print(table(results, nodes, latencies))
+    out = args.out / "demo.png"
+    plot(results, nodes, out, f"rlscore on the local cluster: {args.scenario}, {args.pods} pods")
+    print(f"\nplot: {out}")
+    pending = sum(1 for r in results.values() for p in r.placements if not p.node)
+    if pending:
+        print(f"{pending} pod(s) were not scheduled in time", file=sys.stderr)
+    return 1 if pending else 0
 
 
 if __name__ == "__main__":

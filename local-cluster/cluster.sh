@@ -55,7 +55,7 @@ render() {  # render TEMPLATE OUT KEY=VALUE...
 # KWOK nodes of three sizes; each node's user latency is an annotation that can change at run time:
 #   kubectl annotate node kwok-node-1 rlscore.io/latency-ms=50 --overwrite
 create_nodes() {
-  local count=$1 sizes latencies=(45 12 25 60 8 35 18 50)
+  local count=$1 sizes latencies=(12 45 25 60 8 35 18 50)
   IFS=, read -ra sizes <<<"${NODE_CPUS:-8,16,4}"
   local manifest=$OURS/nodes.yaml
   : >"$manifest"

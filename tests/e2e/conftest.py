@@ -1,0 +1,66 @@
+"""A fresh local cluster for the end-to-end tests: real etcd, kube-apiserver,
+kube-controller-manager, our kube-scheduler, KWOK nodes, Prometheus and the suggestion server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agent.loadgen import LiveCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_SH = ROOT / "local-cluster" / "cluster.sh"
+
+
+@dataclass
+class E2ECluster:
+    env: dict[str, str]
+    kubeconfig: str
+    live: LiveCluster
+    server_url: str
+    prometheus_url: str
+    cluster_dir: Path
+
+    def sh(self, *args: str) -> None:
+        subprocess.run([str(CLUSTER_SH), *args], env=self.env, check=True, timeout=300,
+                       stdout=subprocess.DEVNULL)
+
+    def pid(self, component: str) -> int:
+        return int((self.cluster_dir / "pids" / f"{component}.pid").read_text().strip())
+
+    def suggest(self, nodes: list[str], policy: str) -> dict:
+        body = {"pod": {"name": "probe", "cpu_request_millicores": 250, "memory_request_bytes": 64 * 2**20,
+                        "annotations": {"rlscore.io/latency-soft-ms": "20", "rlscore.io/latency-hard-ms": "30"}},
+                "nodes": nodes, "policy": policy}
+        return httpx.post(f"{self.server_url}/suggest", json=body, timeout=10).json()
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    env = {**os.environ, "CLUSTER_NAME": "rlscore-e2e", "NODES": "4", "NODE_CPUS": "8",
+           "RLSCORE_REFRESH_INTERVAL_S": "1"}
+    subprocess.run([str(CLUSTER_SH), "down"], env=env, timeout=300, stdout=subprocess.DEVNULL)
+    up = subprocess.run([str(CLUSTER_SH), "up"], env=env, timeout=600, capture_output=True, text=True)
+    assert up.returncode == 0, f"cluster.sh up failed:\n{up.stdout}\n{up.stderr}"
+    exported = subprocess.run([str(CLUSTER_SH), "env"], env=env, check=True, capture_output=True, text=True).stdout
+    values = dict(line.removeprefix("export ").split("=", 1) for line in exported.splitlines() if "=" in line)
+    live = LiveCluster(values["KUBECONFIG"], namespace="e2e")
+    live.ensure_namespace()
+    c = E2ECluster(env, values["KUBECONFIG"], live, values["RLSCORE_LOCAL_SERVER_URL"], values["RLSCORE_LOCAL_PROMETHEUS_URL"],
+                   Path(values["RLSCORE_LOCAL_CLUSTER_DIR"]))
+    # wait until the server sees every node with its metrics and latency (Prometheus discovery)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        r = c.suggest([f"kwok-node-{i}" for i in range(4)], "EL")
+        if not r.get("degraded", True):
+            break
+        time.sleep(1)
+    yield c
+    if os.environ.get("RLSCORE_E2E_KEEP") != "1":
+        subprocess.run([str(CLUSTER_SH), "down"], env=env, timeout=300, stdout=subprocess.DEVNULL)

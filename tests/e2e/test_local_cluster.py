@@ -1,0 +1,137 @@
+"""End to end, through the Kubernetes API only: annotated pods, our scheduler, the server."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import ROOT, E2ECluster
+
+NODES = [f"kwok-node-{i}" for i in range(4)]
+_runs = itertools.count()
+
+
+def place(c: E2ECluster, count: int, policy: str | None, scheduler: str = "rl-scheduler") -> dict[str, str]:
+    """Create `count` single-pod deployments one after the other, each waited for; return pod -> node."""
+    run = f"r{next(_runs)}-{int(time.time()) % 100000}"
+    placed: dict[str, str] = {}
+    for i in range(count):
+        name = f"{run}-{i}"
+        c.live.create_deployment(name, run, scheduler, policy, 250, 64 * 2**20,
+                                 20.0 if policy == "EL" else None, 30.0 if policy == "EL" else None)
+        result = c.live.wait_scheduled(run, {name}, timeout_s=60)
+        assert result.get(name), f"{name} ({policy or 'default'} via {scheduler}) was not scheduled within 60 s"
+        placed[name] = result[name]
+    return placed
+
+
+def cleanup(c: E2ECluster) -> None:
+    c.live.apps.delete_collection_namespaced_deployment(c.live.namespace)
+    deadline = time.monotonic() + 60
+    while c.live.core.list_namespaced_pod(c.live.namespace).items and time.monotonic() < deadline:
+        time.sleep(0.3)
+
+
+@pytest.fixture(autouse=True)
+def empty_namespace(cluster):
+    cleanup(cluster)
+    yield
+    cleanup(cluster)
+
+
+def test_ee_uses_the_fewest_nodes_that_fit(cluster):
+    placed = place(cluster, 12, "EE")
+    used = set(placed.values())
+    fewest = math.ceil(12 * 250 / 8000)  # all nodes have 8 cpus
+    assert len(used) == fewest, Counter(placed.values())
+
+
+def test_lb_spreads_evenly(cluster):
+    placed = place(cluster, 8, "LB")
+    counts = Counter(placed.values())
+    per_node = [counts.get(n, 0) for n in NODES]
+    assert max(per_node) - min(per_node) <= 1, per_node
+
+
+def test_el_meets_the_hard_limit_and_follows_a_latency_change(cluster):
+    latencies = cluster.live.node_latencies()
+    best = min(NODES, key=latencies.get)
+    placed = place(cluster, 6, "EL")
+    assert all(latencies[node] <= 30 for node in placed.values()), (placed, latencies)
+    assert set(placed.values()) == {best}  # within the limit, and packed
+
+    cluster.live.set_node_latency(best, 50)
+    try:
+        deadline = time.monotonic() + 60  # Prometheus scrape + server refresh
+        while time.monotonic() < deadline:
+            scores = cluster.suggest(NODES, "EL")["scores"]
+            if max(scores, key=scores.get) != best:
+                break
+            time.sleep(1)
+        now = cluster.live.node_latencies()
+        moved = place(cluster, 4, "EL")
+        assert best not in moved.values(), moved
+        assert all(now[node] <= 30 for node in moved.values()), (moved, now)
+    finally:
+        cluster.live.set_node_latency(best, latencies[best])
+
+
+def test_default_scheduler_still_schedules_beside_rl_scheduler(cluster):
+    def requests_total() -> float:
+        text = httpx.get(f"{cluster.server_url}/metrics", timeout=5).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("rlscore_suggest_requests_total{"))
+
+    before = requests_total()
+    placed = place(cluster, 4, None, scheduler="default-scheduler")
+    assert set(placed.values()) <= set(NODES)
+    assert requests_total() == before  # the default profile never asked the server
+
+
+def test_scheduling_survives_the_server_going_away_and_follows_the_policy_when_it_returns(cluster):
+    scheduler_pid = cluster.pid("kube-scheduler")
+    cluster.sh("server-stop")
+    try:
+        placed = place(cluster, 4, "EE")  # neutral scores: the pods are scheduled anyway
+        assert len(placed) == 4
+    finally:
+        cluster.sh("server-start")
+    assert cluster.pid("kube-scheduler") == scheduler_pid
+    subprocess.run(["kill", "-0", str(scheduler_pid)], check=True)  # the same scheduler, still running
+    cleanup(cluster)
+    again = place(cluster, 6, "EE")
+    assert len(set(again.values())) == 1, again  # packing again
+
+
+def test_without_prometheus_the_server_answers_degraded_and_pods_are_scheduled(cluster):
+    pid = cluster.pid("prometheus")
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    subprocess.run(["kill", str(pid)], check=True)
+    try:
+        time.sleep(3)  # a refresh against the stopped Prometheus
+        answer = cluster.suggest(NODES, "LB")
+        assert answer["degraded"] is True and set(answer["scores"]) == set(NODES)
+        assert any("prometheus" in reason for reason in answer["reasons"]), answer["reasons"]
+        placed = place(cluster, 4, "LB")
+        assert len(placed) == 4
+    finally:
+        log = open(cluster.cluster_dir / "logs" / "prometheus.log", "ab")
+        proc = subprocess.Popen([c.decode() for c in cmdline], stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        (cluster.cluster_dir / "pids" / "prometheus.pid").write_text(str(proc.pid))
+
+
+def test_example_manifests_pass_server_side_dry_run(cluster):
+    manifests = sorted((ROOT / "examples").glob("*.yaml"))
+    assert manifests
+    for manifest in manifests:
+        r = subprocess.run([str(ROOT / "bin" / "kubectl"), "--kubeconfig", cluster.kubeconfig, "apply",
+                            "--dry-run=server", "-n", "e2e", "-f", str(manifest)], capture_output=True, text=True)
+        assert r.returncode == 0, f"{manifest}: {r.stderr}"
