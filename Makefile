@@ -20,7 +20,7 @@ SCHEDULER_LDFLAGS := $(call K8S_VERSION_FLAGS,$(K8S_VERSION)-rlscore)
 KWOK_VERSION := v0.8.0
 LOCAL_BINARIES := bin/etcd bin/kube-apiserver bin/kube-controller-manager bin/kubectl bin/kwok bin/kwokctl bin/kube-scheduler
 
-.PHONY: local-bin local-up local-down local-status e2e help install deps test py-test go-test check-go scheduler train eval bench demo clean
+.PHONY: local-bin local-up local-down local-status e2e images kind-up kind-down check-docker help install deps test py-test go-test check-go scheduler train eval bench demo clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help: ## list targets
@@ -43,7 +43,7 @@ deps: ## Debian packages the tests use (Prometheus), installed with apt-get when
 
 test: py-test go-test e2e ## run the whole test suite: Python, Go, and end to end on a fresh local cluster
 
-py-test: install deps ## Python tests (agent, server with a real Prometheus and uvicorn)
+py-test: install deps bin/kubectl ## Python tests (agent, server with a real Prometheus and uvicorn)
 	$(PY) -m pytest --ignore=tests/e2e
 
 e2e: local-bin install deps ## end-to-end tests on a fresh local cluster (builds the binaries first)
@@ -84,6 +84,35 @@ local-down: ## delete the local cluster
 
 local-status: ## ports, kubeconfig and logs of the local cluster
 	@local-cluster/cluster.sh status
+
+KIND_VERSION := v0.31.0
+REGISTRY ?= rlscore
+SCHEDULER_IMAGE := $(REGISTRY)/kube-scheduler:$(K8S_VERSION)-rlscore.0
+SERVER_IMAGE := $(REGISTRY)/suggestion-server:0.1.0
+PROBE_IMAGE := $(REGISTRY)/latency-probe:0.1.0
+
+check-docker:
+	@command -v docker >/dev/null || { echo "docker not found: images and kind need Docker (make local-up needs none)"; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "no Docker engine is running ('docker info' failed): start one, or use make local-up, which needs none"; exit 1; }
+
+images: check-docker ## build the scheduler, suggestion server and probe images (REGISTRY=rlscore)
+	docker build -t $(SCHEDULER_IMAGE) plugin-go
+	docker build -f deploy/images/suggestion-server.Dockerfile -t $(SERVER_IMAGE) .
+	docker build -f deploy/images/latency-probe.Dockerfile -t $(PROBE_IMAGE) .
+
+bin/kind: | check-go
+	GOBIN=$(CURDIR)/bin $(GO) install sigs.k8s.io/kind@$(KIND_VERSION)
+
+kind-up: check-docker bin/kind bin/kubectl images ## kind cluster (1 control plane + 3 workers) with rlscore deployed
+	@bin/kind get clusters 2>/dev/null | grep -qx rlscore || bin/kind create cluster --config kind-config.yaml
+	bin/kind load docker-image --name rlscore $(SCHEDULER_IMAGE) $(SERVER_IMAGE) $(PROBE_IMAGE)
+	bin/kubectl --context kind-rlscore apply -k deploy/overlays/kind
+	bin/kubectl --context kind-rlscore -n rlscore-system rollout status deployment/rlscore-suggestion-server deployment/rl-scheduler --timeout=300s
+	@echo "rlscore is running on kind. Try: bin/kubectl --context kind-rlscore apply -f examples/nginx-deployment.yaml"
+	@echo "and: bin/kubectl --context kind-rlscore get pods -o wide"
+
+kind-down: bin/kind ## delete the kind cluster
+	bin/kind delete cluster --name rlscore
 
 train: install ## train EE, LB and EL into models/ (two at a time), each evaluated into its sidecar
 	@for p in EE LB; do $(VENV)/bin/rlscore-train --policy $$p --timesteps $(TIMESTEPS) --seed $(SEED) --out models --no-progress & done; wait
