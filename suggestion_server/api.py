@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import time
@@ -89,6 +90,10 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
     async def lifespan(app: FastAPI):
         torch.set_num_threads(1)  # one small forward pass per request; threads only add overhead
         await asyncio.to_thread(registry.load_all)
+        # torch, pydantic and FastAPI leave millions of long-lived objects behind; freezing them
+        # keeps full garbage collections from scanning them in the middle of a request.
+        gc.collect()
+        gc.freeze()
         tasks = []
         if kube is not None:
             kube.start()

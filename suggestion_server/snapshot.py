@@ -48,6 +48,7 @@ class StateCollector:
         self.snapshot = Snapshot()
         self.attempted = asyncio.Event()
         self._lock = asyncio.Lock()
+        self._pending: asyncio.Task | None = None
 
     async def refresh(self) -> Snapshot:
         """Metrics and latency for all nodes; node sizes and requests are read live (assemble)."""
@@ -89,13 +90,20 @@ class StateCollector:
             return self.snapshot
 
     async def current(self) -> Snapshot:
-        """The snapshot, refreshed first when it is stale (bounded by the sources' own timeouts)."""
-        if self.snapshot.age() > self.stale_after_s and not self._lock.locked():
-            try:
-                await self.refresh()
-            except Exception as exc:  # never let a broken source turn into a 5xx
-                log.exception("on-demand refresh failed: %s", exc)
+        """The snapshot as it is, never waiting on a source: a stale one starts a refresh in the
+        background (the answer is flagged stale meanwhile), so a slow Prometheus cannot hold a
+        scheduling decision."""
+        if self.snapshot.age() > self.stale_after_s and not self._lock.locked() and self._pending is None:
+            self._pending = asyncio.create_task(self._refresh_in_background())
         return self.snapshot
+
+    async def _refresh_in_background(self) -> None:
+        try:
+            await self.refresh()
+        except Exception as exc:  # logged; the next refresh tries again
+            log.exception("on-demand refresh failed: %s", exc)
+        finally:
+            self._pending = None
 
     async def run(self) -> None:
         while True:
