@@ -63,3 +63,13 @@ def test_scheduler_uses_the_generated_config_and_the_server_service():
     services = {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}
     host = args["suggestionURL"].split("//")[1].split(".")[0]
     assert host in services
+
+
+def test_kind_targets_fail_early_and_clearly_without_a_docker_engine():
+    import shutil
+    if shutil.which("docker") and subprocess.run(["docker", "info"], capture_output=True).returncode == 0:
+        pytest.skip("a Docker engine is running here: make kind-up would really run")
+    r = subprocess.run(["make", "-s", "kind-up"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "Docker" in r.stdout + r.stderr and "make local-up" in r.stdout + r.stderr
+    assert "kind create cluster" not in r.stdout  # stopped before doing anything

@@ -1,5 +1,6 @@
 """The server as users start it: `rlscore-server` on a real socket, and the latency probe."""
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -9,6 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from suggestion_server.latency_source import ProbeLatencySource
+from suggestion_server.probe import icmp_rtt_ms_blocking
 from tests.helpers.processes import free_port, wait_for
 from tests.server.conftest import MODELS, node, pod
 
@@ -71,6 +74,18 @@ def test_latency_probe_measures_tcp_rtt_to_a_local_target(tmp_path):
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1).text
         assert 'rlscore_node_user_latency_ms{node="worker-9",target="127.0.0.1:' in metrics
         assert 'target="127.0.0.1:1"' not in metrics
+
+        # the server's `probe` latency source reads the same endpoint, all nodes at once
+        async def collect():
+            source = ProbeLatencySource(port, timeout_s=1.0)
+            try:
+                return await source.collect({"worker-9": "127.0.0.1", "silent": "127.0.0.2"})
+            finally:
+                await source.close()
+
+        latencies, problems = asyncio.run(collect())
+        assert set(latencies) == {"worker-9"} and 0 <= latencies["worker-9"] < 1000
+        assert problems == ["latency probe: no answer from 1 of 2 nodes"]
     finally:
         proc.terminate()
         proc.wait(10)
@@ -79,3 +94,13 @@ def test_latency_probe_measures_tcp_rtt_to_a_local_target(tmp_path):
     bad = subprocess.run([str(BIN / "rlscore-latency-probe"), "--targets", "host:notaport"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "host:notaport" in bad.stderr
+
+
+def test_icmp_measures_only_where_the_kernel_allows_unprivileged_ping():
+    low, high = map(int, Path("/proc/sys/net/ipv4/ping_group_range").read_text().split())
+    allowed = any(low <= gid <= high for gid in os.getgroups() + [os.getgid()])
+    rtt = icmp_rtt_ms_blocking("127.0.0.1", 1.0)
+    if allowed:
+        assert rtt is not None and 0 <= rtt < 1000
+    else:
+        assert rtt is None  # no permission: no measurement, never a made-up number
