@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import random
 import subprocess
 import sys
@@ -231,7 +230,6 @@ def train(cfg: TrainConfig) -> tuple[QNetwork, dict]:
             "hyperparameters": config,
             "git_commit": git_commit(),
             "torch": torch.__version__,
-            "command": "rlscore-train " + " ".join(sys.argv[1:]) if sys.argv else "",
         }
     }
     return q_network.eval(), record
@@ -265,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TrainConfig(policy=args.policy, total_timesteps=args.timesteps, seed=args.seed, out=args.out,
                       log_dir=args.log_dir, progress=not args.no_progress)
     network, record = train(cfg)
+    record["training"]["command"] = "rlscore-train " + " ".join(argv if argv is not None else sys.argv[1:])
     path = save_trained(cfg, network, record)
     if not args.no_eval:
         # Record how the policy does against the baselines on held-out seeds, in the sidecar.

@@ -148,10 +148,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
             loc = list(getattr(exc, "loc", ["body", "pod"]))
             return _error(422, loc, str(exc))
 
-        needs_snapshot = any(isinstance(n, str) for n in body.nodes) or any(
-            getattr(n, f) is None for n in body.nodes if not isinstance(n, str)
-            for f in ("cpu_capacity_millicores", "cpu_requested_millicores"))
-        snapshot = await collector.current() if needs_snapshot else collector.snapshot
+        snapshot = await collector.current()  # never waits: a stale one refreshes in the background
         nodes, reasons = assemble(body.nodes, snapshot, settings.stale_after_s, need_latency=policy == "EL",
                                   kube=kube)
         scores, source, version, fallback = score_nodes(policy, nodes, pod, registry, rng)
@@ -178,9 +175,12 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        ready = registry.ready() and collector.attempted.is_set()
+        """Ready once every model had a load attempt, a metrics snapshot was attempted, and the
+        Kubernetes watch cache (when there is one) has listed nodes and pods."""
+        kube_synced = kube is None or kube.synced
+        ready = registry.ready() and collector.attempted.is_set() and kube_synced
         return JSONResponse({"ready": ready, "models_loaded": registry.ready(),
-                             "snapshot_attempted": collector.attempted.is_set()},
+                             "snapshot_attempted": collector.attempted.is_set(), "kubernetes_synced": kube_synced},
                             status_code=200 if ready else 503)
 
     @app.get("/metrics")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 
 from kubernetes import client, config, watch
@@ -149,10 +148,6 @@ class KubeState:
         with self._lock:
             return {n.internal_ip: n.name for n in self._nodes.values() if n.internal_ip}
 
-    def node_names(self) -> list[str]:
-        with self._lock:
-            return list(self._nodes)
-
     def _account(self, pod: KubePod, sign: int) -> None:
         usage = self._usage.setdefault(pod.node, [0.0, 0.0, 0.0])
         usage[0] += sign * pod.cpu_millicores
@@ -230,11 +225,3 @@ class KubeState:
         self._follow("pods", self._core.list_pod_for_all_namespaces, apply, replace, self.pods_synced,
                      field_selector="spec.nodeName!=")
 
-
-def wait_synced(state: KubeState, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if state.synced:
-            return True
-        time.sleep(0.05)
-    return state.synced

@@ -1,4 +1,3 @@
-import numpy as np
 import torch
 
 from agent.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
