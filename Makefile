@@ -122,10 +122,10 @@ eval: install ## evaluate the shipped models against the baselines (tables and p
 	@for p in EE LB EL; do $(VENV)/bin/rlscore-eval --policy $$p --nodes 3,10,100 --out eval/$$p || exit 1; done
 
 bench: install deps local-bin ## print figures: models, training, /suggest, plugin overhead, cluster throughput
-	$(PY) -m agent.bench
-	$(PY) -m suggestion_server.bench
+	PYTHONPATH=$(CURDIR) $(PY) bench/agent_bench.py
+	PYTHONPATH=$(CURDIR) $(PY) bench/server_bench.py
 	cd plugin-go && $(GO) test ./pkg/rlscore/ -run '^$$' -bench PreScoreScore -benchtime 2s
-	$(PY) local-cluster/bench.py
+	PYTHONPATH=$(CURDIR) $(PY) bench/cluster_bench.py
 
 demo: local-up ## the local cluster + the thesis's test pattern per policy: where the pods landed
 	@eval "$$(local-cluster/cluster.sh env)" && $(PY) -m agent.demo

@@ -41,7 +41,7 @@ def throughput(core: client.CoreV1Api, namespace: str, scheduler: str, pods: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="local-cluster/bench.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="bench/cluster_bench.py", description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--policy", default="LB")

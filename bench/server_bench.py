@@ -90,7 +90,7 @@ def throughput(url: str, payload: bytes, clients: int, seconds: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m suggestion_server.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="bench/server_bench.py", description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--seconds", type=float, default=5.0, help="per throughput run")
     args = parser.parse_args(argv)
