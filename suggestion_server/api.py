@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import hmac
 import json
 import logging
 import time
@@ -136,7 +137,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
                          422: {"description": "invalid request; the message names the field"}})
     async def suggest(body: SuggestRequest, request: Request) -> Response:
         start = time.perf_counter()
-        if settings.api_token and request.headers.get("authorization") != f"Bearer {settings.api_token}":
+        if settings.api_token and not hmac.compare_digest(  # constant time: no timing oracle on the token
+                request.headers.get("authorization", "").encode(), f"Bearer {settings.api_token}".encode()):
             return _error(401, ["header", "authorization"], "missing or wrong bearer token")
         if len(body.nodes) > settings.max_nodes:
             return _error(413, ["body", "nodes"],
