@@ -72,6 +72,13 @@ class LiveCluster:
                 out[node.metadata.name] = float("nan")
         return out
 
+    def total_cpu_millicores(self) -> float:
+        """Allocatable cpu of all nodes (sizes the poisson scenario's arrival rate)."""
+        from kubernetes.utils.quantity import parse_quantity
+
+        return sum(float(parse_quantity((n.status.allocatable or {}).get("cpu", "0"))) * 1000.0
+                   for n in self.core.list_node().items)
+
     def set_node_latency(self, node: str, latency_ms: float) -> None:
         self.core.patch_node(node, {"metadata": {"annotations": {LATENCY_ANNOTATION: f"{latency_ms:g}"}}})
 
@@ -140,7 +147,7 @@ def replay(cluster: LiveCluster, scenario: str, pods: int, scheduler: str, polic
     limits = LatencyLimits(enabled=True)
     rng = np.random.default_rng(seed)
     nodes = sorted(cluster.node_latencies())
-    events = make_scenario(scenario, rng, limits, 1e9, len(nodes))
+    events = make_scenario(scenario, rng, limits, cluster.total_cpu_millicores(), len(nodes))
     cluster.ensure_namespace()
     names: dict[int, str] = {}
     alive: set[str] = set()
