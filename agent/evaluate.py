@@ -27,7 +27,12 @@ from agent.simulator import Simulation
 from agent.state import POLICIES, normalize_policy
 
 EVAL_SEED_BASE = 2**40
-BASELINES = ("default-scheduler", "least-allocated", "most-allocated", "random", "latency-greedy")
+BASELINES = ("default-scheduler", "least-allocated", "most-allocated", "random")
+
+
+def baselines_for(policy: str) -> tuple[str, ...]:
+    """kube-scheduler's scorings and chance for every policy; EL adds the latency heuristics."""
+    return BASELINES + (("latency-greedy", POLICY_HEURISTIC["EL"]) if policy == "EL" else ())
 GOAL_SCENARIOS = {"EE": ("test1", "test2", "poisson"), "LB": ("test1", "test2", "poisson"),
                   "EL": ("test1", "test2", "latency-shift")}
 GOAL_NODES = (3, 10, 100)
@@ -190,13 +195,13 @@ def check_goals(policy: str, rows: list[dict]) -> list[GoalCheck]:
 
 
 def evaluate(policy: str, model_scorer: Scorer | None, scenarios: tuple[str, ...], node_counts: tuple[int, ...],
-             seeds: int = 3, decisions: int = 300, baselines: tuple[str, ...] = BASELINES,
+             seeds: int = 3, decisions: int = 300, baselines: tuple[str, ...] | None = None,
              progress: bool = True, traces_for: tuple[str, int] | None = None
              ) -> tuple[list[RunResult], dict[str, Trace]]:
     """Run the model (if any) and every baseline on the same seeded scenarios."""
     policy = normalize_policy(policy)
     latency_limits = policy == "EL"
-    names = list(baselines)
+    names = list(baselines if baselines is not None else baselines_for(policy))
     jobs = [(s, n, seed) for s in scenarios for n in node_counts for seed in range(seeds)]
     results: list[RunResult] = []
     traces: dict[str, Trace] = {}
@@ -363,12 +368,9 @@ def main(argv: list[str] | None = None) -> int:
         except ModelValidationError as exc:
             print(f"rlscore-eval: {exc}", file=sys.stderr)
             return 2
-    baselines = BASELINES if policy == "EL" else tuple(b for b in BASELINES if b != "latency-greedy")
-    if policy == "EL":
-        baselines = (*baselines, POLICY_HEURISTIC["EL"])
     trace_key = (scenarios[0], min(args.nodes))
     results, traces = evaluate(policy, scorer, scenarios, args.nodes, args.seeds, args.decisions,
-                               baselines, progress=not args.no_progress, traces_for=trace_key)
+                               progress=not args.no_progress, traces_for=trace_key)
     rows = summarize(results)
     checks = check_goals(policy, rows) if scorer else []
     out = args.out or Path("eval") / policy.lower()

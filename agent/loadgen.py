@@ -42,8 +42,12 @@ class RunResult:
     policy: str | None
     placements: list[Placement] = field(default_factory=list)
     active_nodes: list[int] = field(default_factory=list)  # after each arrival
-    chosen_latency: list[float] = field(default_factory=list)
     shifts: list[int] = field(default_factory=list)
+
+    @property
+    def chosen_latency(self) -> list[float]:
+        """Latency of each pod's node when it was placed (NaN while pending or unknown)."""
+        return [p.latency_ms if p.latency_ms is not None else float("nan") for p in self.placements]
 
 
 class LiveCluster:
@@ -171,7 +175,6 @@ def replay(cluster: LiveCluster, scenario: str, pods: int, scheduler: str, polic
             result.placements.append(Placement(name, node, latencies.get(node) if node else None))
             live = {placed.get(n) for n in alive if placed.get(n)}
             result.active_nodes.append(len(live))
-            result.chosen_latency.append(latencies.get(node, float("nan")) if node else float("nan"))
             if progress:
                 print(f"  {name} -> {node or 'PENDING'}", file=sys.stderr)
         elif event.kind == "depart" and event.pod_id in names:

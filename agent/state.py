@@ -117,17 +117,3 @@ class NodeState:
             memory_utilization=self.memory_utilization[index],
             latency_ms=self.latency_ms[index],
         )
-
-    def fits(self, pod: PodRequest) -> np.ndarray:
-        """Feasibility as kube-scheduler's NodeResourcesFit filter sees it (requests, not usage)."""
-        return (
-            (self.cpu_requested + pod.cpu_millicores <= self.cpu_capacity)
-            & (self.memory_requested + pod.memory_bytes <= self.memory_capacity)
-            & (self.pods + 1 <= self.max_pods)
-        )
-
-    def cpu_share(self) -> np.ndarray:
-        return self.cpu_requested / self.cpu_capacity
-
-    def active(self) -> np.ndarray:
-        return self.pods > 0

@@ -7,10 +7,6 @@ import math
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-# Which field each configured query fills.
-FIELDS = ("cpu_utilization", "memory_utilization", "cpu_count", "memory_total", "latency_ms")
-
-
 def series_node(labels: dict[str, str], ip_to_node: dict[str, str]) -> str | None:
     """The node a series belongs to: its `node` label, else its `instance` host mapped through the
     nodes' InternalIPs (node_exporter's instance is ip:port), else the instance host itself."""

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from suggestion_server.schemas import SuggestResponse
 from tests.server.conftest import MIB, node, pod, post
 
 
@@ -20,6 +21,7 @@ def test_scores_every_node_and_follows_each_policy(client):
         assert body["policy"] == policy and body["source"] == "model"
         assert body["model_version"].startswith(policy.lower() + "-")
         assert body["degraded"] is False and body["reasons"] == []
+        SuggestResponse.model_validate(body)  # the hand-built payload matches the published schema
         by_policy[policy] = max(body["scores"], key=body["scores"].get)
     assert by_policy == {"EE": "busy", "LB": "empty", "EL": "half"}  # pack / spread / pack within 20 ms
 
@@ -105,6 +107,7 @@ def test_names_without_any_state_are_answered_degraded(client):
     assert r.status_code == 200
     body = r.json()
     assert body["degraded"] is True and set(body["scores"]) == {"unknown-1", "unknown-2"}
+    SuggestResponse.model_validate(body)
     assert any("capacity unknown for 2 node(s)" in reason for reason in body["reasons"])
     assert any("latency unknown" in reason for reason in body["reasons"])
 

@@ -93,19 +93,20 @@ func (pl *RLScore) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.P
 		return nil
 	}
 
-	best := bestNode(scores)
 	if pl.args.Shadow {
 		suggestRequests.WithLabelValues("shadow").Inc()
-		logger.V(2).Info("RLScore shadow: would have preferred", "pod", klog.KObj(pod), "node", best,
+		logger.V(2).Info("RLScore shadow: would have preferred", "pod", klog.KObj(pod), "node", bestNode(scores),
 			"policy", resp.Policy, "modelVersion", resp.ModelVersion, "source", resp.Source,
 			"degraded", resp.Degraded)
 		state.Write(stateKey, &suggestion{})
 		return nil
 	}
 	suggestRequests.WithLabelValues("ok").Inc()
-	logger.V(4).Info("RLScore suggestion", "pod", klog.KObj(pod), "best", best, "policy", resp.Policy,
-		"modelVersion", resp.ModelVersion, "source", resp.Source, "degraded", resp.Degraded,
-		"reasons", strings.Join(resp.Reasons, ","))
+	if v := logger.V(4); v.Enabled() { // finding the best node costs a pass over all nodes
+		v.Info("RLScore suggestion", "pod", klog.KObj(pod), "best", bestNode(scores), "policy", resp.Policy,
+			"modelVersion", resp.ModelVersion, "source", resp.Source, "degraded", resp.Degraded,
+			"reasons", strings.Join(resp.Reasons, ","))
+	}
 	state.Write(stateKey, &suggestion{scores: scores})
 	return nil
 }
