@@ -128,7 +128,7 @@ bench: install deps local-bin ## print figures: models, training, /suggest, plug
 	PYTHONPATH=$(CURDIR) $(PY) bench/cluster_bench.py
 
 demo: local-up ## the local cluster + the thesis's test pattern per policy: where the pods landed
-	@eval "$$(local-cluster/cluster.sh env)" && $(PY) -m agent.demo
+	@eval "$$(local-cluster/cluster.sh env)" && $(PY) -m agent.live.demo
 
 clean: ## remove build output (keeps models/)
 	rm -rf eval runs demo-output .pytest_cache bin

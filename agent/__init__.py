@@ -5,4 +5,4 @@ import gymnasium
 ENV_ID = "rlscore/Scheduling-v0"
 
 if ENV_ID not in gymnasium.registry:
-    gymnasium.register(id=ENV_ID, entry_point="agent.env:SchedulingEnv")
+    gymnasium.register(id=ENV_ID, entry_point="agent.learn.env:SchedulingEnv")

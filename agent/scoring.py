@@ -9,7 +9,7 @@ from typing import Protocol
 import numpy as np
 
 from agent.heuristics import HEURISTICS, MAX_NODE_SCORE
-from agent.model_io import LoadedModel
+from agent.learn.model_io import LoadedModel
 from agent.state import NodeState, PodRequest
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agent.model_io import load_model
-from agent.simulator import Simulation
-from agent.train import TrainConfig, train
+from agent.learn.model_io import load_model
+from agent.sim.simulator import Simulation
+from agent.learn.dqn import TrainConfig, train
 
 MODELS = Path("models")
 

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.model_io import LoadedModel, ModelValidationError, load_model
+from agent.learn.model_io import LoadedModel, ModelValidationError, load_model
 from agent.state import POLICIES
 from suggestion_server import metrics
 

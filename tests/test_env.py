@@ -4,8 +4,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agent
-from agent.env import SchedulingEnv
-from agent.rewards import INVALID_ACTION_REWARD
+from agent.learn.env import SchedulingEnv
+from agent.learn.rewards import INVALID_ACTION_REWARD
 
 
 @pytest.mark.parametrize("policy", ["EE", "LB", "EL"])

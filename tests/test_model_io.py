@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from agent.features import FEATURE_SPEC_VERSION
-from agent.model_io import ModelValidationError, load_model, save_model, sidecar_path
-from agent.network import QNetwork
+from agent.learn.model_io import ModelValidationError, load_model, save_model, sidecar_path
+from agent.learn.network import QNetwork
 from agent.state import PodRequest
 from tests.conftest import make_nodes
 

@@ -1,7 +1,7 @@
 import torch
 
 from agent.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
-from agent.network import QNetwork
+from agent.learn.network import QNetwork
 
 
 def _inputs(batch, nodes, seed=0):

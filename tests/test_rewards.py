@@ -1,6 +1,6 @@
 import pytest
 
-from agent.rewards import (EL_WORSE_TIER_PENALTY, energy_latency_reward, energy_reward,
+from agent.learn.rewards import (EL_WORSE_TIER_PENALTY, energy_latency_reward, energy_reward,
                            load_balance_reward, reward)
 from agent.state import PodRequest
 from tests.conftest import make_nodes

@@ -6,11 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.evaluate import GOAL_NODES, GOAL_SCENARIOS, check_goals, evaluate, summarize
+from agent.evaluate.compare import GOAL_NODES, GOAL_SCENARIOS, check_goals, evaluate, summarize
 from agent.features import FEATURE_SPEC_VERSION
-from agent.model_io import load_model, sha256_of
+from agent.learn.model_io import load_model, sha256_of
 from agent.scoring import ModelScorer
-from agent.simulator import Simulation
+from agent.sim.simulator import Simulation
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 

@@ -2,9 +2,9 @@ import itertools
 
 import numpy as np
 
-from agent import scenarios
-from agent.scenarios import LatencyLimits, make_scenario
-from agent.simulator import Cluster, Simulation
+from agent.sim import scenarios
+from agent.sim.scenarios import LatencyLimits, make_scenario
+from agent.sim.simulator import Cluster, Simulation
 from agent.scoring import HeuristicScorer, choose
 
 

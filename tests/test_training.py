@@ -1,9 +1,9 @@
 import numpy as np
 
-from agent.evaluate import check_goals, evaluate, summarize
-from agent.model_io import load_model
+from agent.evaluate.compare import check_goals, evaluate, summarize
+from agent.learn.model_io import load_model
 from agent.scoring import ModelScorer
-from agent.train import TrainConfig, save_trained, train
+from agent.learn.dqn import TrainConfig, save_trained, train
 
 
 def test_short_training_learns_to_pack_three_nodes(tmp_path):
@@ -27,7 +27,7 @@ def test_short_training_learns_to_pack_three_nodes(tmp_path):
 
 
 def _probe():
-    from agent.simulator import Simulation
+    from agent.sim.simulator import Simulation
     sim = Simulation("poisson", 7, seed=0)
     sim.next_decision()
     return sim.candidate_state()

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent.loadgen import LiveCluster
+from agent.live.loadgen import LiveCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_SH = ROOT / "local-cluster" / "cluster.sh"

@@ -6,8 +6,8 @@ import shutil
 import torch
 
 from agent.features import FEATURE_SPEC_VERSION, NODE_FEATURES
-from agent.model_io import save_model, sidecar_path
-from agent.network import QNetwork
+from agent.learn.model_io import save_model, sidecar_path
+from agent.learn.network import QNetwork
 from suggestion_server.registry import ModelRegistry
 from tests.server.conftest import MODELS, node, pod, post
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.loadgen import LiveCluster, RunResult, replay
+from agent.live.loadgen import LiveCluster, RunResult, replay
 
 RUNS = (  # label, scheduler, policy
     ("rl EE", "rl-scheduler", "EE"),
@@ -65,7 +65,7 @@ def plot(results: dict[str, RunResult], nodes: list[str], out: Path, title: str)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m agent.live.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="test1", help="thesis pattern: test1 or test2")
     parser.add_argument("--pods", type=int, default=24)
     parser.add_argument("--speed", type=float, default=20.0, help="scenario seconds per real second")

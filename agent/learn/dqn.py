@@ -24,8 +24,8 @@ from tqdm import tqdm
 
 import agent  # noqa: F401  (registers the environment)
 from agent import ENV_ID
-from agent.model_io import save_model
-from agent.network import QNetwork
+from agent.learn.model_io import save_model
+from agent.learn.network import QNetwork
 from agent.state import POLICIES, normalize_policy
 
 
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     path = save_trained(cfg, network, record)
     if not args.no_eval:
         # Record how the policy does against the baselines on held-out seeds, in the sidecar.
-        from agent.evaluate import evaluate_shipped_model
+        from agent.evaluate.compare import evaluate_shipped_model
         evaluate_shipped_model(path)
     print(f"wrote {path} ({record['training']['seconds']} s, "
           f"{record['training']['steps_per_second']} steps/s)")

@@ -20,10 +20,10 @@ from tqdm import tqdm
 
 from agent.features import latency_tiers
 from agent.heuristics import POLICY_HEURISTIC
-from agent.model_io import load_model, sha256_of, sidecar_path
-from agent.scenarios import SCENARIOS, LatencyLimits
+from agent.learn.model_io import load_model, sha256_of, sidecar_path
+from agent.sim.scenarios import SCENARIOS, LatencyLimits
 from agent.scoring import HeuristicScorer, ModelScorer, Scorer, choose
-from agent.simulator import Simulation
+from agent.sim.simulator import Simulation
 from agent.state import POLICIES, normalize_policy
 
 EVAL_SEED_BASE = 2**40
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
 
     scorer = None
     if not args.no_model:
-        from agent.model_io import ModelValidationError
+        from agent.learn.model_io import ModelValidationError
         path = args.model or Path("models") / f"{policy.lower()}.pt"
         try:
             scorer = ModelScorer(load_model(path, expected_policy=policy))

@@ -13,7 +13,7 @@ from typing import Iterator
 
 import numpy as np
 
-from agent.scenarios import GIB, Event, LatencyLimits, SimPod, make_scenario
+from agent.sim.scenarios import GIB, Event, LatencyLimits, SimPod, make_scenario
 from agent.state import NodeState, PodRequest
 
 

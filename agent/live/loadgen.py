@@ -20,10 +20,10 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from agent.scenarios import SCENARIOS, LatencyLimits, make_scenario
+from agent.sim.scenarios import SCENARIOS, LatencyLimits, make_scenario
 from agent.state import normalize_policy
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "examples" / "nginx-deployment.yaml"
+TEMPLATE = Path(__file__).resolve().parents[2] / "examples" / "nginx-deployment.yaml"
 RUN_LABEL = "rlscore.io/loadgen-run"
 LATENCY_ANNOTATION = "rlscore.io/latency-ms"
 

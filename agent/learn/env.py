@@ -14,9 +14,9 @@ import numpy as np
 from gymnasium import spaces
 
 from agent.features import FEATURE_CLIP, NUM_NODE_FEATURES, NUM_POD_FEATURES, latency_tiers, node_features
-from agent.rewards import INVALID_ACTION_REWARD, reward
-from agent.scenarios import SCENARIOS, LatencyLimits
-from agent.simulator import Simulation
+from agent.learn.rewards import INVALID_ACTION_REWARD, reward
+from agent.sim.scenarios import SCENARIOS, LatencyLimits
+from agent.sim.simulator import Simulation
 from agent.state import normalize_policy
 
 

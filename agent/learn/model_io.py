@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from agent.features import FEATURE_SPEC_VERSION, NUM_NODE_FEATURES, NUM_POD_FEATURES, node_features
-from agent.network import QNetwork
+from agent.learn.network import QNetwork
 from agent.state import POLICIES, NodeState, PodRequest
 
 MODEL_FORMAT = "rlscore-dqn-deepsets"
