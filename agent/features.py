@@ -1,9 +1,15 @@
 """Per-node features: the one function that both training and serving turn cluster state into.
 
-Every feature is a ratio (shares of capacity, latency over the pod's limit, capacity relative to
-the largest node in the set), so the same network serves a 2-node kind cluster and a 5000-node
-fleet. Anything that changes the meaning or order of a column must bump FEATURE_SPEC_VERSION: the
-model loader refuses models trained on another version.
+Every feature is a ratio (shares of capacity, latency over the pod's limit, capacity, power and
+traffic relative to the candidate set), so the same network serves a 2-node kind cluster and a
+5000-node fleet. Unknown values (no metrics, no power model, no latency) are a known state: the
+value is neutral and a `*_known` column says so. Anything that changes the meaning or order of a
+column must bump FEATURE_SPEC_VERSION: the model loader refuses models trained on another version.
+
+Version 2 (wave 2) adds measured-utilization knowledge, free capacity after placement and Tetris
+alignment (2-D packing and fragmentation), the latency rank (how rare a node's latency is), the
+power model (idle power, efficiency at full load and per dynamic watt), and the thesis's further
+node metrics (network receive rate, established TCP connections, disk usage).
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import numpy as np
 
 from agent.state import NodeState, PodRequest
 
-FEATURE_SPEC_VERSION = 1
+FEATURE_SPEC_VERSION = 2
 
 NODE_FEATURES = (
     "cpu_share",  # requested / allocatable, before placing the pod
@@ -24,16 +30,33 @@ NODE_FEATURES = (
     "pod_memory_share",
     "cpu_utilization",  # measured; the request share stands in when unknown
     "memory_utilization",
+    "utilization_known",
     "active",  # 1 when the node already runs a pod
     "relative_cpu_capacity",  # allocatable / largest allocatable in the set
     "relative_memory_capacity",
+    "free_cpu_after",  # allocatable left after placing the pod / largest allocatable in the set
+    "free_memory_after",
+    "alignment",  # Tetris: pod demand . free capacity, both as shares of the node
     "latency_known",
     "latency_over_hard",  # latency / the pod's hard limit (latency / 100 ms without limits)
     "meets_soft",
     "meets_hard",
     "latency_gap_to_best",  # (latency - best latency in the set) / hard limit
+    "latency_rank",  # share of candidates with a lower latency (0 = the nearest)
+    "power_known",
+    "idle_power_relative",  # idle watts / largest idle watts in the set
+    "efficiency",  # lowest full-load watts per core in the set / this node's
+    "dynamic_efficiency",  # the same for (max - idle) watts per core
+    "network_receive_relative",  # / largest in the set
+    "tcp_established_relative",
+    "disk_utilization",
+    "extra_metrics_known",
 )
-POD_FEATURES = ("has_latency_limits",)
+POD_FEATURES = (
+    "has_latency_limits",
+    "share_meeting_hard",  # share of candidates within the pod's hard limit (1 without limits)
+    "share_meeting_soft",
+)
 
 NUM_NODE_FEATURES = len(NODE_FEATURES)
 NUM_POD_FEATURES = len(POD_FEATURES)
@@ -59,9 +82,23 @@ def latency_tiers(nodes: NodeState, pod: PodRequest) -> np.ndarray:
 
 
 def _share(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        share = numerator / denominator
-    return np.where(denominator > 0, share, FEATURE_CLIP)
+    """numerator / denominator, FEATURE_CLIP where the denominator is not positive (call inside
+    np.errstate(all="ignore"))."""
+    return np.where(denominator > 0, numerator / denominator, FEATURE_CLIP)
+
+
+def _relative_to_max(values: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """values / the largest known value (0 where unknown or when all are 0)."""
+    top = values[known].max() if known.any() else 0.0
+    return np.where(known, values / top, 0.0) if top > 0 else np.zeros(len(values))
+
+
+def _min_over(values: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """lowest known value / values (1 for the lowest, 0 where unknown)."""
+    ok = known & (values > 0)
+    if not ok.any():
+        return np.zeros(len(values))
+    return np.where(ok, values[ok].min() / values, 0.0)
 
 
 def node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.ndarray]:
@@ -70,38 +107,79 @@ def node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.nda
     `nodes` must be exactly the candidate set (the feasible nodes at serving time): set-level
     features are computed over it.
     """
+    with np.errstate(all="ignore"):
+        return _node_features(nodes, pod)
+
+
+def _node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.ndarray]:
     n = len(nodes)
-    out = np.empty((n, NUM_NODE_FEATURES), dtype=np.float64)
-    cpu_share = _share(nodes.cpu_requested, nodes.cpu_capacity)
-    mem_share = _share(nodes.memory_requested, nodes.memory_capacity)
-    pod_cpu = _share(np.full(n, pod.cpu_millicores), nodes.cpu_capacity)
-    pod_mem = _share(np.full(n, pod.memory_bytes), nodes.memory_capacity)
-    out[:, 0] = cpu_share
-    out[:, 1] = mem_share
-    out[:, 2] = _share(nodes.pods, nodes.max_pods)
-    out[:, 3] = cpu_share + pod_cpu
-    out[:, 4] = mem_share + pod_mem
-    out[:, 5] = pod_cpu
-    out[:, 6] = pod_mem
-    out[:, 7] = np.where(np.isfinite(nodes.cpu_utilization), nodes.cpu_utilization, cpu_share)
-    out[:, 8] = np.where(np.isfinite(nodes.memory_utilization), nodes.memory_utilization, mem_share)
-    out[:, 9] = nodes.pods > 0
+    out = np.empty((NUM_NODE_FEATURES, n), dtype=np.float64)
+    cpu_cap, mem_cap = nodes.cpu_capacity, nodes.memory_capacity
+    cpu_share = _share(nodes.cpu_requested, cpu_cap)
+    mem_share = _share(nodes.memory_requested, mem_cap)
+    pod_cpu = _share(pod.cpu_millicores, cpu_cap)
+    pod_mem = _share(pod.memory_bytes, mem_cap)
+    out[0] = cpu_share
+    out[1] = mem_share
+    out[2] = _share(nodes.pods, nodes.max_pods)
+    out[3] = cpu_share + pod_cpu
+    out[4] = mem_share + pod_mem
+    out[5] = pod_cpu
+    out[6] = pod_mem
+    cpu_util, mem_util = nodes.cpu_utilization, nodes.memory_utilization
+    util_known = np.isfinite(cpu_util)
+    out[7] = np.where(util_known, cpu_util, cpu_share)
+    out[8] = np.where(np.isfinite(mem_util), mem_util, mem_share)
+    out[9] = util_known
+    out[10] = nodes.pods > 0
     if n:
-        out[:, 10] = _share(nodes.cpu_capacity, np.full(n, max(nodes.cpu_capacity.max(), 0.0)))
-        out[:, 11] = _share(nodes.memory_capacity, np.full(n, max(nodes.memory_capacity.max(), 0.0)))
+        top_cpu, top_mem = cpu_cap.max(), mem_cap.max()
+        top_cpu, top_mem = (top_cpu if top_cpu > 0 else np.inf), (top_mem if top_mem > 0 else np.inf)
+        out[11] = cpu_cap / top_cpu
+        out[12] = mem_cap / top_mem
+        out[13] = (cpu_cap - nodes.cpu_requested - pod.cpu_millicores) / top_cpu
+        out[14] = (mem_cap - nodes.memory_requested - pod.memory_bytes) / top_mem
+    else:
+        out[11:15] = 0.0
+    out[15] = pod_cpu * (1.0 - cpu_share) + pod_mem * (1.0 - mem_share)
 
     latency = nodes.latency_ms
     known = np.isfinite(latency)
     scale = pod.hard_limit if np.isfinite(pod.hard_limit) else NO_LIMIT_LATENCY_SCALE_MS
     tiers = latency_tiers(nodes, pod)
-    out[:, 12] = known
-    out[:, 13] = np.where(known, latency / scale, FEATURE_CLIP)
-    out[:, 14] = (tiers >= LATENCY_TIER_SOFT) & pod.has_latency_limits
-    out[:, 15] = (tiers >= LATENCY_TIER_HARD) & pod.has_latency_limits
+    limited = pod.has_latency_limits
+    out[16] = known
+    out[17] = np.where(known, latency / scale, FEATURE_CLIP)
+    out[18] = (tiers >= LATENCY_TIER_SOFT) & limited
+    out[19] = (tiers >= LATENCY_TIER_HARD) & limited
     best = latency[known].min() if known.any() else 0.0
-    out[:, 16] = np.where(known, (latency - best) / scale, FEATURE_CLIP)
+    out[20] = np.where(known, (latency - best) / scale, FEATURE_CLIP)
+    if n and known.any():
+        ordered = np.sort(latency[known])
+        below = np.searchsorted(ordered, np.where(known, latency, np.inf), side="left")
+        out[21] = np.where(known, below / n, 1.0)
+    else:
+        out[21] = 1.0
 
-    np.clip(np.nan_to_num(out, nan=FEATURE_CLIP, posinf=FEATURE_CLIP, neginf=0.0), 0.0,
-            FEATURE_CLIP, out=out)
-    pod_vec = np.array([float(pod.has_latency_limits)], dtype=np.float32)
-    return out.astype(np.float32), pod_vec
+    idle, peak = nodes.power_idle_watts, nodes.power_max_watts
+    power_known = np.isfinite(idle) & np.isfinite(peak) & (peak >= idle) & (cpu_cap > 0)
+    cores = np.where(cpu_cap > 0, cpu_cap, 1.0) / 1000.0
+    out[22] = power_known
+    out[23] = _relative_to_max(np.where(power_known, idle, 0.0), power_known)
+    out[24] = _min_over(np.where(power_known, peak / cores, 0.0), power_known)
+    out[25] = _min_over(np.where(power_known, (peak - idle) / cores, 0.0), power_known)
+
+    net, tcp, disk = nodes.network_receive_bytes_per_s, nodes.tcp_established, nodes.disk_utilization
+    out[26] = _relative_to_max(np.where(np.isfinite(net), net, 0.0), np.isfinite(net))
+    out[27] = _relative_to_max(np.where(np.isfinite(tcp), tcp, 0.0), np.isfinite(tcp))
+    out[28] = np.where(np.isfinite(disk), disk, 0.0)
+    out[29] = np.isfinite(net) & np.isfinite(tcp) & np.isfinite(disk)
+
+    out[np.isnan(out)] = FEATURE_CLIP
+    features = np.clip(out.T, 0.0, FEATURE_CLIP)  # +inf -> FEATURE_CLIP, -inf -> 0
+    if limited and n:
+        pod_vec = np.array([1.0, (tiers >= LATENCY_TIER_HARD).mean(), (tiers >= LATENCY_TIER_SOFT).mean()],
+                           dtype=np.float32)
+    else:
+        pod_vec = np.array([0.0, 1.0, 1.0], dtype=np.float32)
+    return features.astype(np.float32), pod_vec

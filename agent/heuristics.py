@@ -3,7 +3,10 @@ the server answers with when no valid model is loaded.
 
 The kube-scheduler ones follow the upstream NodeResourcesFit (LeastAllocated / MostAllocated) and
 NodeResourcesBalancedAllocation formulas, integer truncation included, so that ties (which the
-scheduler breaks at random) come out as they do in a real cluster.
+scheduler breaks at random) come out as they do in a real cluster. The Trimaran ones follow the
+formulas of scheduler-plugins' TargetLoadPacking and LoadVariationRiskBalancing; the others are the
+classic packing rules (best-fit, Tetris alignment) and the rules a careful operator would write by
+hand for each objective (latency-fit, least-utilized, efficient-first).
 """
 
 from __future__ import annotations
@@ -85,6 +88,91 @@ def latency_pack(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) ->
     return latency_tiers(nodes, pod) * 1000.0 + most_allocated(nodes, pod, rng)
 
 
+def latency_fit(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
+    """The best latency tier the pod can get, then the *highest* latency still inside it, so the
+    near nodes stay free for the pods that need them. A pod without limits: the farthest node."""
+    latency = nodes.latency_ms
+    known = np.isfinite(latency)
+    return latency_tiers(nodes, pod) * 1e6 + np.where(known, np.minimum(latency, 1e5), -1.0)
+
+
+def _measured_cpu(nodes: NodeState) -> np.ndarray:
+    """Measured cpu utilization; the request share stands in where it is unknown."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.nan_to_num(nodes.cpu_requested / nodes.cpu_capacity, nan=1.0)
+    return np.where(np.isfinite(nodes.cpu_utilization), nodes.cpu_utilization, share)
+
+
+def least_utilized(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
+    """The lowest *measured* cpu utilization wins (Trimaran's idea: what runs, not what is asked)."""
+    return -_measured_cpu(nodes)
+
+
+TARGET_UTILIZATION = 40.0  # TargetLoadPacking's default target, percent
+REQUESTS_MULTIPLIER = 1.5  # its prediction of a burstable pod's usage from its request
+RISK_MARGIN = 1.0  # LoadVariationRiskBalancing's safeVarianceMargin
+RISK_SENSITIVITY = 1.0  # its safeVarianceSensitivity
+
+
+def target_load_packing(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
+    """Trimaran TargetLoadPacking: pack towards a target utilization, then spread beyond it.
+    Predicted utilization = measured + the pod's request x 1.5."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        predicted = 100.0 * (_measured_cpu(nodes) + pod.cpu_millicores * REQUESTS_MULTIPLIER / nodes.cpu_capacity)
+    target = TARGET_UTILIZATION
+    below = np.round((100.0 - target) * predicted / target + target)
+    above = np.round(target * (100.0 - predicted) / (100.0 - target))
+    return np.where(predicted > 100.0, 0.0, np.where(predicted > target, above, below))
+
+
+def load_variation_risk_balancing(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
+    """Trimaran LoadVariationRiskBalancing: risk = (mean + margin x stddev^(1/sensitivity)) / 2 of
+    the utilization over time, with the pod's request added to the mean; score = 1 - worst risk of
+    cpu and memory."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cpu_mean = _measured_cpu(nodes) + pod.cpu_millicores / nodes.cpu_capacity
+        mem_share = np.nan_to_num(nodes.memory_requested / nodes.memory_capacity, nan=1.0)
+        mem_mean = np.where(np.isfinite(nodes.memory_utilization), nodes.memory_utilization, mem_share) \
+            + pod.memory_bytes / nodes.memory_capacity
+    std = np.nan_to_num(nodes.cpu_utilization_stddev, nan=0.0)
+    cpu_risk = np.clip((cpu_mean + RISK_MARGIN * std ** (1.0 / RISK_SENSITIVITY)) / 2, 0.0, 1.0)
+    mem_risk = np.clip(mem_mean / 2, 0.0, 1.0)
+    return np.floor(MAX_NODE_SCORE * (1.0 - np.maximum(cpu_risk, mem_risk)))
+
+
+def best_fit(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
+    """The node left with the least free capacity after placement (absolute, not as a share), so big
+    free nodes stay whole for big pods."""
+    cpu_scale = max(float(nodes.cpu_capacity.max()), 1.0)
+    mem_scale = max(float(nodes.memory_capacity.max()), 1.0)
+    free_cpu = (nodes.cpu_capacity - nodes.cpu_requested - pod.cpu_millicores) / cpu_scale
+    free_mem = (nodes.memory_capacity - nodes.memory_requested - pod.memory_bytes) / mem_scale
+    return -(free_cpu + free_mem)
+
+
+def tetris(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
+    """Tetris alignment: the dot product of the pod's demand and the node's free capacity, both as
+    shares of the node, so a cpu-heavy pod goes where cpu is free."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        free_cpu = 1.0 - nodes.cpu_requested / nodes.cpu_capacity
+        free_mem = 1.0 - nodes.memory_requested / nodes.memory_capacity
+        score = (pod.cpu_millicores / nodes.cpu_capacity * free_cpu
+                 + pod.memory_bytes / nodes.memory_capacity * free_mem)
+    return np.nan_to_num(score, nan=-1.0)
+
+
+def efficient_first(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
+    """The lowest full-load watts per core first, then MostAllocated; MostAllocated alone where no
+    power model is known."""
+    cores = np.where(nodes.cpu_capacity > 0, nodes.cpu_capacity, np.inf) / 1000.0
+    watts_per_core = nodes.power_max_watts / cores
+    known = np.isfinite(watts_per_core)
+    rank = np.zeros(len(nodes))
+    if known.any():
+        rank = np.where(known, -np.round(watts_per_core, 3), -1e6)
+    return rank * 1000.0 + most_allocated(nodes, pod, rng)
+
+
 HEURISTICS: dict[str, Heuristic] = {
     "default-scheduler": default_scheduler,
     "least-allocated": least_allocated,
@@ -92,6 +180,14 @@ HEURISTICS: dict[str, Heuristic] = {
     "random": random_scores,
     "latency-greedy": latency_greedy,
     "latency-pack": latency_pack,
+    "balanced-allocation": balanced_allocation,
+    "latency-fit": latency_fit,
+    "least-utilized": least_utilized,
+    "target-load-packing": target_load_packing,
+    "load-variation-risk-balancing": load_variation_risk_balancing,
+    "best-fit": best_fit,
+    "tetris": tetris,
+    "efficient-first": efficient_first,
 }
 
 # The fallback of the same intent for each policy.

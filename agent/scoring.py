@@ -36,10 +36,11 @@ class HeuristicScorer:
 @dataclass
 class ModelScorer:
     model: LoadedModel
+    name: str | None = None  # default rl-<policy>; set to tell several models of one policy apart
 
-    @property
-    def name(self) -> str:
-        return f"rl-{self.model.policy.lower()}"
+    def __post_init__(self) -> None:
+        if self.name is None:
+            self.name = f"rl-{self.model.policy.lower()}"
 
     def values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
         return self.model.q_values(nodes, pod)

@@ -66,12 +66,19 @@ class PodRequest:
         return self.latency_soft_ms if self.latency_soft_ms is not None else np.inf
 
 
+NODE_ARRAYS = ("cpu_capacity", "memory_capacity", "max_pods", "cpu_requested", "memory_requested", "pods",
+               "cpu_utilization", "memory_utilization", "latency_ms", "power_idle_watts", "power_max_watts",
+               "network_receive_bytes_per_s", "tcp_established", "disk_utilization", "cpu_utilization_stddev")
+
+
 @dataclass
 class NodeState:
     """State of a set of nodes, one array entry per node.
 
     Utilizations are measured fractions 0..1 (NaN when unknown, then the request share stands in);
-    latency is node-to-user round-trip time in ms (NaN when unknown).
+    latency is node-to-user round-trip time in ms (NaN when unknown). The power model (watts when
+    idle and at full cpu) and the thesis's further metrics are NaN when unknown, which the features
+    encode as a known state.
     """
 
     names: list[str]
@@ -84,12 +91,16 @@ class NodeState:
     cpu_utilization: np.ndarray = field(default=None)  # type: ignore[assignment]
     memory_utilization: np.ndarray = field(default=None)  # type: ignore[assignment]
     latency_ms: np.ndarray = field(default=None)  # type: ignore[assignment]
+    power_idle_watts: np.ndarray = field(default=None)  # type: ignore[assignment]
+    power_max_watts: np.ndarray = field(default=None)  # type: ignore[assignment]
+    network_receive_bytes_per_s: np.ndarray = field(default=None)  # type: ignore[assignment]
+    tcp_established: np.ndarray = field(default=None)  # type: ignore[assignment]
+    disk_utilization: np.ndarray = field(default=None)  # type: ignore[assignment]
+    cpu_utilization_stddev: np.ndarray = field(default=None)  # type: ignore[assignment]  # over time
 
     def __post_init__(self) -> None:
         n = len(self.names)
-        for name in ("cpu_capacity", "memory_capacity", "max_pods", "cpu_requested",
-                     "memory_requested", "pods", "cpu_utilization", "memory_utilization",
-                     "latency_ms"):
+        for name in NODE_ARRAYS:
             value = getattr(self, name)
             if value is None:
                 value = np.full(n, np.nan)
@@ -101,19 +112,25 @@ class NodeState:
     def __len__(self) -> int:
         return len(self.names)
 
+    @classmethod
+    def trusted(cls, names: list[str], **arrays: np.ndarray) -> NodeState:
+        """Build from float64 arrays of the right shape without checking them (the simulator's
+        hot path); missing fields are unknown."""
+        state = cls.__new__(cls)
+        state.names = names
+        unknown = None
+        for name in NODE_ARRAYS:
+            value = arrays.get(name)
+            if value is None:
+                if unknown is None:
+                    unknown = np.full(len(names), np.nan)
+                value = unknown
+            setattr(state, name, value)
+        return state
+
     def subset(self, index: np.ndarray) -> NodeState:
         index = np.asarray(index)
         if index.dtype == bool:
             index = np.flatnonzero(index)
-        return NodeState(
-            names=[self.names[i] for i in index],
-            cpu_capacity=self.cpu_capacity[index],
-            memory_capacity=self.memory_capacity[index],
-            max_pods=self.max_pods[index],
-            cpu_requested=self.cpu_requested[index],
-            memory_requested=self.memory_requested[index],
-            pods=self.pods[index],
-            cpu_utilization=self.cpu_utilization[index],
-            memory_utilization=self.memory_utilization[index],
-            latency_ms=self.latency_ms[index],
-        )
+        return NodeState.trusted([self.names[i] for i in index],
+                                 **{name: getattr(self, name)[index] for name in NODE_ARRAYS})

@@ -57,10 +57,15 @@ render() {  # render TEMPLATE OUT KEY=VALUE...
 create_nodes() {
   local count=$1 sizes latencies=(12 45 25 60 8 35 18 50)
   IFS=, read -ra sizes <<<"${NODE_CPUS:-8,16,4}"
+  # emulated power curves (idle/max watts) by size, served as Kepler's series; NODE_POWER=0 leaves
+  # them out (no power model known)
   local manifest=$OURS/nodes.yaml
   : >"$manifest"
   for ((i = 0; i < count; i++)); do
     local cores=${sizes[$((i % ${#sizes[@]}))]} latency=${latencies[$((i % 8))]}
+    local idle=$((20 + cores * 6)) peak=$((40 + cores * 21)) power=""
+    [ "${NODE_POWER:-1}" = 0 ] || power="    metrics.rlscore.io/power-idle-watts: \"$idle\"
+    metrics.rlscore.io/power-max-watts: \"$peak\""
     cat >>"$manifest" <<EOF
 apiVersion: v1
 kind: Node
@@ -71,6 +76,7 @@ metadata:
     kwok.x-k8s.io/node: fake
     rlscore.io/latency-ms: "$latency"
     metrics.rlscore.io/cpu-cores: "$cores"
+$power
   labels:
     kubernetes.io/hostname: kwok-node-$i
     kubernetes.io/os: linux

@@ -79,7 +79,11 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
     prometheus = None
     if settings.prometheus_url:
         queries = {"cpu_utilization": settings.cpu_query, "memory_utilization": settings.memory_query,
-                   "cpu_count": settings.cpu_count_query, "memory_total": settings.memory_total_query}
+                   "cpu_count": settings.cpu_count_query, "memory_total": settings.memory_total_query,
+                   "network_receive_bytes_per_s": settings.network_query, "tcp_established": settings.tcp_query,
+                   "disk_utilization": settings.disk_query, "power_idle_watts": settings.power_idle_query,
+                   "power_active_watts": settings.power_active_query,
+                   "power_usage_ratio": settings.power_usage_query}
         if settings.latency_source == "prometheus":
             queries["latency_ms"] = settings.latency_query
         prometheus = PrometheusSource(settings.prometheus_url, settings.prometheus_timeout_s, queries)
@@ -151,8 +155,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
             return _error(422, loc, str(exc))
 
         snapshot = await collector.current()  # never waits: a stale one refreshes in the background
-        nodes, reasons = assemble(body.nodes, snapshot, settings.stale_after_s, need_latency=policy == "EL",
-                                  kube=kube)
+        nodes, reasons, notes = assemble(body.nodes, snapshot, settings.stale_after_s, need_latency=policy == "EL",
+                                         kube=kube, need_power=policy != "LB")
         scores, source, version, fallback = score_nodes(policy, nodes, pod, registry, rng)
         for code in {code for code, _ in reasons}:
             metrics.DEGRADED.labels(code).inc()
@@ -160,7 +164,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         names = nodes.names
         top = names[int(np.argmax(scores))]
         payload = {"policy": policy, "model_version": version, "source": source, "degraded": bool(reasons),
-                   "reasons": [message for _, message in reasons] + fallback,
+                   "reasons": [message for _, message in reasons + notes] + fallback,
                    "scores": dict(zip(names, scores.tolist()))}
         elapsed = time.perf_counter() - start
         metrics.REQUESTS.labels(policy, source).inc()

@@ -41,6 +41,24 @@ class Settings(BaseSettings):
                                     description="memory bytes per node, used when the Kubernetes API gives none")
     latency_query: str = Field("avg by (node) (rlscore_node_user_latency_ms)",
                                description="node-to-user latency (ms) per node")
+    # The thesis's further node metrics (node_exporter's series by default).
+    network_query: str = Field(
+        'sum by (instance, node) (rate(node_network_receive_bytes_total'
+        '{device!~"lo|veth.*|docker.*|cni.*|flannel.*|cali.*|cilium.*|br-.*|virbr.*"}[1m]))',
+        description="bytes/s received per node")
+    tcp_query: str = Field("sum by (instance, node) (node_netstat_Tcp_CurrEstab)",
+                           description="established TCP connections per node")
+    disk_query: str = Field(
+        'max by (instance, node) (1 - node_filesystem_avail_bytes{mountpoint="/"} '
+        '/ node_filesystem_size_bytes{mountpoint="/"})', description="used share of the root filesystem (0..1)")
+    # A node's power model from Kepler: idle watts, and the active watts at the current cpu usage
+    # (max = idle + active / usage). Node labels/annotations rlscore.io/power-{idle,max}-watts win.
+    power_idle_query: str = Field("sum by (node_name) (kepler_node_cpu_idle_watts)",
+                                  description="Kepler: idle watts per node ('' disables Kepler)")
+    power_active_query: str = Field("sum by (node_name) (kepler_node_cpu_active_watts)",
+                                    description="Kepler: active watts per node")
+    power_usage_query: str = Field("avg by (node_name) (kepler_node_cpu_usage_ratio)",
+                                   description="Kepler: cpu usage ratio (0..1) the active watts belong to")
     kubernetes: Literal["auto", "off", "in-cluster", "kubeconfig"] = Field(
         "auto", description="where node and pod state comes from; auto tries in-cluster, then kubeconfig")
     kubeconfig: str | None = Field(None, description="path for kubernetes=kubeconfig (default: KUBECONFIG or ~/.kube/config)")

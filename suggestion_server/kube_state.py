@@ -7,6 +7,7 @@ watch from the list's resourceVersion, and list again when the watch expires (41
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from dataclasses import dataclass
 
@@ -18,6 +19,9 @@ log = logging.getLogger("rlscore.kube")
 
 WATCH_TIMEOUT_S = 60
 MAX_BACKOFF_S = 30.0
+# A node's power model, declared by the operator as a label or an annotation (watts).
+POWER_IDLE_KEY = "rlscore.io/power-idle-watts"
+POWER_MAX_KEY = "rlscore.io/power-max-watts"
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class KubeNode:
     cpu_millicores: float | None
     memory_bytes: float | None
     max_pods: float | None
+    power_idle_watts: float | None = None
+    power_max_watts: float | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,38 @@ def _quantity(resources: dict | None, key: str, scale: float = 1.0) -> float | N
         return None
 
 
+def _watts(meta, key: str) -> float | None:
+    """A power value from the node's annotations (preferred) or labels; None when absent."""
+    raw = (meta.annotations or {}).get(key, (meta.labels or {}).get(key))
+    if raw is None:
+        return None
+    try:
+        value = float(str(raw).strip().removesuffix("W"))
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{key}={raw!r} is not a number of watts >= 0")
+    return value
+
+
+_power_warnings: dict[str, str] = {}  # node -> last warning, so a bad annotation is logged once
+
+
+def power_model(meta) -> tuple[float | None, float | None]:
+    """(idle, max) watts declared on the node; a bad or inconsistent pair is dropped and logged."""
+    try:
+        idle, peak = _watts(meta, POWER_IDLE_KEY), _watts(meta, POWER_MAX_KEY)
+        if idle is not None and peak is not None and peak < idle:
+            raise ValueError(f"{POWER_MAX_KEY} ({peak}) is below {POWER_IDLE_KEY} ({idle})")
+    except ValueError as exc:
+        if _power_warnings.get(meta.name) != str(exc):
+            _power_warnings[meta.name] = str(exc)
+            log.warning("node %s: ignoring its power model: %s", meta.name, exc)
+        return None, None
+    _power_warnings.pop(meta.name, None)
+    return idle, peak
+
+
 def node_from_api(node) -> KubeNode:
     status = node.status
     allocatable = (status.allocatable if status else None) or {}
@@ -54,7 +92,7 @@ def node_from_api(node) -> KubeNode:
             ip = address.address
             break
     return KubeNode(node.metadata.name, ip, _quantity(allocatable, "cpu", 1000.0),
-                    _quantity(allocatable, "memory"), _quantity(allocatable, "pods"))
+                    _quantity(allocatable, "memory"), _quantity(allocatable, "pods"), *power_model(node.metadata))
 
 
 def pod_requests(pod) -> tuple[float, float]:
@@ -137,7 +175,9 @@ class KubeState:
                 cpu, mem, count = self._usage.get(name, (0.0, 0.0, 0.0))
                 record = {"cpu_requested_millicores": cpu, "memory_requested_bytes": mem, "pods": count}
                 for key, value in (("cpu_capacity_millicores", node.cpu_millicores),
-                                   ("memory_capacity_bytes", node.memory_bytes), ("max_pods", node.max_pods)):
+                                   ("memory_capacity_bytes", node.memory_bytes), ("max_pods", node.max_pods),
+                                   ("power_idle_watts", node.power_idle_watts),
+                                   ("power_max_watts", node.power_max_watts)):
                     if value is not None:
                         record[key] = value
                 out.append(record)

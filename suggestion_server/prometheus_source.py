@@ -8,10 +8,13 @@ from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 def series_node(labels: dict[str, str], ip_to_node: dict[str, str]) -> str | None:
-    """The node a series belongs to: its `node` label, else its `instance` host mapped through the
-    nodes' InternalIPs (node_exporter's instance is ip:port), else the instance host itself."""
+    """The node a series belongs to: its `node` (or Kepler's `node_name`) label, else its `instance`
+    host mapped through the nodes' InternalIPs (node_exporter's instance is ip:port), else the
+    instance host itself."""
     if labels.get("node"):
         return labels["node"]
+    if labels.get("node_name"):
+        return labels["node_name"]
     instance = labels.get("instance")
     if not instance:
         return None

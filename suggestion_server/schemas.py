@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from agent.state import POLICIES
 
@@ -39,6 +39,18 @@ class NodeIn(BaseModel):
     cpu_utilization: Fraction | None = None
     memory_utilization: Fraction | None = None
     latency_ms: NonNegative | None = None
+    power_idle_watts: NonNegative | None = Field(None, description="the node's draw when idle (power model)")
+    power_max_watts: Positive | None = Field(None, description="the node's draw at full cpu load (power model)")
+    network_receive_bytes_per_s: NonNegative | None = None
+    tcp_established: NonNegative | None = Field(None, description="established TCP connections")
+    disk_utilization: Fraction | None = Field(None, description="used share of the root filesystem")
+
+    @model_validator(mode="after")
+    def _power_model(self) -> NodeIn:
+        idle, peak = self.power_idle_watts, self.power_max_watts
+        if idle is not None and peak is not None and peak < idle:
+            raise ValueError(f"power_max_watts ({peak}) must not be below power_idle_watts ({idle})")
+        return self
 
 
 def _node_kind(value) -> str | None:

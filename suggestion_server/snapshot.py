@@ -27,7 +27,11 @@ FALLBACK_MEMORY_BYTES = 8.0 * 1024**3
 FALLBACK_MAX_PODS = 110.0
 
 FIELDS = ("cpu_capacity_millicores", "memory_capacity_bytes", "max_pods", "cpu_requested_millicores",
-          "memory_requested_bytes", "pods", "cpu_utilization", "memory_utilization", "latency_ms")
+          "memory_requested_bytes", "pods", "cpu_utilization", "memory_utilization", "latency_ms",
+          "power_idle_watts", "power_max_watts", "network_receive_bytes_per_s", "tcp_established",
+          "disk_utilization")
+KEPLER_MIN_USAGE = 0.05  # below this the active watts say too little about full load
+KEPLER_SMOOTHING = 0.2  # weight of a new estimate of a node's full-load watts
 
 
 @dataclass
@@ -49,6 +53,7 @@ class StateCollector:
         self.attempted = asyncio.Event()
         self._lock = asyncio.Lock()
         self._pending: asyncio.Task | None = None
+        self._power_max: dict[str, float] = {}  # smoothed full-load watts estimated from Kepler
 
     async def refresh(self) -> Snapshot:
         """Metrics and latency for all nodes; node sizes and requests are read live (assemble)."""
@@ -70,6 +75,12 @@ class StateCollector:
                             record[key] = min(max(values[key], 0.0), 1.0)
                     if "latency_ms" in values:
                         record["latency_ms"] = max(values["latency_ms"], 0.0)
+                    for key in ("network_receive_bytes_per_s", "tcp_established"):
+                        if key in values:
+                            record[key] = max(values[key], 0.0)
+                    if "disk_utilization" in values:
+                        record["disk_utilization"] = min(max(values["disk_utilization"], 0.0), 1.0)
+                    self._kepler_power(name, values, record)
                     # sizes from node_exporter, used only where the Kubernetes API has none
                     if "cpu_count" in values:
                         record["cpu_capacity_millicores"] = values["cpu_count"] * 1000.0
@@ -88,6 +99,22 @@ class StateCollector:
             self.snapshot = Snapshot(time.monotonic(), nodes, problems)
             self.attempted.set()
             return self.snapshot
+
+    def _kepler_power(self, name: str, values: dict[str, float], record: dict[str, float]) -> None:
+        """Kepler splits a node's watts into idle and active at the current cpu usage; the power
+        model is idle, and idle + active / usage at full load (smoothed over refreshes)."""
+        idle = values.get("power_idle_watts")
+        if idle is None or idle < 0:
+            return
+        record["power_idle_watts"] = idle
+        active, usage = values.get("power_active_watts"), values.get("power_usage_ratio")
+        if active is not None and usage is not None and usage >= KEPLER_MIN_USAGE and active >= 0:
+            estimate = idle + active / min(usage, 1.0)
+            previous = self._power_max.get(name)
+            self._power_max[name] = estimate if previous is None else (
+                previous + KEPLER_SMOOTHING * (estimate - previous))
+        if name in self._power_max:
+            record["power_max_watts"] = max(self._power_max[name], idle)
 
     async def current(self) -> Snapshot:
         """The snapshot as it is, never waiting on a source: a stale one starts a refresh in the
@@ -118,9 +145,12 @@ class StateCollector:
 
 
 def assemble(request_nodes: list[str | NodeIn], snapshot: Snapshot, stale_after_s: float,
-             need_latency: bool, kube: KubeState | None = None) -> tuple[NodeState, list[tuple[str, str]]]:
+             need_latency: bool, kube: KubeState | None = None, need_power: bool = False
+             ) -> tuple[NodeState, list[tuple[str, str]], list[tuple[str, str]]]:
     """NodeState for the requested nodes: request fields first, then the Kubernetes watch cache
-    (live), then the metrics snapshot, then guesses; and what was missing, as (code, message)."""
+    (live), then the metrics snapshot, then guesses. Also what was missing, as (code, message):
+    `reasons` degrade the answer (sizes, requests, utilization, EL's latency, staleness); `notes`
+    do not (power model, the extra metrics: the features encode them as unknown)."""
     n = len(request_nodes)
     names = [node if isinstance(node, str) else node.name for node in request_nodes]
     given = [None if isinstance(node, str) else node for node in request_nodes]
@@ -137,7 +167,11 @@ def assemble(request_nodes: list[str | NodeIn], snapshot: Snapshot, stale_after_
             used_snapshot = used_snapshot or filled != column
             column = filled
         table[i] = np.array(column, dtype=np.float64)  # None becomes NaN
-    cpu_cap, mem_cap, max_pods, cpu_req, mem_req, pods, cpu_util, mem_util, latency = table
+    (cpu_cap, mem_cap, max_pods, cpu_req, mem_req, pods, cpu_util, mem_util, latency, power_idle, power_max,
+     network, tcp, disk) = table
+    # a half-known power model (idle only, or max below idle from mixed sources) counts as unknown
+    broken = np.isnan(power_idle) | np.isnan(power_max) | (power_max < power_idle)
+    power_idle[broken] = power_max[broken] = np.nan
 
     reasons: list[tuple[str, str]] = []
 
@@ -167,6 +201,12 @@ def assemble(request_nodes: list[str | NodeIn], snapshot: Snapshot, stale_after_
     note(np.isnan(cpu_util) | np.isnan(mem_util), "utilization", "utilization")
     if need_latency:
         note(np.isnan(latency), "latency", "latency")
+    degrading = len(reasons)
+    # Optional state: the model knows what "unknown" means here, so the answer is not degraded.
+    if need_power:
+        note(np.isnan(power_idle) | np.isnan(power_max), "power", "power model")
+    note(np.isnan(network) | np.isnan(tcp) | np.isnan(disk), "metrics", "network/tcp/disk metrics")
+    notes, reasons = reasons[degrading:], reasons[:degrading]
     if used_snapshot and snapshot.age() > stale_after_s:
         reasons.append(("stale", f"node snapshot is {snapshot.age():.0f} s old"))
     if used_snapshot or reasons:
@@ -174,5 +214,7 @@ def assemble(request_nodes: list[str | NodeIn], snapshot: Snapshot, stale_after_
 
     state = NodeState(names=names, cpu_capacity=cpu_cap, memory_capacity=mem_cap, max_pods=max_pods,
                       cpu_requested=cpu_req, memory_requested=mem_req, pods=pods, cpu_utilization=cpu_util,
-                      memory_utilization=mem_util, latency_ms=latency)
-    return state, reasons
+                      memory_utilization=mem_util, latency_ms=latency, power_idle_watts=power_idle,
+                      power_max_watts=power_max, network_receive_bytes_per_s=network, tcp_established=tcp,
+                      disk_utilization=disk)
+    return state, reasons, notes

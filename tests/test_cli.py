@@ -13,20 +13,21 @@ def run(*args, cwd=None):
 
 
 def test_train_then_eval_end_to_end(tmp_path):
-    out = run("rlscore-train", "--policy", "lb", "--timesteps", "1200", "--out", str(tmp_path),
-              "--log-dir", str(tmp_path / "tb"), "--no-eval", "--no-progress")
-    assert out.returncode == 0, out.stderr
-    assert (tmp_path / "lb.pt").is_file() and (tmp_path / "lb.json").is_file()
+    for algo in ("ppo", "dqn", "a2c"):
+        out = run("rlscore-train", "--policy", "lb", "--algo", algo, "--timesteps", "1200", "--out", str(tmp_path),
+                  "--name", f"lb-{algo}.pt", "--log-dir", str(tmp_path / "tb"), "--no-eval", "--no-progress")
+        assert out.returncode == 0, out.stderr
+        assert (tmp_path / f"lb-{algo}.pt").is_file() and (tmp_path / f"lb-{algo}.json").is_file()
     assert any((tmp_path / "tb").rglob("events.out.tfevents.*"))  # TensorBoard logs
 
-    ev = run("rlscore-eval", "--policy", "LB", "--model", str(tmp_path / "lb.pt"), "--scenario", "test2",
-             "--nodes", "3,5", "--seeds", "1", "--decisions", "60", "--out", str(tmp_path / "ev"),
-             "--no-progress")
+    ev = run("rlscore-eval", "--policy", "LB", "--model", str(tmp_path / "lb-ppo.pt"), "--families", "test2,usage-skew",
+             "--nodes", "3,5", "--seeds", "1", "--arrivals", "60", "--out", str(tmp_path / "ev"), "--no-progress")
     assert ev.returncode == 0, ev.stderr
-    for name in ("summary.md", "summary.csv", "runs.csv", "pods_per_node.png", "active_nodes.png",
-                 "latency.png"):
+    for name in ("summary.md", "summary.csv", "runs.csv", "objectives.png", "pods_per_node.png",
+                 "active_nodes.png", "power.png", "latency.png"):
         assert (tmp_path / "ev" / name).stat().st_size > 0, name
-    assert "rl-lb" in (tmp_path / "ev" / "summary.md").read_text()
+    summary = (tmp_path / "ev" / "summary.md").read_text()
+    assert "rl-lb" in summary and "least-utilized" in summary and "usage-skew" in summary
 
 
 def test_clear_errors_on_bad_input(tmp_path):
@@ -36,9 +37,11 @@ def test_clear_errors_on_bad_input(tmp_path):
     assert ev.returncode == 2 and "not a readable model file" in ev.stderr
     ev = run("rlscore-eval", "--policy", "EL", "--nodes", "0,3")
     assert ev.returncode == 2 and "node counts must be >= 1" in ev.stderr
-    ev = run("rlscore-eval", "--policy", "EL", "--scenario", "test9")
-    assert ev.returncode == 2 and "unknown scenario" in ev.stderr
+    ev = run("rlscore-eval", "--policy", "EL", "--families", "test9")
+    assert ev.returncode == 2 and "unknown family" in ev.stderr
     tr = run("rlscore-train", "--policy", "XX")
     assert tr.returncode == 2 and "invalid choice" in tr.stderr
     tr = run("rlscore-train", "--policy", "EE", "--timesteps", "0")
     assert tr.returncode == 2 and "--timesteps must be >= 1" in tr.stderr
+    tr = run("rlscore-train", "--policy", "EE", "--init", str(bad))
+    assert tr.returncode == 2 and "--init" in tr.stderr and "not a readable model file" in tr.stderr

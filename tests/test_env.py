@@ -15,7 +15,7 @@ def test_registered_env_passes_gymnasium_checker(policy):
 
 
 def test_mask_marks_exactly_the_feasible_nodes_and_only_they_are_placed_on():
-    env = SchedulingEnv(policy="LB", max_nodes=16, min_nodes=2, churn=True)
+    env = SchedulingEnv(policy="LB", max_nodes=16, min_nodes=2, families=("churn", "usage-skew"))
     rng = np.random.default_rng(0)
     obs, _ = env.reset(seed=3)
     for _ in range(600):
@@ -60,19 +60,27 @@ def test_variable_node_count(nodes):
     assert env.observation_space.contains(obs)
 
 
-def test_episode_truncates_after_configured_decisions():
-    env = SchedulingEnv(policy="EE", max_nodes=8, episode_decisions=25, churn=False)
-    env.reset(seed=2)
-    for step in range(1, 26):
+def test_episode_lasts_three_fills_of_the_world_at_least_the_configured_decisions():
+    env = SchedulingEnv(policy="EE", max_nodes=8, episode_decisions=25, families=("test2",))
+    env.reset(seed=2)  # test2 holds 30 pods: 90 decisions
+    for step in range(1, 91):
         _, _, _, truncated, _ = env.step(int(np.flatnonzero(env.action_masks())[0]))
-        assert truncated == (step == 25)
+        assert truncated == (step == 90)
+    env = SchedulingEnv(policy="EE", max_nodes=8, episode_decisions=120, families=("test2",))
+    env.reset(seed=2)
+    steps = 1
+    while not env.step(int(np.flatnonzero(env.action_masks())[0]))[3]:
+        steps += 1
+    assert steps == 120
 
 
 def test_rejects_bad_options():
     with pytest.raises(ValueError, match="unknown policy"):
         SchedulingEnv(policy="XX")
-    with pytest.raises(ValueError, match="unknown scenario"):
-        SchedulingEnv(scenarios=("nope",))
+    with pytest.raises(ValueError, match="unknown scenario family"):
+        SchedulingEnv(families=("nope",))
+    with pytest.raises(ValueError, match="unknown reward variant"):
+        SchedulingEnv(reward="nope")
     env = SchedulingEnv(max_nodes=4)
     with pytest.raises(ValueError, match="nodes"):
         env.reset(options={"nodes": 10})

@@ -6,7 +6,7 @@ import torch
 
 from agent.features import FEATURE_SPEC_VERSION
 from agent.learn.model_io import ModelValidationError, load_model, save_model, sidecar_path
-from agent.learn.network import QNetwork
+from agent.learn.network import NodeScorer
 from agent.state import PodRequest
 from tests.conftest import make_nodes
 
@@ -14,7 +14,7 @@ from tests.conftest import make_nodes
 @pytest.fixture
 def saved(tmp_path):
     torch.manual_seed(0)
-    net = QNetwork((16, 16))
+    net = NodeScorer((16, 16))
     path = save_model(tmp_path / "ee.pt", net, "EE", {"training": {"steps": 1}})
     return path, net
 

@@ -1,7 +1,7 @@
 import torch
 
 from agent.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
-from agent.learn.network import QNetwork
+from agent.learn.network import NodeScorer
 
 
 def _inputs(batch, nodes, seed=0):
@@ -13,7 +13,7 @@ def _inputs(batch, nodes, seed=0):
 
 def test_permuting_nodes_permutes_q_values():
     torch.manual_seed(0)
-    net = QNetwork((32, 32))
+    net = NodeScorer((32, 32))
     x, p = _inputs(4, 9)
     mask = torch.ones(4, 9, dtype=torch.bool)
     mask[:, 7:] = False
@@ -29,7 +29,7 @@ def test_permuting_nodes_permutes_q_values():
 
 def test_masked_nodes_get_minus_infinity_and_do_not_influence_the_rest():
     torch.manual_seed(1)
-    net = QNetwork()
+    net = NodeScorer()
     x, p = _inputs(1, 6)
     mask = torch.tensor([[True, True, False, True, False, False]])
     q = net(x, p, mask)
@@ -46,7 +46,7 @@ def test_masked_nodes_get_minus_infinity_and_do_not_influence_the_rest():
 
 def test_same_weights_serve_2_and_5000_nodes():
     torch.manual_seed(2)
-    net = QNetwork()
+    net = NodeScorer()
     for n in (2, 5000):
         x, p = _inputs(1, n)
         q = net(x, p, torch.ones(1, n, dtype=torch.bool))
@@ -54,7 +54,7 @@ def test_same_weights_serve_2_and_5000_nodes():
 
 
 def test_all_masked_row_is_all_minus_infinity_not_nan():
-    net = QNetwork()
+    net = NodeScorer()
     x, p = _inputs(2, 3)
     mask = torch.tensor([[False] * 3, [True, False, True]])
     q = net(x, p, mask)

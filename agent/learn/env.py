@@ -1,8 +1,10 @@
 """Gymnasium environment `rlscore/Scheduling-v0`: one step = place one pod on one node.
 
-The observation pads the feature matrix of the feasible nodes to `max_nodes` slots; the action is a
-slot; `action_masks()` (and the observation's `action_mask`) mark the slots holding a feasible node.
-Features come from `agent.features.node_features` on exactly the feasible set, as at serving time.
+Each episode draws a scenario family and a world from it (node count, hardware, workload; see
+agent.sim.families). The observation pads the feature matrix of the feasible nodes to `max_nodes`
+slots; the action is a slot; `action_masks()` (and the observation's `action_mask`) mark the slots
+holding a feasible node. Features come from `agent.features.node_features` on exactly the feasible
+set, as at serving time; rewards from `agent.learn.rewards`.
 """
 
 from __future__ import annotations
@@ -14,33 +16,36 @@ import numpy as np
 from gymnasium import spaces
 
 from agent.features import FEATURE_CLIP, NUM_NODE_FEATURES, NUM_POD_FEATURES, latency_tiers, node_features
-from agent.learn.rewards import INVALID_ACTION_REWARD, reward
-from agent.sim.scenarios import SCENARIOS, LatencyLimits
+from agent.learn.rewards import INVALID_ACTION_REWARD, REWARD_VARIANTS, STEPWISE, OutcomeReward, thesis_reward
+from agent.sim.families import FAMILIES, TRAIN_NODES, families_for
 from agent.sim.simulator import Simulation
 from agent.state import normalize_policy
+
+
+MAX_EPISODE_DECISIONS = 4096
 
 
 class SchedulingEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, policy: str = "EE", max_nodes: int = 32, min_nodes: int = 2,
-                 scenarios: tuple[str, ...] | None = None, episode_decisions: int = 200,
-                 churn: bool = True, latency_limits: bool | None = None,
-                 heterogeneous: bool = True):
+    def __init__(self, policy: str = "EE", max_nodes: int = TRAIN_NODES[1], min_nodes: int = TRAIN_NODES[0],
+                 families: tuple[str, ...] | None = None, episode_decisions: int = 256,  # at least; see reset
+                 reward: str = "outcome", gamma: float = 0.99, shaping: bool = True, training: bool = True):
         self.policy = normalize_policy(policy)
         if not 1 <= min_nodes <= max_nodes:
             raise ValueError(f"need 1 <= min_nodes <= max_nodes, got {min_nodes}, {max_nodes}")
+        if reward not in REWARD_VARIANTS:
+            raise ValueError(f"unknown reward variant {reward!r}: expected one of {', '.join(REWARD_VARIANTS)}")
         self.max_nodes, self.min_nodes = max_nodes, min_nodes
-        self.scenarios = tuple(scenarios or SCENARIOS)
-        for name in self.scenarios:
-            if name not in SCENARIOS:
-                raise ValueError(f"unknown scenario {name!r}: expected one of {', '.join(SCENARIOS)}")
+        self.families = tuple(families or families_for(self.policy))
+        for name in self.families:
+            if name not in FAMILIES:
+                raise ValueError(f"unknown scenario family {name!r}: expected one of {', '.join(FAMILIES)}")
         self.episode_decisions = episode_decisions
-        self.churn = churn
-        self.heterogeneous = heterogeneous
-        # EL learns to read latency limits; EE and LB pods carry none unless asked.
-        enabled = self.policy == "EL" if latency_limits is None else latency_limits
-        self.limits = LatencyLimits(enabled=enabled, jitter=enabled)
+        self.reward_variant = reward
+        self.outcome = OutcomeReward(self.policy, gamma, shaping)
+        self.training = training
+        self.limits = self.policy == "EL"  # EL learns to read latency limits; EE and LB pods carry none
         self.observation_space = spaces.Dict({
             "nodes": spaces.Box(0.0, FEATURE_CLIP, (max_nodes, NUM_NODE_FEATURES), np.float32),
             "pod": spaces.Box(0.0, FEATURE_CLIP, (NUM_POD_FEATURES,), np.float32),
@@ -56,17 +61,21 @@ class SchedulingEnv(gym.Env):
         nodes = int(options.get("nodes") or self.np_random.integers(self.min_nodes, self.max_nodes + 1))
         if not 1 <= nodes <= self.max_nodes:
             raise ValueError(f"options['nodes'] must be in 1..{self.max_nodes}, got {nodes}")
-        scenario = options.get("scenario") or str(self.np_random.choice(self.scenarios))
-        self.sim = Simulation(scenario, nodes, int(self.np_random.integers(2**31)), self.limits,
-                              churn=self.churn, heterogeneous=self.heterogeneous)
+        name = options.get("family") or str(self.np_random.choice(self.families))
+        self.sim = Simulation.of_family(name, int(self.np_random.integers(2**31)), nodes, self.limits, self.training)
+        # long enough to fill the world about three times over: steady state is what a cluster lives in
+        self._episode_length = int(min(max(self.episode_decisions, 3 * self.sim.world.pods_alive), MAX_EPISODE_DECISIONS))
         self.sim.next_decision()
         return self._observe(), self._info()
 
     def _observe(self) -> dict[str, np.ndarray]:
         assert self.sim is not None
         self._state, self._pod = self.sim.candidate_state()
+        self._potential = self.sim.potential(self.policy, self.outcome.gamma)
         features, pod_vec = node_features(self._state, self._pod)
         n = len(self._state)
+        if n > self.max_nodes:
+            raise RuntimeError(f"{n} candidate nodes do not fit the {self.max_nodes} observation slots")
         nodes = np.zeros((self.max_nodes, NUM_NODE_FEATURES), dtype=np.float32)
         mask = np.zeros(self.max_nodes, dtype=np.int8)
         nodes[:n] = features
@@ -81,25 +90,33 @@ class SchedulingEnv(gym.Env):
     def _info(self, **extra: Any) -> dict[str, Any]:
         assert self.sim is not None
         cluster = self.sim.cluster
-        return {"scenario": self.sim.scenario, "nodes": len(cluster),
-                "active_nodes": int(np.sum(cluster.present & (cluster.pods > 0))),
-                "unschedulable": self.sim.unschedulable, **extra}
+        return {"family": self.sim.world.family, "nodes": len(cluster),
+                "active_nodes": int(np.sum(cluster.active())), "unschedulable": self.sim.ledger.unschedulable,
+                **extra}
 
     def step(self, action):
         assert self.sim is not None and self._obs is not None, "call reset() first"
         action = int(action)
+        before = self.sim.ledger.copy()
+        terminated = False
         if not (0 <= action < self.max_nodes and self._obs["action_mask"][action]):
             # An invalid slot: the pod stays pending; the agent is told so and sees the next pod.
             r, extra = INVALID_ACTION_REWARD, {"invalid_action": True}
-            self.sim.unschedulable += 1
-            self.sim.decisions += 1
-            self.sim.pod = None
+            self.sim.skip()
         else:
-            r = reward(self.policy, self._state, self._pod, action)
+            r = 0.0
+            if self.reward_variant == "stepwise":
+                r = STEPWISE[self.policy](self._state, self._pod, action)
+            elif self.reward_variant == "thesis":
+                r, terminated = thesis_reward(self.policy, self._state, self._pod, action)
             tiers = latency_tiers(self._state, self._pod)
             extra = {"invalid_action": False, "latency_ms": float(self._state.latency_ms[action]),
                      "latency_tier": int(tiers[action]), "best_latency_tier": int(tiers.max())}
             self.sim.place(action)
         self.sim.next_decision()
-        truncated = self.sim.decisions >= self.episode_decisions
-        return self._observe(), float(r), False, truncated, self._info(**extra)
+        potential_before = self._potential
+        obs = self._observe()
+        if self.reward_variant == "outcome" and not extra["invalid_action"]:
+            r = self.outcome(self.sim.ledger.minus(before), self.sim.units, potential_before, self._potential)
+        truncated = self.sim.decisions >= self._episode_length
+        return obs, float(r), terminated, truncated, self._info(**extra)

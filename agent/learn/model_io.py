@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from agent.features import FEATURE_SPEC_VERSION, NUM_NODE_FEATURES, NUM_POD_FEATURES, node_features
-from agent.learn.network import QNetwork
+from agent.learn.network import NodeScorer
 from agent.state import POLICIES, NodeState, PodRequest
 
-MODEL_FORMAT = "rlscore-dqn-deepsets"
+MODEL_FORMAT = "rlscore-deepsets-scorer"
 MAX_MODEL_BYTES = 64 * 1024 * 1024
 MAX_HIDDEN_UNITS = 4096
 
@@ -35,12 +35,13 @@ class ModelValidationError(ValueError):
 class LoadedModel:
     policy: str
     version: str
-    network: QNetwork
+    network: NodeScorer
     path: Path
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def q_values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
-        """Q-value of placing `pod` on each of `nodes` (all of them candidates)."""
+        """Score of placing `pod` on each of `nodes` (all of them candidates): Q-values for DQN,
+        policy logits for the actor-critic trainers; higher is better either way."""
         features, pod_vec = node_features(nodes, pod)
         return self.q_values_from_features(features, pod_vec)
 
@@ -64,7 +65,7 @@ def sidecar_path(path: Path) -> Path:
     return Path(path).with_suffix(".json")
 
 
-def save_model(path: str | Path, network: QNetwork, policy: str, metadata: dict[str, Any]) -> Path:
+def save_model(path: str | Path, network: NodeScorer, policy: str, metadata: dict[str, Any]) -> Path:
     """Write the model and its sidecar; the sidecar gets the model's checksum."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +120,7 @@ def load_model(path: str | Path, expected_policy: str | None = None) -> LoadedMo
     _require(arch.get("node_features") == NUM_NODE_FEATURES and arch.get("pod_features") == NUM_POD_FEATURES,
              path, f"expects {arch.get('node_features')}+{arch.get('pod_features')} features, this build "
                    f"produces {NUM_NODE_FEATURES}+{NUM_POD_FEATURES}")
-    network = QNetwork(tuple(hidden))
+    network = NodeScorer(tuple(hidden))
     state_dict = payload.get("state_dict")
     _require(isinstance(state_dict, dict), path, "missing state_dict")
     try:
@@ -155,11 +156,13 @@ def _probe(model: LoadedModel, path: Path) -> None:
     rng = np.random.default_rng(0)
     for n in (1, 3, 64):
         cap = rng.choice([4000.0, 8000.0, 16000.0], n)
+        idle = rng.uniform(40, 200, n)
         nodes = NodeState(
             names=[f"probe-{i}" for i in range(n)], cpu_capacity=cap, memory_capacity=cap * 2**21,
             max_pods=np.full(n, 110.0), cpu_requested=cap * rng.uniform(0, 0.8, n),
             memory_requested=cap * 2**21 * rng.uniform(0, 0.8, n), pods=rng.integers(0, 20, n),
-            latency_ms=rng.uniform(1, 80, n))
+            cpu_utilization=rng.uniform(0, 1, n), latency_ms=rng.uniform(1, 80, n),
+            power_idle_watts=np.where(rng.random(n) < 0.5, idle, np.nan), power_max_watts=idle * 2.5)
         for pod in (PodRequest(250, 64 * 2**20), PodRequest(1000, 2**30, 20.0, 30.0)):
             q = model.q_values(nodes, pod)
             _require(q.shape == (n,) and bool(np.all(np.isfinite(q))), path,

@@ -1,9 +1,14 @@
-"""The Q-network: a DeepSets stack of permutation-equivariant layers, one Q-value per node.
+"""The networks: DeepSets stacks of permutation-equivariant layers.
 
-Each layer computes Lambda x_i - Gamma maxpool_j(x_j) (Zaheer et al., as in the thesis). Unlike the
-thesis network there is no final dense layer over the node axis, so the same weights serve any node
-count, and the max-pool only sees the nodes the mask marks as candidates: padding and infeasible
-nodes neither leak into the set summary nor get a finite Q-value.
+Each layer computes Lambda x_i - Gamma maxpool_j(x_j) (Zaheer et al., as in the thesis). There is no
+dense layer over the node axis, so the same weights serve any node count, and the max-pool only sees
+the nodes the mask marks as candidates: padding and infeasible nodes neither leak into the set
+summary nor get a finite score.
+
+`NodeScorer` gives one value per node: the Q-values of DQN, or the policy logits (a masked softmax
+over nodes) of the actor-critic trainers. It is the only network that is served. `ValueHead` is the
+critic of the actor-critic trainers: its own equivariant trunk, pooled (mean and max over the
+candidates) into one state value.
 """
 
 from __future__ import annotations
@@ -28,7 +33,13 @@ class EquivariantLayer(nn.Module):
         return self.Lambda(x) - self.Gamma(pooled).unsqueeze(1)
 
 
-class QNetwork(nn.Module):
+def _inputs(nodes: torch.Tensor, pod: torch.Tensor) -> torch.Tensor:
+    return torch.cat([nodes, pod.unsqueeze(1).expand(-1, nodes.shape[1], -1)], dim=-1)
+
+
+class NodeScorer(nn.Module):
+    """Equivariant layers with ReLUs between them, ending in one value per node."""
+
     def __init__(self, hidden: tuple[int, ...] = (64, 64),
                  node_features: int = NUM_NODE_FEATURES, pod_features: int = NUM_POD_FEATURES):
         super().__init__()
@@ -38,15 +49,36 @@ class QNetwork(nn.Module):
         self.layers = nn.ModuleList(EquivariantLayer(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
 
     def forward(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """nodes [B, N, F], pod [B, P], mask [B, N] bool -> Q [B, N], -inf where mask is False."""
-        x = torch.cat([nodes, pod.unsqueeze(1).expand(-1, nodes.shape[1], -1)], dim=-1)
+        """nodes [B, N, F], pod [B, P], mask [B, N] bool -> [B, N], -inf where mask is False."""
+        x = _inputs(nodes, pod)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask)
             if i < len(self.layers) - 1:
                 x = torch.relu(x)
-        q = x.squeeze(-1)
-        return q.masked_fill(~mask, float("-inf"))
+        return x.squeeze(-1).masked_fill(~mask, float("-inf"))
 
     def architecture(self) -> dict:
         return {"hidden": list(self.hidden), "node_features": self.node_features,
                 "pod_features": self.pod_features}
+
+
+class ValueHead(nn.Module):
+    """State value: an equivariant trunk, mean- and max-pooled over the candidates, then an MLP."""
+
+    def __init__(self, hidden: tuple[int, ...] = (64, 64),
+                 node_features: int = NUM_NODE_FEATURES, pod_features: int = NUM_POD_FEATURES):
+        super().__init__()
+        sizes = (node_features + pod_features, *hidden)
+        self.layers = nn.ModuleList(EquivariantLayer(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.head = nn.Sequential(nn.Linear(2 * hidden[-1], hidden[-1]), nn.ReLU(), nn.Linear(hidden[-1], 1))
+
+    def forward(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = _inputs(nodes, pod)
+        for layer in self.layers:
+            x = torch.relu(layer(x, mask))
+        m = mask.unsqueeze(-1)
+        count = m.sum(dim=1).clamp(min=1)
+        mean = (x * m).sum(dim=1) / count
+        top = x.masked_fill(~m, float("-inf")).max(dim=1).values
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        return self.head(torch.cat([mean, top], dim=-1)).squeeze(-1)

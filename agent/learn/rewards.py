@@ -1,60 +1,63 @@
-"""Reward per policy for one placement decision. The thesis rewards are the starting point; where
-they taught the wrong thing they were changed, and every change is listed here with its reason.
+"""Rewards, in three named variants. `outcome` (the default) measures each policy's objective over
+time; `stepwise` (wave 1) and `thesis` (the original) score a placement by the heuristic they spell
+out, and are kept to compare against.
 
-All rewards are computed on the candidate set (the feasible nodes) *before* the pod is placed,
-from the chosen index into it.
+outcome (default)
+    The reward of decision k is minus the policy's cost accumulated from decision k to decision k+1,
+    read from the simulator's ledger (agent.sim.outcomes), in units that do not depend on cluster
+    size: one reference node at full power for one mean interarrival time.
+    - EE: the power the cluster draws (per node: idle + (max - idle) x cpu utilization while it runs
+      pods, 0 when empty, since an empty node can be scaled down), plus one reference node for a
+      pod's mean lifetime for every pod that finds no node. Energy, not "active nodes": it sees
+      which hardware is efficient, and it charges fragmentation through the pods it strands.
+    - LB: 10 x the share of nodes above 85% *measured* cpu, plus the coefficient of variation of
+      cpu requests over the nodes, both integrated over time. Hot nodes are what hurts; requests are
+      what the scheduler can balance when nothing runs hot.
+    - EL: 10 per hard-limit violation and 3 per soft-limit violation of every pod placed, at the
+      moment it is placed (the real latency, not the last probe's), plus 0.1 x EE's energy. A
+      violation a strict pod suffers because a loose pod took the last near node earlier is charged
+      when it happens; the return carries it back to the decision that caused it.
+    Why: a placement's cost arrives over the pod's lifetime and through the pods that come after it;
+    a per-step heuristic reward can only teach the heuristic. The horizon comes from the discount
+    (0.99 by default: ~100 decisions) and the trainers' n-step / GAE returns.
+    Shaping (on by default): gamma Phi(s') - Phi(s) is added, which leaves the optimal policy
+    unchanged for any Phi (Ng, Harada, Russell 1999) and decides how fast it is learned. For energy,
+    Phi is minus the energy the cluster is already committed to: every node's idle draw until its
+    last current pod leaves, every pod's dynamic draw until it leaves (departure times are known to
+    the simulator only; the policy never sees them). A placement's shaped reward is then the energy
+    it commits the cluster to: a pod on an inefficient node, or one that keeps a node on for an hour
+    longer, pays for that now, not over the next thousand decisions. For hot nodes and imbalance Phi
+    is minus the current rate / (1 - gamma), as if the cluster stayed as it is. Without shaping the
+    policies learned MostAllocated and no more (measured: docs/rewards.md).
 
-EE (energy: pack pods onto few nodes)
-    Thesis: reward = 10 * unused_nodes / (nodes - 1), 0 and episode end when a "wrong" node is chosen.
-    Changes:
-    - The share of unused nodes is a property of the state, identical for every choice except
-      "open a new node or not", and its step shrinks as 1/(nodes - 1): at 100 nodes the signal is
-      1% of the reward and drowns in noise. We reward the difference directly: -1 for switching a
-      node on, independent of cluster size.
-    - Choosing among nodes that are already on was not rewarded at all; we add 0.5 x the chosen
-      node's allocated share after placement (MostAllocated's quantity), which teaches to fill the
-      fullest node first and so leaves whole nodes free when pods leave.
-    - When a node must be switched on, the cost is lower for a bigger node (1 - 0.5 x its capacity
-      relative to the largest candidate): it absorbs more of the pods that follow before the next
-      node must be switched on. MostAllocated does the opposite (an empty small node has the higher
-      share after placement) and so switches on more machines, which is what EE counts.
-    - No episode end on a "wrong" node: that needed an oracle answer per step and cut the episode
-      (and the learning about later arrivals) short.
+stepwise (wave 1)
+    EE: -1 x switch-on cost (lower for bigger nodes) + 0.5 x allocated share after placement.
+    LB: +1 for the least loaded candidate, graded down to -1 for the most loaded.
+    EL: latency tier (1 / 0.5 / 0) with -1 when a better tier was free, + EE's terms x 0.3 / 0.15.
+    These taught EE "MostAllocated, largest first", LB "LeastAllocated on requests", EL "best tier,
+    then pack" -- and nothing else.
 
-LB (load balancing: spread)
-    Thesis: +10 for the least loaded node, 0 for a middle one, -1 and episode end for the most loaded.
-    Changes:
-    - A rank-based reward ignores how far apart loads are and only knows three ranks, which breaks
-      beyond three nodes. We keep the thesis's clear bonus for the least loaded candidate (+1, ties
-      included) and grade every other choice by distance: 0 just above the least loaded down to -1
-      for the most loaded. (A purely linear grade was tried first: it rewarded the second-least
-      loaded node almost as well as the least loaded, and the learned policy spread measurably
-      worse than LeastAllocated on 3-node clusters.)
-    - Load is the mean of cpu and memory allocated share *after* placement (LeastAllocated's
-      quantity), so a big pod goes to the node with the room for it on heterogeneous nodes.
-    - No episode end, for the reason above.
-
-EL (energy + latency: meet the pod's latency limits, then pack)
-    Thesis: r1 = share of unused nodes + r2 = pods per used node / 50 + r3 = 1 / 0.5 / 0 for
-    latency within soft / between soft and hard / over hard, episode end on a hard violation.
-    Changes:
-    - r3 is kept (1 / 0.5 / 0 by tier). Choosing a worse tier than the best feasible one costs an
-      extra -1: the thesis punished a hard violation even when no node could meet the limit (not the
-      agent's fault, a pure noise signal), and did not punish taking a "between" node when a "soft"
-      node was free.
-    - r1 and r2 are replaced by EE's terms scaled to 0.3 (switch-on) and 0.15 (fill): r2's fixed
-      "50 pods" tied the reward to one cluster size, and together they stay below the 0.5 gap
-      between tiers, so latency always comes first and energy decides among equal tiers.
-    - No episode end on a violation; the penalty carries the signal without losing the episode.
+thesis (the original prototype's)
+    EE: 10 x unused nodes / (nodes - 1), episode end when the most loaded node is not chosen.
+    LB: +10 for the least loaded node, -1 and episode end for the most loaded, 0 otherwise.
+    EL: (nodes - on) / nodes + pods per used node / 50 + 1 / 0.5 / 0 by latency tier, episode end
+    on a hard violation. Load is the number of pods, as in the thesis.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from agent.features import LATENCY_TIER_HARD, LATENCY_TIER_SOFT, latency_tiers
+from agent.sim.outcomes import Ledger, Units, cost
 from agent.state import NodeState, PodRequest
 
+REWARD_VARIANTS = ("outcome", "stepwise", "thesis")
+INVALID_ACTION_REWARD = -2.0
+
+# --- stepwise (wave 1) ----------------------------------------------------------------------------
 EE_SWITCH_ON_PENALTY = 1.0
 SWITCH_ON_SIZE_DISCOUNT = 0.5
 EE_FILL_WEIGHT = 0.5
@@ -62,7 +65,6 @@ LATENCY_TIER_REWARD = {LATENCY_TIER_SOFT: 1.0, LATENCY_TIER_HARD: 0.5, 0: 0.0}
 EL_WORSE_TIER_PENALTY = 1.0
 EL_SWITCH_ON_PENALTY = 0.3
 EL_FILL_WEIGHT = 0.15
-INVALID_ACTION_REWARD = -2.0
 LB_TIE_TOLERANCE = 1e-6  # loads closer than this count as equally low
 
 
@@ -106,9 +108,46 @@ def energy_latency_reward(nodes: NodeState, pod: PodRequest, action: int) -> flo
     return float(reward)
 
 
-REWARDS = {"EE": energy_reward, "LB": load_balance_reward, "EL": energy_latency_reward}
+STEPWISE = {"EE": energy_reward, "LB": load_balance_reward, "EL": energy_latency_reward}
 
 
-def reward(policy: str, nodes: NodeState, pod: PodRequest, action: int) -> float:
-    """Reward of placing `pod` on candidate `action` of `nodes` (the feasible set, before placing)."""
-    return REWARDS[policy](nodes, pod, action)
+# --- thesis ---------------------------------------------------------------------------------------
+def thesis_reward(policy: str, nodes: NodeState, pod: PodRequest, action: int) -> tuple[float, bool]:
+    """(reward, episode ends) as the thesis computed them, on the candidate nodes' pod counts."""
+    n = len(nodes)
+    after = nodes.pods.copy()
+    after[action] += 1
+    if policy == "EE":
+        unused = int(np.sum(after < 1))
+        wrong = nodes.pods[action] < nodes.pods.max()
+        return (0.0 if wrong else float(int(unused / max(n - 1, 1) * 10))), bool(wrong)
+    if policy == "LB":
+        load = nodes.pods
+        if load[action] <= load.min():
+            return 10.0, False
+        if load[action] >= load.max():
+            return -1.0, True
+        return 0.0, False
+    on = int(np.sum(after > 0))
+    r1 = (n - on) / n
+    r2 = (after.sum() / on) / 50.0 if on else 0.0
+    tier = int(latency_tiers(nodes, pod)[action]) if pod.has_latency_limits else LATENCY_TIER_SOFT
+    r3 = LATENCY_TIER_REWARD[tier]
+    return float(r1 + r2 + r3), tier == 0
+
+
+# --- outcome --------------------------------------------------------------------------------------
+@dataclass
+class OutcomeReward:
+    """Minus the policy's cost between two decisions, with optional potential-based shaping
+    r + gamma Phi(s') - Phi(s) (Phi from Simulation.potential)."""
+
+    policy: str
+    gamma: float = 0.99
+    shaping: bool = True
+
+    def __call__(self, delta: Ledger, units: Units, potential_before: float, potential_after: float) -> float:
+        r = -cost(self.policy, delta, units)
+        if self.shaping:
+            r += self.gamma * potential_after - potential_before
+        return float(r)

@@ -1,6 +1,6 @@
-"""Arrival scenarios: seeded, endless streams of timed events that drive the simulator.
+"""Arrival processes: seeded, endless streams of timed events that drive the simulator.
 
-A scenario never looks at placements, so every scorer evaluated on the same seed sees exactly the
+A stream never looks at placements, so every scorer evaluated on the same seed sees exactly the
 same arrivals, departures, latency changes and node churn.
 """
 
@@ -8,27 +8,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import numpy as np
 
-from agent.state import DEFAULT_LATENCY_HARD_MS, DEFAULT_LATENCY_SOFT_MS
+from agent.sim.world import GIB, MIB, PodClass, SimPod, World
 
-MIB = 1024**2
-GIB = 1024**3
-
-SCENARIOS = ("test1", "test2", "poisson", "latency-shift")
-
-
-@dataclass(frozen=True)
-class SimPod:
-    id: int
-    cpu_millicores: float
-    memory_bytes: float
-    latency_soft_ms: float | None = None
-    latency_hard_ms: float | None = None
-    usage: float = 0.6  # share of its request the pod really uses
+ARRIVALS = ("test1", "test2", "poisson")
 
 
 @dataclass(frozen=True, order=True)
@@ -53,37 +40,42 @@ class _EventMaker:
         return next(self._pod_ids)
 
 
-@dataclass(frozen=True)
-class LatencyLimits:
-    """How the pods of a scenario carry latency limits."""
+class PodSampler:
+    """Draws pods from a world's weighted pod classes."""
 
-    enabled: bool = False
-    soft_ms: float = DEFAULT_LATENCY_SOFT_MS
-    hard_ms: float = DEFAULT_LATENCY_HARD_MS
-    jitter: bool = False  # draw limits per pod around the defaults (training variety)
+    def __init__(self, classes: tuple[PodClass, ...], rng: np.random.Generator):
+        self.classes, self.rng = classes, rng
+        weights = np.array([c.weight for c in classes], dtype=float)
+        self.cumulative = np.cumsum(weights / weights.sum())
 
-    def draw(self, rng: np.random.Generator) -> tuple[float | None, float | None]:
-        if not self.enabled:
-            return None, None
-        if not self.jitter:
-            return self.soft_ms, self.hard_ms
-        soft = float(rng.uniform(0.5, 1.5) * self.soft_ms)
-        return soft, soft + float(rng.uniform(0.25, 1.0) * (self.hard_ms - self.soft_ms) * 2)
+    def draw(self, pod_id: int, depart_at: float = float("inf")) -> tuple[SimPod, float]:
+        """A pod and its lifetime scale."""
+        rng = self.rng
+        k = int(np.searchsorted(self.cumulative, rng.random(), side="right")) if len(self.classes) > 1 else 0
+        c = self.classes[min(k, len(self.classes) - 1)]
+        cpu = float(c.cpu_millicores[int(rng.integers(len(c.cpu_millicores)))])
+        memory = float(np.round(cpu / 1000.0 * rng.uniform(*c.memory_per_cpu_gib) * GIB / MIB) * MIB)
+        usage = float(rng.uniform(*c.usage))
+        soft = hard = None
+        if c.latency_limits:
+            soft, hard = c.latency_limits[int(rng.integers(len(c.latency_limits)))]
+        # what a pod's traffic looks like to node_exporter: proportional to the work it really does
+        used_cores = cpu / 1000.0 * usage
+        pod = SimPod(pod_id, cpu, max(memory, 16.0 * MIB), soft, hard, usage, c.name,
+                     network_bytes_per_s=used_cores * float(rng.uniform(0.5, 2.0)) * 1e6,
+                     connections=float(rng.integers(1, 20)) * (1.0 + 4.0 * used_cores),
+                     disk_bytes=float(rng.uniform(50, 500)) * MIB, depart_at=depart_at)
+        return pod, c.lifetime_scale
 
 
-def _nginx(maker: _EventMaker, rng: np.random.Generator, limits: LatencyLimits) -> SimPod:
-    """The thesis's test pod: nginx requesting 250m cpu and 64Mi memory."""
-    soft, hard = limits.draw(rng)
-    return SimPod(maker.pod_id(), 250.0, 64.0 * MIB, soft, hard, float(rng.uniform(0.2, 0.9)))
-
-
-def test1(rng: np.random.Generator, limits: LatencyLimits, batch: int = 30) -> Iterator[Event]:
+def test1(maker: _EventMaker, pods: PodSampler, batch: int = 30) -> Iterator[Event]:
     """Thesis Alg. 1: create `batch` single-pod deployments 3 s apart, wait 20 s, delete all, wait 5 s."""
-    maker, t = _EventMaker(), 0.0
+    t = 0.0
     while True:
         ids = []
+        leave = t + batch * 3.0 + 20.0
         for _ in range(batch):
-            pod = _nginx(maker, rng, limits)
+            pod, _ = pods.draw(maker.pod_id(), leave)
             ids.append(pod.id)
             yield maker.event(t, "arrive", pod=pod)
             t += 3.0
@@ -93,64 +85,43 @@ def test1(rng: np.random.Generator, limits: LatencyLimits, batch: int = 30) -> I
         t += 5.0
 
 
-def test2(rng: np.random.Generator, limits: LatencyLimits, alive: int = 30,
-          shifts: tuple[float, ...] = ()) -> Iterator[Event]:
+def test2(maker: _EventMaker, pods: PodSampler, alive: int = 30) -> Iterator[Event]:
     """Thesis Alg. 2: create `alive` deployments 2 s apart, then forever: delete the oldest, wait 3 s,
-    create one, wait 1 s. `shifts` are the times at which node latencies change."""
-    maker, t = _EventMaker(), 0.0
-    pending_shifts = sorted(shifts)
+    create one, wait 1 s."""
+    t = 0.0
     queue: list[int] = []
-
-    def shifts_until(now: float) -> Iterator[Event]:
-        while pending_shifts and pending_shifts[0] <= now:
-            yield maker.event(pending_shifts.pop(0), "shift-latency")
-
-    for _ in range(alive):
-        pod = _nginx(maker, rng, limits)
+    for k in range(alive):
+        pod, _ = pods.draw(maker.pod_id(), 2.0 * alive + 4.0 * k)  # the k-th goes in the k-th cycle
         queue.append(pod.id)
-        yield from shifts_until(t)
         yield maker.event(t, "arrive", pod=pod)
         t += 2.0
     while True:
         yield maker.event(t, "depart", pod_id=queue.pop(0))
         t += 3.0
-        yield from shifts_until(t)
-        pod = _nginx(maker, rng, limits)
+        pod, _ = pods.draw(maker.pod_id(), t - 3.0 + 4.0 * alive)
         queue.append(pod.id)
         yield maker.event(t, "arrive", pod=pod)
         t += 1.0
 
 
-POISSON_CPU_MILLICORES = np.array([100.0, 250.0, 500.0, 1000.0, 2000.0])
-POISSON_CPU_WEIGHTS = np.array([0.25, 0.3, 0.25, 0.15, 0.05])
-
-
-def poisson(rng: np.random.Generator, limits: LatencyLimits, total_cpu_millicores: float,
-            load: float | None = None, mean_lifetime_s: float = 120.0) -> Iterator[Event]:
-    """Poisson arrivals with exponential lifetimes and mixed request sizes, sized so that on average
-    `load` (drawn in 0.3..0.7 when not given) of the cluster's cpu is requested."""
-    maker, t = _EventMaker(), 0.0
-    load = float(rng.uniform(0.3, 0.7)) if load is None else load
-    mean_cpu = float(POISSON_CPU_MILLICORES @ POISSON_CPU_WEIGHTS)
-    rate = load * total_cpu_millicores / (mean_cpu * mean_lifetime_s)
+def poisson(maker: _EventMaker, pods: PodSampler, rng: np.random.Generator, rate: float,
+            mean_lifetime_s: float) -> Iterator[Event]:
+    """Poisson arrivals with exponential lifetimes (scaled per pod class)."""
+    t = 0.0
     departures: list[tuple[float, int]] = []
     while True:
         t += float(rng.exponential(1.0 / rate))
         while departures and departures[0][0] <= t:
             when, pod_id = heapq.heappop(departures)
             yield maker.event(when, "depart", pod_id=pod_id)
-        cpu = float(rng.choice(POISSON_CPU_MILLICORES, p=POISSON_CPU_WEIGHTS))
-        memory = float(np.round(cpu / 1000.0 * rng.uniform(0.5, 4.0) * GIB / MIB) * MIB)
-        soft, hard = limits.draw(rng)
-        pod = SimPod(maker.pod_id(), cpu, memory, soft, hard, float(rng.uniform(0.2, 0.9)))
-        heapq.heappush(departures, (t + float(rng.exponential(mean_lifetime_s)), pod.id))
+        lifetime = float(rng.exponential(mean_lifetime_s))
+        pod, scale = pods.draw(maker.pod_id())
+        pod = replace(pod, depart_at=t + lifetime * scale)
+        heapq.heappush(departures, (pod.depart_at, pod.id))
         yield maker.event(t, "arrive", pod=pod)
 
 
-LATENCY_SHIFT_TIMES = (300.0, 600.0)
-
-
-def node_churn(rng: np.random.Generator, nodes: int, mean_interval_s: float = 400.0) -> Iterator[Event]:
+def node_churn(rng: np.random.Generator, nodes: int, mean_interval_s: float) -> Iterator[Event]:
     """Nodes leave (drained or failed) and come back 1-3 minutes later."""
     maker, t = _EventMaker(), 0.0
     while True:
@@ -160,29 +131,38 @@ def node_churn(rng: np.random.Generator, nodes: int, mean_interval_s: float = 40
         yield maker.event(t + float(rng.uniform(60.0, 180.0)), "node-up", node=node)
 
 
-def make_scenario(name: str, rng: np.random.Generator, limits: LatencyLimits,
-                  total_cpu_millicores: float, nodes: int, churn: bool = False) -> Iterator[Event]:
-    if name == "test1":
-        events = test1(rng, limits)
-    elif name == "test2":
-        events = test2(rng, limits)
-    elif name == "poisson":
-        events = poisson(rng, limits, total_cpu_millicores)
-    elif name == "latency-shift":
-        events = test2(rng, limits, shifts=LATENCY_SHIFT_TIMES)
+def latency_shifts(times: tuple[float, ...]) -> Iterator[Event]:
+    maker = _EventMaker()
+    for t in sorted(times):
+        yield maker.event(t, "shift-latency")
+
+
+def events(world: World, rng: np.random.Generator) -> Iterator[Event]:
+    """The world's whole event stream, in time order."""
+    maker = _EventMaker()
+    pods = PodSampler(world.pod_classes, rng)
+    if world.arrivals == "test1":
+        stream = test1(maker, pods)
+    elif world.arrivals == "test2":
+        stream = test2(maker, pods)
+    elif world.arrivals == "poisson":
+        stream = poisson(maker, pods, rng, world.arrival_rate, world.mean_lifetime_s)
     else:
-        raise ValueError(f"unknown scenario {name!r}: expected one of {', '.join(SCENARIOS)}")
-    if not churn:
-        return events
-    churn_rng = np.random.default_rng(rng.integers(2**63))
-    # node-up may be scheduled before a later node-down: merge two sorted streams by time.
-    return heapq.merge(events, _sorted(node_churn(churn_rng, nodes)))
+        raise ValueError(f"unknown arrival process {world.arrivals!r}: expected one of {', '.join(ARRIVALS)}")
+    streams = [stream]
+    if world.latency_shifts_s:
+        streams.append(latency_shifts(world.latency_shifts_s))
+    if world.churn:
+        churn_rng = np.random.default_rng(rng.integers(2**63))
+        # node-up may be scheduled before a later node-down: sort that stream first.
+        streams.append(_sorted(node_churn(churn_rng, world.size, world.churn_interval_s)))
+    return heapq.merge(*streams) if len(streams) > 1 else stream
 
 
-def _sorted(events: Iterator[Event], horizon: int = 64) -> Iterator[Event]:
+def _sorted(stream: Iterator[Event], horizon: int = 64) -> Iterator[Event]:
     """Sort a stream whose events are out of order by at most `horizon` positions."""
     heap: list[Event] = []
-    for event in events:
+    for event in stream:
         heapq.heappush(heap, event)
         if len(heap) > horizon:
             yield heapq.heappop(heap)

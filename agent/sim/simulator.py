@@ -1,94 +1,95 @@
-"""A discrete-event cluster simulator: heterogeneous nodes, pods with requests and lifetimes,
-measured utilization, drifting node-to-user latency, and nodes that leave and join.
+"""A discrete-event cluster simulator: nodes with power curves, pods with requests, real usage and
+lifetimes, measured metrics that arrive with a delay, drifting node-to-user latency, and nodes that
+leave and join.
 
-`Simulation` advances a scenario's event stream to the next pod that needs a node, offers the
-feasible nodes as a `NodeState` (what the scheduler's filters would pass to our score plugin), and
-applies the chosen placement. The Gymnasium environment and the evaluation both drive it.
+`Simulation` advances a world's event stream to the next pod that needs a node, offers the feasible
+nodes as a `NodeState` (what the scheduler's filters would pass to our score plugin, with metrics as
+the last scrape saw them), applies the chosen placement, and keeps the outcome ledger: energy drawn,
+hot-node time, imbalance, pods that found no node, latency violations.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 
-from agent.sim.scenarios import GIB, Event, LatencyLimits, SimPod, make_scenario
+from agent.sim import scenarios
+from agent.sim.families import LATENCY_RANGE_MS, family
+from agent.sim.outcomes import EL_ENERGY_WEIGHT, HOT_UTILIZATION, Ledger, Units, rate
+from agent.sim.scenarios import Event
+from agent.sim.world import SimPod, World
 from agent.state import NodeState, PodRequest
 
-
-@dataclass(frozen=True)
-class NodeSize:
-    name: str
-    cpu_millicores: float
-    memory_bytes: float
-    max_pods: int
-
-
-NODE_SIZES = (
-    NodeSize("small", 4000.0, 8.0 * GIB, 110),
-    NodeSize("medium", 8000.0, 16.0 * GIB, 110),
-    NodeSize("large", 16000.0, 32.0 * GIB, 110),
-)
-
-LATENCY_RANGE_MS = (3.0, 60.0)  # with the 20/30 ms limits: ~30% soft, ~18% between, ~52% over
 LATENCY_DRIFT_MS_PER_SQRT_S = 0.15
+UTILIZATION_WINDOW_S = 60.0  # time constant of the utilization mean and spread (LoadVariationRiskBalancing)
 MAX_EVENTS_PER_DECISION = 100_000
 
 
 class Cluster:
     """Mutable node arrays plus the pods bound to each node."""
 
-    def __init__(self, sizes: list[NodeSize], latency_ms: np.ndarray, rng: np.random.Generator):
-        n = len(sizes)
+    def __init__(self, world: World, rng: np.random.Generator):
+        hardware = [spec.hardware for spec in world.nodes]
+        n = len(hardware)
+        if n < 1:
+            raise ValueError("a cluster needs at least one node")
         self.names = [f"node-{i}" for i in range(n)]
-        self.cpu_capacity = np.array([s.cpu_millicores for s in sizes])
-        self.memory_capacity = np.array([s.memory_bytes for s in sizes])
-        self.max_pods = np.array([float(s.max_pods) for s in sizes])
+        self.cpu_capacity = np.array([h.cpu_millicores for h in hardware])
+        self.memory_capacity = np.array([h.memory_bytes for h in hardware])
+        self.max_pods = np.array([float(h.max_pods) for h in hardware])
+        self.power_idle = np.array([h.power_idle_watts for h in hardware])
+        self.power_max = np.array([h.power_max_watts for h in hardware])
+        self.disk_capacity = np.array([h.disk_bytes for h in hardware])
+        self.latency_ms = np.array([spec.latency_ms for spec in world.nodes], dtype=np.float64)
         self.cpu_requested = np.zeros(n)
         self.memory_requested = np.zeros(n)
         self.cpu_used = np.zeros(n)  # millicores really used by the pods (request x usage)
         self.memory_used = np.zeros(n)
+        self.network = np.zeros(n)  # bytes/s received by the pods
+        self.connections = np.zeros(n)
+        self.disk_used = rng.uniform(0.1, 0.3, n) * self.disk_capacity  # images, logs, ...
         self.pods = np.zeros(n)
         self.present = np.ones(n, dtype=bool)
-        self.latency_ms = np.asarray(latency_ms, dtype=np.float64).copy()
         self.background_cpu = rng.uniform(0.02, 0.08, n)  # system daemons, kubelet, ...
         self.background_memory = rng.uniform(0.05, 0.15, n)
         self.placement: dict[int, tuple[int, SimPod]] = {}
-
-    @classmethod
-    def random(cls, nodes: int, rng: np.random.Generator, heterogeneous: bool = True) -> Cluster:
-        if nodes < 1:
-            raise ValueError(f"a cluster needs at least one node, got {nodes}")
-        if heterogeneous:
-            sizes = [NODE_SIZES[i] for i in rng.integers(len(NODE_SIZES), size=nodes)]
-        else:
-            sizes = [NODE_SIZES[1]] * nodes
-        latency = rng.uniform(*LATENCY_RANGE_MS, size=nodes)
-        return cls(sizes, latency, rng)
+        # for the committed-energy potential: per node, sum of used millicores x departure time, the
+        # latest departure of its pods, and its pods' departures
+        self.used_until = np.zeros(n)
+        self.last_departure = np.zeros(n)
+        self._departures: list[dict[int, float]] = [{} for _ in range(n)]
 
     def __len__(self) -> int:
         return len(self.names)
 
-    def state(self, noise_rng: np.random.Generator | None = None) -> NodeState:
-        """All nodes, present or not; utilization = pods' real usage + background (+ noise)."""
-        cpu_util = self.cpu_used / self.cpu_capacity + self.background_cpu
-        mem_util = self.memory_used / self.memory_capacity + self.background_memory
-        if noise_rng is not None:
-            cpu_util = cpu_util + noise_rng.normal(0.0, 0.01, len(self))
-            mem_util = mem_util + noise_rng.normal(0.0, 0.005, len(self))
-        return NodeState(
-            names=self.names,
-            cpu_capacity=self.cpu_capacity,
-            memory_capacity=self.memory_capacity,
-            max_pods=self.max_pods,
-            cpu_requested=self.cpu_requested.copy(),
-            memory_requested=self.memory_requested.copy(),
-            pods=self.pods.copy(),
-            cpu_utilization=np.clip(cpu_util, 0.0, 1.0),
-            memory_utilization=np.clip(mem_util, 0.0, 1.0),
-            latency_ms=self.latency_ms.copy(),
-        )
+    def cpu_utilization(self) -> np.ndarray:
+        """True cpu utilization; pods that use more than the node has are throttled at 1."""
+        return np.minimum(self.cpu_used / self.cpu_capacity + self.background_cpu, 1.0)
+
+    def memory_utilization(self) -> np.ndarray:
+        return np.minimum(self.memory_used / self.memory_capacity + self.background_memory, 1.0)
+
+    def active(self) -> np.ndarray:
+        return self.present & (self.pods > 0)
+
+    def power(self, utilization: np.ndarray | None = None) -> np.ndarray:
+        """Watts per node: idle + (max - idle) x cpu utilization while it runs pods; an empty node is
+        counted as off (it can be scaled down)."""
+        util = self.cpu_utilization() if utilization is None else utilization
+        return np.where(self.active(), self.power_idle + (self.power_max - self.power_idle) * util, 0.0)
+
+    def committed_energy_j(self, now: float) -> float:
+        """Joules the cluster will draw for the pods it runs now if none came or went early: each
+        node's idle and background draw until its last pod leaves, plus each pod's dynamic draw
+        until it leaves. Uses the pods' departure times, which only the simulator knows: it is the
+        potential for reward shaping in training, never an input to a policy."""
+        active = self.active()
+        remaining = np.where(active, np.maximum(self.last_departure - now, 0.0), 0.0)
+        slope = (self.power_max - self.power_idle) / self.cpu_capacity  # watts per used millicore
+        base = self.power_idle + slope * self.background_cpu * self.cpu_capacity
+        pods = np.where(active, self.used_until - now * self.cpu_used, 0.0)
+        return float(np.dot(base, remaining) + np.dot(slope, np.maximum(pods, 0.0)))
 
     def feasible(self, pod: SimPod) -> np.ndarray:
         """Indices of present nodes that pass the NodeResourcesFit filter for `pod`."""
@@ -112,10 +113,24 @@ class Cluster:
         return True
 
     def _account(self, node: int, pod: SimPod, sign: int) -> None:
+        used = pod.cpu_millicores * pod.usage
+        if np.isfinite(pod.depart_at):
+            self.used_until[node] += sign * used * pod.depart_at
+            departures = self._departures[node]
+            if sign > 0:
+                departures[pod.id] = pod.depart_at
+                self.last_departure[node] = max(self.last_departure[node], pod.depart_at)
+            else:
+                departures.pop(pod.id, None)
+                if pod.depart_at >= self.last_departure[node]:
+                    self.last_departure[node] = max(departures.values(), default=0.0)
         self.cpu_requested[node] += sign * pod.cpu_millicores
         self.memory_requested[node] += sign * pod.memory_bytes
         self.cpu_used[node] += sign * pod.cpu_millicores * pod.usage
-        self.memory_used[node] += sign * pod.memory_bytes * pod.usage
+        self.memory_used[node] += sign * pod.memory_bytes * min(pod.usage, 1.0)
+        self.network[node] += sign * pod.network_bytes_per_s
+        self.connections[node] += sign * pod.connections
+        self.disk_used[node] += sign * pod.disk_bytes
         self.pods[node] += sign
 
     def node_down(self, node: int) -> list[SimPod]:
@@ -154,28 +169,107 @@ def pod_request(pod: SimPod) -> PodRequest:
 
 
 class Simulation:
-    """A cluster driven by a scenario, stopping at each pod that needs a scheduling decision.
+    """A world driven by its event stream, stopping at each pod that needs a scheduling decision.
 
-    Exogenous randomness (arrivals, cluster, latency drift, measurement noise) comes from streams
-    spawned from `seed`, none of which the decisions touch: every scorer sees the same world.
+    Exogenous randomness (arrivals, background load, latency drift, measurement noise) comes from
+    streams spawned from `seed`, none of which the decisions touch: every scorer sees the same world.
     """
 
-    def __init__(self, scenario: str, nodes: int, seed: int, limits: LatencyLimits | None = None,
-                 churn: bool = False, heterogeneous: bool = True):
+    def __init__(self, world: World, seed: int):
         scenario_rng, cluster_rng, self._drift_rng, self._noise_rng = (
             np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4))
-        self.scenario = scenario
-        self.cluster = Cluster.random(nodes, cluster_rng, heterogeneous)
-        self.limits = limits or LatencyLimits()
-        self._events: Iterator[Event] = make_scenario(
-            scenario, scenario_rng, self.limits, float(self.cluster.cpu_capacity.sum()), nodes, churn)
+        self.world = world
+        self.cluster = Cluster(world, cluster_rng)
+        self.units = Units(world.reference_power_watts, world.mean_interarrival_s, world.mean_pod_lifetime_s)
+        self.ledger = Ledger()
+        self._events: Iterator[Event] = scenarios.events(world, scenario_rng)
         self._requeued: list[SimPod] = []
         self.time = 0.0
         self.decisions = 0
-        self.unschedulable = 0
         self.latency_shifts: list[int] = []  # decision index at which each shift happened
         self.pod: SimPod | None = None
         self.candidates = np.zeros(0, dtype=np.int64)
+        self._metrics: dict[str, np.ndarray] | None = None
+        self._util_mean = self._util_var = None
+        self._last_scrape = 0.0
+        self._scrape()
+        self._next_scrape = world.metrics_interval_s
+
+    @classmethod
+    def of_family(cls, name: str, seed: int, nodes: int | None = None, limits: bool = False,
+                  training: bool = False) -> Simulation:
+        """A world drawn from a scenario family with `seed` (world and dynamics from separate streams)."""
+        world_seed, dynamics_seed = np.random.SeedSequence(seed).spawn(2)
+        world = family(name).world(np.random.default_rng(world_seed), nodes, limits, training)
+        return cls(world, int(dynamics_seed.generate_state(1)[0]))
+
+    @property
+    def scenario(self) -> str:
+        return self.world.family
+
+    @property
+    def unschedulable(self) -> int:
+        return self.ledger.unschedulable
+
+    # --- time -------------------------------------------------------------------------------------
+
+    def _advance(self, until: float) -> None:
+        """Integrate the ledger's rates up to `until` (state is constant between events), taking
+        metric scrapes on the way."""
+        interval = self.world.metrics_interval_s
+        while interval > 0 and self._next_scrape <= until:
+            self._integrate(self._next_scrape)
+            self._scrape()
+            self._next_scrape += interval
+        self._integrate(until)
+
+    def _integrate(self, until: float) -> None:
+        dt = until - self.time
+        if dt <= 0:
+            return
+        c, ledger = self.cluster, self.ledger
+        util = c.cpu_utilization()
+        active = c.active()
+        present = c.present
+        n_present = int(present.sum())
+        ledger.energy_j += float(c.power(util).sum()) * dt
+        ledger.present_node_s += n_present * dt
+        ledger.active_node_s += int(active.sum()) * dt
+        hot = int(np.count_nonzero(active & (util > HOT_UTILIZATION)))
+        ledger.hot_node_s += hot * dt
+        ledger.hot_share_s += hot / max(n_present, 1) * dt
+        ledger.request_cv_s += _cv(c.cpu_requested[present] / c.cpu_capacity[present]) * dt
+        ledger.utilization_cv_s += _cv(util[present]) * dt
+        ledger.time_s += dt
+        if self.world.latency_drift:
+            c.drift_latency(dt, self._drift_rng)
+        self.time = until
+
+    def _scrape(self) -> None:
+        """What Prometheus and the probes report: true values plus measurement noise."""
+        c, noise = self.cluster, self._noise_rng
+        n = len(c)
+        cpu = np.clip(c.cpu_utilization() + noise.normal(0.0, 0.01, n), 0.0, 1.0)
+        # exponentially weighted mean and variance of what was scraped, as a range query would see
+        if self._util_mean is None:
+            self._util_mean, self._util_var = cpu.copy(), np.zeros(n)
+        else:
+            alpha = 1.0 - np.exp(-(self.time - self._last_scrape) / UTILIZATION_WINDOW_S)
+            diff = cpu - self._util_mean
+            self._util_mean = self._util_mean + alpha * diff
+            self._util_var = (1.0 - alpha) * (self._util_var + alpha * diff * diff)
+        self._last_scrape = self.time
+        self._metrics = {
+            "cpu_utilization": cpu,
+            "cpu_utilization_stddev": np.sqrt(self._util_var),
+            "memory_utilization": np.clip(c.memory_utilization() + noise.normal(0.0, 0.005, n), 0.0, 1.0),
+            "latency_ms": c.latency_ms.copy(),
+            "network_receive_bytes_per_s": c.network + 2e4,  # plus the node's own traffic
+            "tcp_established": c.connections + 10.0,
+            "disk_utilization": np.minimum(c.disk_used / c.disk_capacity, 1.0),
+        }
+
+    # --- decisions --------------------------------------------------------------------------------
 
     def next_decision(self) -> None:
         """Process events until a pod arrives that fits at least one node."""
@@ -183,18 +277,19 @@ class Simulation:
             pod = self._requeued.pop(0) if self._requeued else self._next_arrival()
             if pod is None:
                 continue
+            self.ledger.arrivals += 1
             candidates = self.cluster.feasible(pod)
             if candidates.size:
                 self.pod, self.candidates = pod, candidates
                 return
-            self.unschedulable += 1
+            self.ledger.unschedulable += 1
+            self.ledger.unschedulable_large += pod.kind == "large"
         raise RuntimeError(f"no schedulable pod within {MAX_EVENTS_PER_DECISION} events "
-                           f"(scenario {self.scenario}, {len(self.cluster)} nodes)")
+                           f"(family {self.world.family}, {len(self.cluster)} nodes)")
 
     def _next_arrival(self) -> SimPod | None:
         event = next(self._events)
-        self.cluster.drift_latency(event.time - self.time, self._drift_rng)
-        self.time = max(self.time, event.time)
+        self._advance(max(self.time, event.time))
         if event.kind == "arrive":
             return event.pod
         if event.kind == "depart":
@@ -209,16 +304,79 @@ class Simulation:
         return None
 
     def candidate_state(self) -> tuple[NodeState, PodRequest]:
-        """The feasible nodes and the pod, as the scorer sees them at serving time."""
+        """The feasible nodes and the pod, as the scorer sees them at serving time: sizes and
+        requests live (the server's watch cache), metrics as of the last scrape."""
         assert self.pod is not None, "call next_decision() first"
-        state = self.cluster.state(self._noise_rng).subset(self.candidates)
+        if self.world.metrics_interval_s <= 0:
+            self._scrape()
+        c, idx, m = self.cluster, self.candidates, self._metrics
+        power = {}
+        if self.world.power_visible:
+            power = {"power_idle_watts": c.power_idle[idx], "power_max_watts": c.power_max[idx]}
+        state = NodeState.trusted(
+            [c.names[i] for i in idx], cpu_capacity=c.cpu_capacity[idx], memory_capacity=c.memory_capacity[idx],
+            max_pods=c.max_pods[idx], cpu_requested=c.cpu_requested[idx], memory_requested=c.memory_requested[idx],
+            pods=c.pods[idx], **{k: v[idx] for k, v in m.items()}, **power)
         return state, pod_request(self.pod)
 
     def place(self, candidate: int) -> int:
         """Bind the current pod to candidate number `candidate`; returns the node index."""
         assert self.pod is not None, "call next_decision() first"
+        pod, c, ledger = self.pod, self.cluster, self.ledger
         node = int(self.candidates[candidate])
-        self.cluster.bind(self.pod, node)
+        if pod.latency_soft_ms is not None or pod.latency_hard_ms is not None:
+            request = pod_request(pod)
+            latency = c.latency_ms[node]  # the real one at this moment, not the last scrape's
+            ledger.limited += 1
+            if latency > request.hard_limit:
+                ledger.hard_violations += 1
+                ledger.avoidable_hard_violations += bool(np.any(c.latency_ms[self.candidates] <= request.hard_limit))
+            ledger.soft_violations += latency > request.soft_limit
+        c.bind(pod, node)
+        ledger.placed += 1
         self.decisions += 1
         self.pod = None
         return node
+
+    def skip(self) -> None:
+        """The pod is left pending (an invalid choice): counted as unschedulable."""
+        assert self.pod is not None, "call next_decision() first"
+        self.ledger.unschedulable += 1
+        self.decisions += 1
+        self.pod = None
+
+    def potential(self, policy: str, gamma: float) -> float:
+        """Shaping potential Phi(s) of the policy: minus the cost the current state commits to. The
+        energy part is the committed energy (Cluster.committed_energy_j) in reward units; hot
+        nodes and imbalance, which new pods change as much as old ones, count as if they lasted
+        (rate / (1 - gamma))."""
+        energy = self.cluster.committed_energy_j(self.time) / (
+            self.units.reference_power_watts * self.units.interarrival_s)
+        if policy == "EE":
+            return -energy
+        if policy == "EL":
+            return -EL_ENERGY_WEIGHT * energy
+        return -self.cost_rate(policy) / (1.0 - gamma)
+
+    def cost_rate(self, policy: str) -> float:
+        """The policy's cost per interarrival time if the cluster stayed as it is now."""
+        c = self.cluster
+        util = c.cpu_utilization()
+        active = c.active()
+        present = c.present
+        hot = int(np.count_nonzero(active & (util > HOT_UTILIZATION)))
+        return rate(policy, float(c.power(util).sum()), hot, int(present.sum()),
+                    _cv(c.cpu_requested[present] / c.cpu_capacity[present]), self.units)
+
+
+def _cv(values: np.ndarray) -> float:
+    """Coefficient of variation (population std / mean); 0 for an empty or all-zero set."""
+    n = values.size
+    if n == 0:
+        return 0.0
+    total = float(values.sum())
+    if total <= 0:
+        return 0.0
+    mean = total / n
+    variance = max(float(np.dot(values, values)) / n - mean * mean, 0.0)
+    return variance**0.5 / mean

@@ -7,7 +7,7 @@ import torch
 
 from agent.features import FEATURE_SPEC_VERSION, NODE_FEATURES
 from agent.learn.model_io import save_model, sidecar_path
-from agent.learn.network import QNetwork
+from agent.learn.network import NodeScorer
 from suggestion_server.registry import ModelRegistry
 from tests.server.conftest import MODELS, node, pod, post
 
@@ -48,7 +48,7 @@ def test_corrupted_file_keeps_the_previous_model_and_is_reported(tmp_path, make_
 
 
 def test_wrong_spec_version_is_refused(tmp_path):
-    net = QNetwork((8,))
+    net = NodeScorer((8,))
     path = save_model(tmp_path / "lb.pt", net, "LB", {})
     payload = torch.load(path, weights_only=True)
     payload["feature_spec_version"] = FEATURE_SPEC_VERSION + 1
@@ -66,7 +66,7 @@ def test_hot_reload_on_file_change(tmp_path):
     old = registry.get("LB").version
     assert registry.reload_changed() == []
     torch.manual_seed(123)
-    save_model(tmp_path / "lb.pt", QNetwork((16, 16)), "LB", {"training": {"steps": 1}})
+    save_model(tmp_path / "lb.pt", NodeScorer((16, 16)), "LB", {"training": {"steps": 1}})
     _touch_later(tmp_path / "lb.pt")
     assert registry.reload_changed() == ["LB"]
     assert registry.get("LB").version != old
@@ -81,7 +81,7 @@ def test_model_with_non_finite_output_at_serving_time_falls_back(tmp_path, make_
     """Weights that pass the loader's probe but overflow on a far-away node: the heuristic answers."""
     _copy_models(tmp_path)
     torch.manual_seed(0)
-    net = QNetwork((4,))
+    net = NodeScorer((4,))
     with torch.no_grad():
         for p in net.parameters():
             p.zero_()

@@ -1,0 +1,90 @@
+"""`rlscore-eval`: a policy's model against every baseline of its objective, on held-out seeds of
+each scenario family; tables, plots and the goal checks under eval/<policy>/."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from agent.evaluate.compare import evaluate, summarize
+from agent.evaluate.goals import check_goals
+from agent.evaluate.report import markdown_table, write_outputs
+from agent.learn.model_io import ModelValidationError, load_model
+from agent.scoring import ModelScorer
+from agent.sim.families import FAMILIES, families_for
+from agent.state import POLICIES
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"node counts must be >= 1, got {text!r}")
+    return values
+
+
+def _family_list(text: str) -> tuple[str, ...]:
+    if text == "all":
+        return tuple(FAMILIES)
+    values = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [v for v in values if v not in FAMILIES]
+    if bad or not values:
+        raise argparse.ArgumentTypeError(f"unknown family {bad or text!r}: expected {', '.join(FAMILIES)} or all")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlscore-eval", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--policy", required=True, type=str.upper, choices=POLICIES)
+    parser.add_argument("--families", type=_family_list, default=None,
+                        help=f"comma-separated, from {', '.join(FAMILIES)}, or 'all' (default: the policy's)")
+    parser.add_argument("--nodes", type=_int_list, default=None,
+                        help="node counts (default: 3,10,100 for the thesis patterns, drawn per seed otherwise)")
+    parser.add_argument("--model", type=Path, action="append", default=None,
+                        help="model file, repeatable (default models/<policy>.pt)")
+    parser.add_argument("--no-model", action="store_true", help="baselines only")
+    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--arrivals", type=int, default=300, help="pod arrivals per run")
+    parser.add_argument("--out", type=Path, default=None, help="output directory (default eval/<policy>)")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # one small forward pass per decision: threads only add overhead
+    policy = args.policy
+    if args.seeds < 1 or args.arrivals < 1:
+        parser.error("--seeds and --arrivals must be >= 1")
+    families = args.families or families_for(policy)
+
+    scorers = []
+    if not args.no_model:
+        paths = args.model or [Path("models") / f"{policy.lower()}.pt"]
+        for path in paths:
+            # one model is rl-<policy>; several are told apart by their directory and file name
+            name = f"rl-{policy.lower()}" if len(paths) == 1 else f"rl-{path.parent.name}/{path.stem}"
+            try:
+                scorers.append(ModelScorer(load_model(path, expected_policy=policy), name=name))
+            except ModelValidationError as exc:
+                print(f"rlscore-eval: {exc}", file=sys.stderr)
+                return 2
+    first = families[0]
+    trace_key = (first, (args.nodes or FAMILIES[first].eval_nodes or (None,))[0])
+    results, traces = evaluate(policy, scorers, families, args.seeds, args.arrivals, node_counts=args.nodes,
+                               progress=not args.no_progress, traces_for=trace_key)
+    rows = summarize(results)
+    checks = check_goals(policy, rows) if len(scorers) == 1 else []
+    out = args.out or Path("eval") / policy.lower()
+    write_outputs(out, policy, results, rows, checks, traces, f"{policy}: {', '.join(families)}")
+    print(markdown_table(policy, rows))
+    for c in checks:
+        print(f"{'PASS' if c.ok else 'FAIL'} {c.family} @ {c.nodes}: {c.goal} ({c.detail})")
+    print(f"wrote {out}/summary.md, summary.csv, runs.csv and plots")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

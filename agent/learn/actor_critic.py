@@ -1,0 +1,210 @@
+"""Actor-critic training (PPO, or A2C) over the DeepSets networks, in one file you can read top to
+bottom (after cleanrl's ppo.py). Every hyper-parameter is in ACConfig.
+
+The actor is the same `NodeScorer` that DQN trains and the server serves: its per-node outputs are
+the logits of a masked softmax over the candidate nodes. The critic (`ValueHead`) pools its own
+equivariant trunk over the candidates into one state value. Several environments step side by side;
+advantages come from GAE over `num_steps` decisions, so a consequence that arrives dozens of
+decisions later still reaches the decision that caused it. A2C is the special case of one update
+epoch over the whole batch without clipping (A2cScheduler's multi-step TD actor-critic).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from agent.learn.common import TrainConfig, make_env, seed_everything, tensorboard, training_record
+from agent.learn.network import NodeScorer, ValueHead
+from agent.state import normalize_policy
+
+
+@dataclass
+class ACConfig(TrainConfig):
+    algo: str = "ppo"
+    """ppo, or a2c (one epoch, one minibatch, no clipping)"""
+    num_envs: int = 8
+    """environments stepped side by side"""
+    num_steps: int = 128
+    """decisions per environment per update"""
+    learning_rate: float = 3e-4
+    """Adam step size (annealed linearly to 0)"""
+    gae_lambda: float = 0.95
+    """GAE lambda"""
+    num_minibatches: int = 4
+    """minibatches per epoch"""
+    update_epochs: int = 4
+    """passes over each batch"""
+    clip_coef: float = 0.2
+    """PPO's surrogate clipping"""
+    ent_coef: float = 0.01
+    """entropy bonus: keeps exploring alternatives to the first good heuristic it finds"""
+    vf_coef: float = 0.5
+    """value loss weight"""
+    max_grad_norm: float = 0.5
+    """gradient clipping (global L2 norm)"""
+    normalize_rewards: bool = True
+    """divide rewards by a running std of the discounted return (scales differ per family)"""
+
+    def __post_init__(self) -> None:
+        if self.algo not in ("ppo", "a2c"):
+            raise ValueError(f"algo must be ppo or a2c, got {self.algo!r}")
+        if self.algo == "a2c":
+            self.update_epochs, self.num_minibatches, self.clip_coef = 1, 1, float("inf")
+
+
+class RunningStd:
+    """Running variance of the discounted return, per environment (cleanrl's NormalizeReward)."""
+
+    def __init__(self, num_envs: int, gamma: float):
+        self.gamma = gamma
+        self.returns = np.zeros(num_envs)
+        self.mean, self.var, self.count = 0.0, 1.0, 1e-4
+
+    def scale(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
+        self.returns = self.returns * self.gamma * (1 - dones) + rewards
+        batch_mean, batch_var, n = self.returns.mean(), self.returns.var(), len(self.returns)
+        delta, total = batch_mean - self.mean, self.count + n
+        self.mean += delta * n / total
+        self.var = (self.var * self.count + batch_var * n + delta**2 * self.count * n / total) / total
+        self.count = total
+        return rewards / np.sqrt(self.var + 1e-8)
+
+
+def masked_logits(logits: torch.Tensor) -> torch.Tensor:
+    """-inf (masked nodes) to a large finite negative, so the softmax and entropy stay finite."""
+    return torch.where(torch.isfinite(logits), logits, torch.full_like(logits, -1e9))
+
+
+def train(cfg: ACConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, dict]:
+    """Train one policy; returns the actor (what is served) and the training record."""
+    cfg.policy = normalize_policy(cfg.policy)
+    seed_everything(cfg)
+    envs = [make_env(cfg) for _ in range(cfg.num_envs)]
+    actor, critic = NodeScorer(cfg.hidden), ValueHead(cfg.hidden)
+    if init is not None:
+        actor.load_state_dict(init.state_dict())
+    params = list(actor.parameters()) + list(critic.parameters())
+    optimizer = torch.optim.Adam(params, lr=cfg.learning_rate, eps=1e-5)
+    writer = tensorboard(cfg, cfg.algo)
+    reward_norm = RunningStd(cfg.num_envs, cfg.gamma)
+
+    n, slots = cfg.num_envs, cfg.max_nodes
+    f_node, f_pod = actor.node_features, actor.pod_features
+    obs_nodes = torch.zeros((cfg.num_steps, n, slots, f_node))
+    obs_pod = torch.zeros((cfg.num_steps, n, f_pod))
+    obs_mask = torch.zeros((cfg.num_steps, n, slots), dtype=torch.bool)
+    actions = torch.zeros((cfg.num_steps, n), dtype=torch.long)
+    logprobs = torch.zeros((cfg.num_steps, n))
+    rewards = torch.zeros((cfg.num_steps, n))
+    dones = torch.zeros((cfg.num_steps, n))
+    values = torch.zeros((cfg.num_steps, n))
+
+    def stack(observations):
+        return (torch.from_numpy(np.stack([o["nodes"] for o in observations])),
+                torch.from_numpy(np.stack([o["pod"] for o in observations])),
+                torch.from_numpy(np.stack([o["action_mask"] for o in observations]).astype(bool)))
+
+    start = time.time()
+    current = [env.reset(seed=cfg.seed + i)[0] for i, env in enumerate(envs)]
+    next_nodes, next_pod, next_mask = stack(current)
+    next_done = torch.zeros(n)
+    episode_returns: list[float] = []
+    running = np.zeros(n)
+    batch_size = n * cfg.num_steps
+    updates = max(1, cfg.total_timesteps // batch_size)
+    minibatch = max(1, batch_size // cfg.num_minibatches)
+    bar = tqdm(range(updates), desc=f"{cfg.algo} {cfg.policy}", disable=not cfg.progress, mininterval=1.0,
+               file=sys.stderr)
+    global_step = 0
+    for update in bar:
+        optimizer.param_groups[0]["lr"] = cfg.learning_rate * (1.0 - update / updates)
+        for step in range(cfg.num_steps):
+            global_step += n
+            obs_nodes[step], obs_pod[step], obs_mask[step], dones[step] = next_nodes, next_pod, next_mask, next_done
+            with torch.no_grad():
+                dist = torch.distributions.Categorical(logits=masked_logits(actor(next_nodes, next_pod, next_mask)))
+                action = dist.sample()
+                values[step] = critic(next_nodes, next_pod, next_mask)
+            actions[step], logprobs[step] = action, dist.log_prob(action)
+            step_rewards, step_dones = np.zeros(n), np.zeros(n)
+            for i, env in enumerate(envs):
+                obs, r, terminated, truncated, _ = env.step(int(action[i]))
+                running[i] += r
+                if truncated and not terminated:
+                    # A time limit is not an end: bootstrap from the state the episode stopped in
+                    # (the critic predicts normalized returns; scale back before normalizing again).
+                    with torch.no_grad():
+                        v_boot = float(critic(*stack([obs]))[0])
+                    r += cfg.gamma * v_boot * (np.sqrt(reward_norm.var + 1e-8) if cfg.normalize_rewards else 1.0)
+                if terminated or truncated:
+                    episode_returns.append(running[i])
+                    running[i] = 0.0
+                    if writer:
+                        writer.add_scalar("charts/episodic_return", episode_returns[-1], global_step)
+                    obs, _ = env.reset()
+                step_rewards[i], step_dones[i] = r, float(terminated or truncated)
+                current[i] = obs
+            if cfg.normalize_rewards:
+                step_rewards = reward_norm.scale(step_rewards, step_dones)
+            rewards[step] = torch.from_numpy(step_rewards).float()
+            next_nodes, next_pod, next_mask = stack(current)
+            next_done = torch.from_numpy(step_dones).float()
+
+        # Generalized advantage estimation.
+        with torch.no_grad():
+            next_value = critic(next_nodes, next_pod, next_mask)
+            advantages = torch.zeros_like(rewards)
+            last = torch.zeros(n)
+            for t in reversed(range(cfg.num_steps)):
+                not_done = 1.0 - (next_done if t == cfg.num_steps - 1 else dones[t + 1])
+                following = next_value if t == cfg.num_steps - 1 else values[t + 1]
+                delta = rewards[t] + cfg.gamma * following * not_done - values[t]
+                last = delta + cfg.gamma * cfg.gae_lambda * not_done * last
+                advantages[t] = last
+            returns = advantages + values
+
+        b_nodes, b_pod = obs_nodes.reshape(batch_size, slots, f_node), obs_pod.reshape(batch_size, f_pod)
+        b_mask, b_actions = obs_mask.reshape(batch_size, slots), actions.reshape(-1)
+        b_logprobs, b_adv, b_returns = logprobs.reshape(-1), advantages.reshape(-1), returns.reshape(-1)
+        order = np.arange(batch_size)
+        for _ in range(cfg.update_epochs):
+            np.random.shuffle(order)
+            for lo in range(0, batch_size, minibatch):
+                mb = torch.from_numpy(order[lo:lo + minibatch])
+                dist = torch.distributions.Categorical(
+                    logits=masked_logits(actor(b_nodes[mb], b_pod[mb], b_mask[mb])))
+                new_logprob = dist.log_prob(b_actions[mb])
+                ratio = (new_logprob - b_logprobs[mb]).exp()
+                adv = b_adv[mb]
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+                value_loss = 0.5 * ((critic(b_nodes[mb], b_pod[mb], b_mask[mb]) - b_returns[mb]) ** 2).mean()
+                entropy = dist.entropy().mean()
+                loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                optimizer.step()
+        if writer:
+            writer.add_scalar("losses/policy", policy_loss.item(), global_step)
+            writer.add_scalar("losses/value", value_loss.item(), global_step)
+            writer.add_scalar("losses/entropy", entropy.item(), global_step)
+        if episode_returns:
+            bar.set_postfix(ret=f"{np.mean(episode_returns[-20:]):.1f}", ent=f"{entropy.item():.2f}",
+                            v=f"{value_loss.item():.3f}")
+
+    bar.close()
+    if writer:
+        writer.close()
+    name = "PPO" if cfg.algo == "ppo" else "A2C"
+    record = training_record(cfg, f"{name}, DeepSets actor (masked softmax over nodes) and pooled critic, GAE",
+                             time.time() - start, episode_returns)
+    record["training"]["steps"] = updates * batch_size
+    return actor.eval(), record

@@ -1,0 +1,107 @@
+"""What every trainer shares: the hyper-parameters common to all algorithms, seeding, the
+environments, and the training record that goes into a model's sidecar."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from agent.learn.env import SchedulingEnv
+from agent.sim.families import TRAIN_NODES
+
+
+@dataclass
+class TrainConfig:
+    policy: str = "EE"
+    """EE, LB or EL: which objective the agent learns"""
+    total_timesteps: int = 200_000
+    """placement decisions to train on"""
+    seed: int = 1
+    """seeds python, numpy, torch and the environments"""
+    reward: str = "outcome"
+    """reward variant: outcome (the objective over time), stepwise (wave 1) or thesis"""
+    shaping: bool = True
+    """potential-based shaping of the outcome reward (leaves the optimal policy unchanged)"""
+    gamma: float = 0.99
+    """discount: ~100 decisions of horizon, so later consequences of a placement count"""
+    families: tuple[str, ...] = ()
+    """scenario families drawn per episode (empty: every family of the policy)"""
+    min_nodes: int = TRAIN_NODES[0]
+    """smallest cluster drawn per episode"""
+    max_nodes: int = TRAIN_NODES[1]
+    """largest cluster drawn per episode (and observation padding)"""
+    episode_decisions: int = 256
+    """placements per episode"""
+    hidden: tuple[int, ...] = (64, 64)
+    """equivariant layer widths"""
+    torch_threads: int = 1
+    """CPU threads for torch (the networks are small; more threads mostly add overhead)"""
+    out: str = "models"
+    """directory for <policy>.pt and its .json sidecar"""
+    log_dir: str = "runs"
+    """TensorBoard log directory ('' to disable)"""
+    progress: bool = True
+    """show a progress bar"""
+    init: str = ""
+    """start from this model's weights (fine-tuning) instead of random ones"""
+    extra_metadata: dict = field(default_factory=dict)
+    """merged into the sidecar (e.g. the evaluation table)"""
+
+
+def seed_everything(cfg: TrainConfig) -> np.random.Generator:
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.torch_threads)
+    return np.random.default_rng(cfg.seed)
+
+
+def make_env(cfg: TrainConfig) -> SchedulingEnv:
+    return SchedulingEnv(cfg.policy, max_nodes=cfg.max_nodes, min_nodes=cfg.min_nodes,
+                         families=cfg.families or None, episode_decisions=cfg.episode_decisions,
+                         reward=cfg.reward, gamma=cfg.gamma, shaping=cfg.shaping, training=True)
+
+
+def tensorboard(cfg: TrainConfig, algo: str):
+    if not cfg.log_dir:
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+    return SummaryWriter(f"{cfg.log_dir}/{cfg.policy.lower()}-{algo}-{cfg.reward}-seed{cfg.seed}-{int(time.time())}")
+
+
+def git_commit() -> str:
+    try:
+        here = Path(__file__).parent
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True, cwd=here).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, cwd=here).stdout.strip()
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def training_record(cfg: TrainConfig, algorithm: str, seconds: float, episode_returns: list[float]) -> dict:
+    config = dataclasses.asdict(cfg)
+    config.pop("extra_metadata")
+    return {
+        "training": {
+            "algorithm": algorithm,
+            "steps": cfg.total_timesteps,
+            "seed": cfg.seed,
+            "reward": cfg.reward,
+            "seconds": round(seconds, 1),
+            "steps_per_second": round(cfg.total_timesteps / max(seconds, 1e-9), 1),
+            "final_mean_episode_return": float(np.mean(episode_returns[-20:])) if episode_returns else None,
+            "hyperparameters": config,
+            "git_commit": git_commit(),
+            "torch": torch.__version__,
+        }
+    }

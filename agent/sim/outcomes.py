@@ -1,0 +1,93 @@
+"""What placements lead to, counted over time: the ledger the simulator keeps, and each policy's
+objective computed from it.
+
+The ledger integrates rates (power, hot nodes, imbalance) between events and counts events
+(placements, pods that found no node, latency violations). Rewards are differences of a policy's
+objective between two decisions, and evaluation reports the objective of a whole run, so training
+and evaluation measure the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+HOT_UTILIZATION = 0.85  # measured cpu above this counts as a hot node
+# Objective weights. EE: a pod that finds no node costs one reference node at full power for a pod's
+# mean lifetime (as if a machine had to be started for it). LB: hot-node share dominates imbalance.
+# EL: a hard violation outweighs a soft one, both outweigh energy.
+LB_HOT_WEIGHT = 10.0
+EL_HARD_WEIGHT = 10.0
+EL_SOFT_WEIGHT = 3.0
+EL_ENERGY_WEIGHT = 0.1
+
+
+@dataclass
+class Ledger:
+    """Running totals of one simulation. Integrals are in seconds (x watts for energy)."""
+
+    time_s: float = 0.0
+    energy_j: float = 0.0
+    present_node_s: float = 0.0
+    active_node_s: float = 0.0
+    hot_node_s: float = 0.0
+    hot_share_s: float = 0.0  # integral of the share of present nodes that are hot
+    request_cv_s: float = 0.0  # integral of the coefficient of variation of cpu request shares
+    utilization_cv_s: float = 0.0  # the same for the (true) cpu utilization
+    arrivals: int = 0
+    placed: int = 0
+    unschedulable: int = 0
+    unschedulable_large: int = 0  # pods of kind "large" (fragmentation family)
+    limited: int = 0  # placed pods with a latency limit
+    hard_violations: int = 0
+    soft_violations: int = 0
+    avoidable_hard_violations: int = 0  # over the hard limit while a feasible node met it
+
+    def copy(self) -> Ledger:
+        return Ledger(**{f.name: getattr(self, f.name) for f in fields(self)})
+
+    def minus(self, other: Ledger) -> Ledger:
+        return Ledger(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class Units:
+    """A world's scales, so that one unit of reward means the same on 2 nodes and on 64."""
+
+    reference_power_watts: float  # mean full-load power of a node
+    interarrival_s: float  # mean seconds between arrivals
+    pod_lifetime_s: float  # mean lifetime of a pod
+
+
+def cost(policy: str, delta: Ledger, units: Units) -> float:
+    """The policy's objective accumulated in `delta`, in units of "one reference node at full power
+    for one mean interarrival time" (EE, EL) or "imbalance per interarrival time" (LB)."""
+    if policy == "EE":
+        return energy_cost(delta, units)
+    if policy == "LB":
+        return balance_cost(delta, units)
+    return latency_cost(delta) + EL_ENERGY_WEIGHT * energy_cost(delta, units)
+
+
+def energy_cost(delta: Ledger, units: Units) -> float:
+    unit = units.reference_power_watts * units.interarrival_s
+    pending = delta.unschedulable * units.pod_lifetime_s / units.interarrival_s
+    return delta.energy_j / unit + pending
+
+
+def balance_cost(delta: Ledger, units: Units) -> float:
+    return (LB_HOT_WEIGHT * delta.hot_share_s + delta.request_cv_s) / units.interarrival_s
+
+
+def latency_cost(delta: Ledger) -> float:
+    return EL_HARD_WEIGHT * delta.hard_violations + EL_SOFT_WEIGHT * delta.soft_violations
+
+
+def rate(policy: str, power_watts: float, hot_nodes: int, present_nodes: int, request_cv: float,
+         units: Units) -> float:
+    """Cost per interarrival time if the cluster stayed as it is: the potential used for shaping."""
+    energy = power_watts / units.reference_power_watts
+    if policy == "EE":
+        return energy
+    if policy == "LB":
+        return LB_HOT_WEIGHT * hot_nodes / max(present_nodes, 1) + request_cv
+    return EL_ENERGY_WEIGHT * energy

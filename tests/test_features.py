@@ -1,0 +1,87 @@
+"""The shared feature function on hand-built states: every column means what NODE_FEATURES says."""
+
+import numpy as np
+import pytest
+
+from agent.features import (FEATURE_CLIP, FEATURE_SPEC_VERSION, NODE_FEATURES, NUM_NODE_FEATURES,
+                            NUM_POD_FEATURES, POD_FEATURES, node_features)
+from agent.state import NodeState, PodRequest
+from tests.conftest import make_nodes
+
+GIB = 2**30
+
+
+def col(features, name):
+    return features[:, NODE_FEATURES.index(name)]
+
+
+def test_spec_version_2_and_shapes():
+    assert FEATURE_SPEC_VERSION == 2
+    f, p = node_features(make_nodes([4000, 8000]), PodRequest(500, GIB))
+    assert f.shape == (2, NUM_NODE_FEATURES) and p.shape == (NUM_POD_FEATURES,)
+    assert f.dtype == np.float32 and (f >= 0).all() and (f <= FEATURE_CLIP).all()
+    assert len(set(NODE_FEATURES)) == NUM_NODE_FEATURES and len(POD_FEATURES) == NUM_POD_FEATURES
+
+
+def test_packing_columns():
+    nodes = make_nodes([4000, 16000], cpu_req=[1000, 4000])
+    f, _ = node_features(nodes, PodRequest(1000, 1000 * 2**20))
+    assert col(f, "cpu_share").tolist() == pytest.approx([0.25, 0.25])
+    assert col(f, "cpu_share_after").tolist() == pytest.approx([0.5, 0.3125])
+    # free after placement, as a share of the largest node: 2000m and 11000m of 16000m
+    assert col(f, "free_cpu_after").tolist() == pytest.approx([2000 / 16000, 11000 / 16000])
+    assert col(f, "relative_cpu_capacity").tolist() == pytest.approx([0.25, 1.0])
+    # Tetris alignment: pod share x free share, cpu + memory (memory mirrors cpu in make_nodes)
+    assert col(f, "alignment")[0] == pytest.approx(2 * 0.25 * 0.75)
+
+
+def test_utilization_known_or_standing_in():
+    nodes = make_nodes([4000, 4000], cpu_req=[2000, 1000])
+    nodes.cpu_utilization = np.array([0.9, np.nan])
+    f, _ = node_features(nodes, PodRequest(100, 0))
+    assert col(f, "cpu_utilization").tolist() == pytest.approx([0.9, 0.25])
+    assert col(f, "utilization_known").tolist() == [1.0, 0.0]
+
+
+def test_latency_columns_and_pod_context():
+    nodes = make_nodes([4000] * 4, latency=[5.0, 25.0, 40.0, np.nan])
+    f, p = node_features(nodes, PodRequest(100, 0, 20.0, 30.0))
+    assert col(f, "meets_soft").tolist() == [1, 0, 0, 0] and col(f, "meets_hard").tolist() == [1, 1, 0, 0]
+    assert col(f, "latency_over_hard")[:3].tolist() == pytest.approx([5 / 30, 25 / 30, 40 / 30])
+    assert col(f, "latency_rank").tolist() == pytest.approx([0.0, 0.25, 0.5, 1.0])  # unknown ranks last
+    assert p.tolist() == pytest.approx([1.0, 0.5, 0.25])  # has limits, share meeting hard, soft
+    _, p = node_features(nodes, PodRequest(100, 0))
+    assert p.tolist() == [0.0, 1.0, 1.0]
+
+
+def test_power_columns_and_unknown_power_is_a_known_state():
+    nodes = make_nodes([16000, 16000, 4000])
+    nodes.power_idle_watts = np.array([200.0, 60.0, np.nan])
+    nodes.power_max_watts = np.array([400.0, 220.0, 130.0])  # the third has only half a model
+    f, _ = node_features(nodes, PodRequest(100, 0))
+    assert col(f, "power_known").tolist() == [1, 1, 0]
+    assert col(f, "idle_power_relative").tolist() == pytest.approx([1.0, 0.3, 0.0])
+    assert col(f, "efficiency").tolist() == pytest.approx([220 / 400, 1.0, 0.0])
+    assert col(f, "dynamic_efficiency").tolist() == pytest.approx([160 / 200, 1.0, 0.0])
+
+
+def test_extra_metrics_relative_and_known():
+    nodes = make_nodes([4000, 4000])
+    nodes.network_receive_bytes_per_s = np.array([1e6, 4e6])
+    nodes.tcp_established = np.array([10.0, 40.0])
+    nodes.disk_utilization = np.array([0.5, np.nan])
+    f, _ = node_features(nodes, PodRequest(100, 0))
+    assert col(f, "network_receive_relative").tolist() == pytest.approx([0.25, 1.0])
+    assert col(f, "tcp_established_relative").tolist() == pytest.approx([0.25, 1.0])
+    assert col(f, "disk_utilization").tolist() == pytest.approx([0.5, 0.0])
+    assert col(f, "extra_metrics_known").tolist() == [1, 0]
+
+
+def test_degenerate_inputs_stay_in_range():
+    nodes = NodeState(["a", "b"], cpu_capacity=np.array([0.0, 4000.0]), memory_capacity=np.array([GIB, 0.0]),
+                      max_pods=np.array([0.0, 110.0]), cpu_requested=np.array([5000.0, 0.0]),
+                      memory_requested=np.zeros(2), pods=np.zeros(2))
+    f, _ = node_features(nodes, PodRequest(1e9, 1e15))
+    assert np.isfinite(f).all() and (f >= 0).all() and (f <= FEATURE_CLIP).all()
+    f, p = node_features(make_nodes([]), PodRequest(1, 1))
+    assert f.shape == (0, NUM_NODE_FEATURES) and p.shape == (NUM_POD_FEATURES,)
