@@ -31,6 +31,7 @@ NODE_FEATURES = (
     "cpu_utilization",  # measured; the request share stands in when unknown
     "memory_utilization",
     "utilization_known",
+    "recent_cpu_share",  # requests bound since the utilization was measured / allocatable
     "active",  # 1 when the node already runs a pod
     "relative_cpu_capacity",  # allocatable / largest allocatable in the set
     "relative_memory_capacity",
@@ -131,49 +132,50 @@ def _node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.nd
     out[7] = np.where(util_known, cpu_util, cpu_share)
     out[8] = np.where(np.isfinite(mem_util), mem_util, mem_share)
     out[9] = util_known
-    out[10] = nodes.pods > 0
+    out[10] = np.where(util_known, np.nan_to_num(_share(nodes.cpu_requested_since_metrics, cpu_cap), nan=0.0), 0.0)
+    out[11] = nodes.pods > 0
     if n:
         top_cpu, top_mem = cpu_cap.max(), mem_cap.max()
         top_cpu, top_mem = (top_cpu if top_cpu > 0 else np.inf), (top_mem if top_mem > 0 else np.inf)
-        out[11] = cpu_cap / top_cpu
-        out[12] = mem_cap / top_mem
-        out[13] = (cpu_cap - nodes.cpu_requested - pod.cpu_millicores) / top_cpu
-        out[14] = (mem_cap - nodes.memory_requested - pod.memory_bytes) / top_mem
+        out[12] = cpu_cap / top_cpu
+        out[13] = mem_cap / top_mem
+        out[14] = (cpu_cap - nodes.cpu_requested - pod.cpu_millicores) / top_cpu
+        out[15] = (mem_cap - nodes.memory_requested - pod.memory_bytes) / top_mem
     else:
-        out[11:15] = 0.0
-    out[15] = pod_cpu * (1.0 - cpu_share) + pod_mem * (1.0 - mem_share)
+        out[12:16] = 0.0
+    out[16] = pod_cpu * (1.0 - cpu_share) + pod_mem * (1.0 - mem_share)
 
     latency = nodes.latency_ms
     known = np.isfinite(latency)
     scale = pod.hard_limit if np.isfinite(pod.hard_limit) else NO_LIMIT_LATENCY_SCALE_MS
     tiers = latency_tiers(nodes, pod)
     limited = pod.has_latency_limits
-    out[16] = known
-    out[17] = np.where(known, latency / scale, FEATURE_CLIP)
-    out[18] = (tiers >= LATENCY_TIER_SOFT) & limited
-    out[19] = (tiers >= LATENCY_TIER_HARD) & limited
+    out[17] = known
+    out[18] = np.where(known, latency / scale, FEATURE_CLIP)
+    out[19] = (tiers >= LATENCY_TIER_SOFT) & limited
+    out[20] = (tiers >= LATENCY_TIER_HARD) & limited
     best = latency[known].min() if known.any() else 0.0
-    out[20] = np.where(known, (latency - best) / scale, FEATURE_CLIP)
+    out[21] = np.where(known, (latency - best) / scale, FEATURE_CLIP)
     if n and known.any():
         ordered = np.sort(latency[known])
         below = np.searchsorted(ordered, np.where(known, latency, np.inf), side="left")
-        out[21] = np.where(known, below / n, 1.0)
+        out[22] = np.where(known, below / n, 1.0)
     else:
-        out[21] = 1.0
+        out[22] = 1.0
 
     idle, peak = nodes.power_idle_watts, nodes.power_max_watts
     power_known = np.isfinite(idle) & np.isfinite(peak) & (peak >= idle) & (cpu_cap > 0)
     cores = np.where(cpu_cap > 0, cpu_cap, 1.0) / 1000.0
-    out[22] = power_known
-    out[23] = _relative_to_max(np.where(power_known, idle, 0.0), power_known)
-    out[24] = _min_over(np.where(power_known, peak / cores, 0.0), power_known)
-    out[25] = _min_over(np.where(power_known, (peak - idle) / cores, 0.0), power_known)
+    out[23] = power_known
+    out[24] = _relative_to_max(np.where(power_known, idle, 0.0), power_known)
+    out[25] = _min_over(np.where(power_known, peak / cores, 0.0), power_known)
+    out[26] = _min_over(np.where(power_known, (peak - idle) / cores, 0.0), power_known)
 
     net, tcp, disk = nodes.network_receive_bytes_per_s, nodes.tcp_established, nodes.disk_utilization
-    out[26] = _relative_to_max(np.where(np.isfinite(net), net, 0.0), np.isfinite(net))
-    out[27] = _relative_to_max(np.where(np.isfinite(tcp), tcp, 0.0), np.isfinite(tcp))
-    out[28] = np.where(np.isfinite(disk), disk, 0.0)
-    out[29] = np.isfinite(net) & np.isfinite(tcp) & np.isfinite(disk)
+    out[27] = _relative_to_max(np.where(np.isfinite(net), net, 0.0), np.isfinite(net))
+    out[28] = _relative_to_max(np.where(np.isfinite(tcp), tcp, 0.0), np.isfinite(tcp))
+    out[29] = np.where(np.isfinite(disk), disk, 0.0)
+    out[30] = np.isfinite(net) & np.isfinite(tcp) & np.isfinite(disk)
 
     out[np.isnan(out)] = FEATURE_CLIP
     features = np.clip(out.T, 0.0, FEATURE_CLIP)  # +inf -> FEATURE_CLIP, -inf -> 0

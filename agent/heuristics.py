@@ -96,15 +96,19 @@ def latency_fit(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> 
     return latency_tiers(nodes, pod) * 1e6 + np.where(known, np.minimum(latency, 1e5), -1.0)
 
 
-def _measured_cpu(nodes: NodeState) -> np.ndarray:
-    """Measured cpu utilization; the request share stands in where it is unknown."""
+def _measured_cpu(nodes: NodeState, recent_usage: float = 1.0) -> np.ndarray:
+    """Measured cpu utilization plus the requests bound since it was measured (x `recent_usage`),
+    which the metrics cannot show yet (Trimaran's "missing utilization"); the request share stands
+    in where no utilization is known."""
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.nan_to_num(nodes.cpu_requested / nodes.cpu_capacity, nan=1.0)
-    return np.where(np.isfinite(nodes.cpu_utilization), nodes.cpu_utilization, share)
+        recent = np.nan_to_num(nodes.cpu_requested_since_metrics / nodes.cpu_capacity, nan=0.0)
+    return np.where(np.isfinite(nodes.cpu_utilization), nodes.cpu_utilization + recent_usage * recent, share)
 
 
 def least_utilized(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
-    """The lowest *measured* cpu utilization wins (Trimaran's idea: what runs, not what is asked)."""
+    """The lowest *measured* cpu utilization wins (Trimaran's idea: what runs, not what is asked),
+    counting the pods bound since the last measurement at their request."""
     return -_measured_cpu(nodes)
 
 
@@ -116,9 +120,10 @@ RISK_SENSITIVITY = 1.0  # its safeVarianceSensitivity
 
 def target_load_packing(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
     """Trimaran TargetLoadPacking: pack towards a target utilization, then spread beyond it.
-    Predicted utilization = measured + the pod's request x 1.5."""
+    Predicted utilization = measured + (the pod's request + those bound since the measurement) x 1.5."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        predicted = 100.0 * (_measured_cpu(nodes) + pod.cpu_millicores * REQUESTS_MULTIPLIER / nodes.cpu_capacity)
+        predicted = 100.0 * (_measured_cpu(nodes, REQUESTS_MULTIPLIER)
+                             + pod.cpu_millicores * REQUESTS_MULTIPLIER / nodes.cpu_capacity)
     target = TARGET_UTILIZATION
     below = np.round((100.0 - target) * predicted / target + target)
     above = np.round(target * (100.0 - predicted) / (100.0 - target))

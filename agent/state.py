@@ -68,7 +68,8 @@ class PodRequest:
 
 NODE_ARRAYS = ("cpu_capacity", "memory_capacity", "max_pods", "cpu_requested", "memory_requested", "pods",
                "cpu_utilization", "memory_utilization", "latency_ms", "power_idle_watts", "power_max_watts",
-               "network_receive_bytes_per_s", "tcp_established", "disk_utilization", "cpu_utilization_stddev")
+               "network_receive_bytes_per_s", "tcp_established", "disk_utilization", "cpu_utilization_stddev",
+               "cpu_requested_since_metrics")
 
 
 @dataclass
@@ -97,6 +98,8 @@ class NodeState:
     tcp_established: np.ndarray = field(default=None)  # type: ignore[assignment]
     disk_utilization: np.ndarray = field(default=None)  # type: ignore[assignment]
     cpu_utilization_stddev: np.ndarray = field(default=None)  # type: ignore[assignment]  # over time
+    # requests bound since the utilization was measured: what the metrics cannot show yet
+    cpu_requested_since_metrics: np.ndarray = field(default=None)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         n = len(self.names)

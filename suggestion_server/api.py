@@ -5,28 +5,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hmac
 import json
 import logging
 import time
 
 import numpy as np
 import torch
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from suggestion_server import metrics
+from suggestion_server.auth import BearerAuth
 from suggestion_server.config import Settings
 from suggestion_server.kube_state import KubeState
 from suggestion_server.latency_source import ProbeLatencySource
+from suggestion_server.node_table import NodeTable
 from suggestion_server.pods import RequestFieldError, pod_request, resolve_policy
 from suggestion_server.prometheus_source import PrometheusSource
 from suggestion_server.registry import ModelRegistry
-from suggestion_server.schemas import SuggestRequest, SuggestResponse
+from suggestion_server.schemas import PATTERN_MESSAGES, SuggestRequest, SuggestResponse
 from suggestion_server.scoring import score_nodes
-from suggestion_server.snapshot import StateCollector, assemble
+from suggestion_server.snapshot import FIELDS, StateCollector, assemble
 
 log = logging.getLogger("rlscore.server")
 decisions = logging.getLogger("rlscore.decisions")
@@ -75,7 +76,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
     """The app; `background=False` skips the refresh and watch loops (tests drive them)."""
     settings = settings or Settings()
     registry = ModelRegistry(settings.model_dir)
-    kube = KubeState.from_settings(settings.kubernetes, settings.kubeconfig)
+    table = NodeTable()
+    kube = KubeState.from_settings(settings.kubernetes, settings.kubeconfig, table)
     prometheus = None
     if settings.prometheus_url:
         queries = {"cpu_utilization": settings.cpu_query, "memory_utilization": settings.memory_query,
@@ -89,7 +91,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         prometheus = PrometheusSource(settings.prometheus_url, settings.prometheus_timeout_s, queries)
     probes = (ProbeLatencySource(settings.probe_port, settings.probe_timeout_s)
               if settings.latency_source == "probe" else None)
-    collector = StateCollector(kube, prometheus, probes, settings.refresh_interval_s, settings.stale_after_s)
+    collector = StateCollector(table, kube, prometheus, probes, settings.refresh_interval_s, settings.stale_after_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -125,14 +127,18 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
     app = FastAPI(title="rlscore suggestion server", version="0.1.0", lifespan=lifespan,
                   description="Scores feasible nodes for a pod with learned EE / LB / EL policies.")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BearerAuth, token=settings.api_token, open_read_endpoints=settings.open_read_endpoints,
+                       on_reject=lambda: metrics.INVALID.labels("401").inc())
     app.state.settings, app.state.registry, app.state.collector = settings, registry, collector
+    app.state.table = table
     rng = np.random.default_rng()
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
         metrics.INVALID.labels("422").inc()
-        errors = [{"loc": list(e.get("loc", [])), "msg": e.get("msg", ""), "type": e.get("type", "")}
-                  for e in exc.errors()]
+        errors = [{"loc": list(e.get("loc", [])), "type": e.get("type", ""),
+                   "msg": PATTERN_MESSAGES.get((e.get("ctx") or {}).get("pattern"), e.get("msg", ""))}
+                  for e in exc.errors()]  # the input itself is never echoed back
         return JSONResponse({"detail": errors}, status_code=422)
 
     @app.post("/suggest", response_model=SuggestResponse,
@@ -141,9 +147,6 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
                          422: {"description": "invalid request; the message names the field"}})
     async def suggest(body: SuggestRequest, request: Request) -> Response:
         start = time.perf_counter()
-        if settings.api_token and not hmac.compare_digest(  # constant time: no timing oracle on the token
-                request.headers.get("authorization", "").encode(), f"Bearer {settings.api_token}".encode()):
-            return _error(401, ["header", "authorization"], "missing or wrong bearer token")
         if len(body.nodes) > settings.max_nodes:
             return _error(413, ["body", "nodes"],
                           f"{len(body.nodes)} nodes is over the limit of {settings.max_nodes}")
@@ -155,8 +158,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
             return _error(422, loc, str(exc))
 
         snapshot = await collector.current()  # never waits: a stale one refreshes in the background
-        nodes, reasons, notes = assemble(body.nodes, snapshot, settings.stale_after_s, need_latency=policy == "EL",
-                                         kube=kube, need_power=policy != "LB")
+        nodes, reasons, notes = assemble(body.nodes, table, snapshot, settings.stale_after_s,
+                                         need_latency=policy == "EL", need_power=policy != "LB")
         scores, source, version, fallback = score_nodes(policy, nodes, pod, registry, rng)
         for code in {code for code, _ in reasons}:
             metrics.DEGRADED.labels(code).inc()
@@ -174,6 +177,28 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
                                        "model_version": version, "source": source, "degraded": bool(reasons),
                                        "top_node": top, "nodes": len(names), "ms": round(elapsed * 1000, 3)}))
         return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
+
+    @app.get("/state")
+    async def node_state(node: list[str] = Query(default=[], max_length=1000,
+                                                 description="node names (repeat the parameter)")) -> JSONResponse:
+        """What the server would score these nodes with, and what it had to guess: the same state
+        /suggest assembles for names only."""
+        if not node:
+            return _error(422, ["query", "node"], "name at least one node: /state?node=a&node=b")
+        if len(set(node)) != len(node) or any(not name or len(name) > 253 for name in node):
+            return _error(422, ["query", "node"], "node names must be unique, 1..253 characters")
+        snapshot = await collector.current()
+        nodes, reasons, notes = assemble(node, table, snapshot, settings.stale_after_s, need_latency=True,
+                                         need_power=True)
+        rows = []
+        for i, name in enumerate(nodes.names):
+            row = {"name": name}
+            for field, attr in (*FIELDS, ("cpu_requested_since_metrics", "cpu_requested_since_metrics")):
+                value = float(getattr(nodes, attr)[i])
+                row[field] = value if np.isfinite(value) else None
+            rows.append(row)
+        return JSONResponse({"nodes": rows, "reasons": [m for _, m in reasons + notes],
+                             "snapshot_age_s": snapshot.age() if snapshot.taken_at else None})
 
     @app.get("/healthz")
     async def healthz() -> dict:
@@ -193,14 +218,14 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
     async def prometheus_metrics() -> Response:
         snap = collector.snapshot
         metrics.SNAPSHOT_AGE.set(snap.age() if snap.taken_at else -1)
-        metrics.SNAPSHOT_NODES.set(len(snap.nodes))
+        metrics.SNAPSHOT_NODES.set(snap.nodes)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/policies")
     async def policies() -> dict:
         snap = collector.snapshot
         return {"default_policy": settings.default_policy, "policies": registry.status(),
-                "snapshot": {"age_s": snap.age() if snap.taken_at else None, "nodes": len(snap.nodes),
+                "snapshot": {"age_s": snap.age() if snap.taken_at else None, "nodes": snap.nodes,
                              "problems": snap.problems}}
 
     @app.post("/models/reload")

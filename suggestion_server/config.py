@@ -24,7 +24,10 @@ class Settings(BaseSettings):
     # Request limits
     max_nodes: int = Field(25_000, ge=1, description="more nodes in one request is a 413")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="larger bodies are a 413")
-    api_token: str | None = Field(None, description="when set, /suggest needs 'Authorization: Bearer <token>'")
+    api_token: str | None = Field(
+        None, description="when set, every endpoint but /healthz and /readyz needs 'Authorization: Bearer <token>'")
+    open_read_endpoints: bool = Field(
+        False, description="with a token set: let GET /policies, /state, /metrics and the API docs through without it")
 
     # State snapshot
     refresh_interval_s: float = Field(5.0, gt=0, description="background refresh period of the node snapshot")
@@ -43,7 +46,7 @@ class Settings(BaseSettings):
                                description="node-to-user latency (ms) per node")
     # The thesis's further node metrics (node_exporter's series by default).
     network_query: str = Field(
-        'sum by (instance, node) (rate(node_network_receive_bytes_total'
+        'sum by (instance, node) (irate(node_network_receive_bytes_total'
         '{device!~"lo|veth.*|docker.*|cni.*|flannel.*|cali.*|cilium.*|br-.*|virbr.*"}[1m]))',
         description="bytes/s received per node")
     tcp_query: str = Field("sum by (instance, node) (node_netstat_Tcp_CurrEstab)",

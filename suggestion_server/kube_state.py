@@ -15,6 +15,8 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils.quantity import parse_quantity
 
+from suggestion_server.node_table import NodeTable
+
 log = logging.getLogger("rlscore.kube")
 
 WATCH_TIMEOUT_S = 60
@@ -114,14 +116,20 @@ def pod_requests(pod) -> tuple[float, float]:
     return cpu + (_quantity(overhead, "cpu", 1000.0) or 0.0), mem + (_quantity(overhead, "memory") or 0.0)
 
 
+def _node_values(node: KubeNode) -> dict[str, float | None]:
+    return {"cpu_capacity": node.cpu_millicores, "memory_capacity": node.memory_bytes, "max_pods": node.max_pods,
+            "power_idle_watts": node.power_idle_watts, "power_max_watts": node.power_max_watts}
+
+
 class KubeState:
-    def __init__(self, api: client.ApiClient):
+    """Follows nodes and the pods bound to them, writing what scoring needs into a NodeTable."""
+
+    def __init__(self, api: client.ApiClient, table: NodeTable | None = None):
         self._core = client.CoreV1Api(api)
+        self.table = table if table is not None else NodeTable()
         self._lock = threading.Lock()
-        self._nodes: dict[str, KubeNode] = {}
-        self._pods: dict[str, KubePod] = {}
-        # per node [cpu, memory, pods], kept in step with _pods so a lookup is O(requested nodes)
-        self._usage: dict[str, list[float]] = {}
+        self._ips: dict[str, str] = {}  # node name -> InternalIP
+        self._pods: dict[str, KubePod] = {}  # uid -> what it adds to its node
         self._stop = threading.Event()
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
@@ -129,7 +137,7 @@ class KubeState:
         self._threads: list[threading.Thread] = []
 
     @classmethod
-    def from_settings(cls, mode: str, kubeconfig: str | None) -> KubeState | None:
+    def from_settings(cls, mode: str, kubeconfig: str | None, table: NodeTable) -> KubeState | None:
         """None when mode is off, or auto finds no cluster."""
         if mode == "off":
             return None
@@ -137,12 +145,12 @@ class KubeState:
             try:
                 cfg = client.Configuration()
                 config.load_incluster_config(client_configuration=cfg)
-                return cls(client.ApiClient(cfg))
+                return cls(client.ApiClient(cfg), table)
             except config.ConfigException:
                 if mode == "in-cluster":
                     raise
         try:
-            return cls(config.new_client_from_config(config_file=kubeconfig))
+            return cls(config.new_client_from_config(config_file=kubeconfig), table)
         except (config.ConfigException, OSError, TypeError) as exc:
             if mode == "kubeconfig":
                 raise
@@ -162,37 +170,10 @@ class KubeState:
     def synced(self) -> bool:
         return self.nodes_synced.is_set() and self.pods_synced.is_set()
 
-    def records(self, names: list[str]) -> list[dict[str, float] | None]:
-        """Current state of the named nodes (None for a node the API does not know), read at
-        request time: bindings made a moment ago already count."""
-        out: list[dict[str, float] | None] = []
-        with self._lock:
-            for name in names:
-                node = self._nodes.get(name)
-                if node is None:
-                    out.append(None)
-                    continue
-                cpu, mem, count = self._usage.get(name, (0.0, 0.0, 0.0))
-                record = {"cpu_requested_millicores": cpu, "memory_requested_bytes": mem, "pods": count}
-                for key, value in (("cpu_capacity_millicores", node.cpu_millicores),
-                                   ("memory_capacity_bytes", node.memory_bytes), ("max_pods", node.max_pods),
-                                   ("power_idle_watts", node.power_idle_watts),
-                                   ("power_max_watts", node.power_max_watts)):
-                    if value is not None:
-                        record[key] = value
-                out.append(record)
-        return out
-
     def ip_map(self) -> dict[str, str]:
         """InternalIP -> node name, to place node_exporter series (instance = ip:port)."""
         with self._lock:
-            return {n.internal_ip: n.name for n in self._nodes.values() if n.internal_ip}
-
-    def _account(self, pod: KubePod, sign: int) -> None:
-        usage = self._usage.setdefault(pod.node, [0.0, 0.0, 0.0])
-        usage[0] += sign * pod.cpu_millicores
-        usage[1] += sign * pod.memory_bytes
-        usage[2] += sign
+            return {ip: name for name, ip in self._ips.items()}
 
     def _follow(self, kind: str, list_fn, apply, replace, synced: threading.Event, **kw) -> None:
         backoff = 1.0
@@ -225,15 +206,23 @@ class KubeState:
 
     def _run_nodes(self) -> None:
         def replace(items):
+            nodes = [node_from_api(n) for n in items]
             with self._lock:
-                self._nodes = {n.metadata.name: node_from_api(n) for n in items}
+                self._ips = {n.name: n.internal_ip for n in nodes if n.internal_ip}
+            self.table.replace_nodes({n.name: _node_values(n) for n in nodes})
 
-        def apply(kind, node):
+        def apply(kind, obj):
+            name = obj.metadata.name
+            if kind == "DELETED":
+                with self._lock:
+                    self._ips.pop(name, None)
+                self.table.remove_node(name)
+                return
+            node = node_from_api(obj)
             with self._lock:
-                if kind == "DELETED":
-                    self._nodes.pop(node.metadata.name, None)
-                else:
-                    self._nodes[node.metadata.name] = node_from_api(node)
+                if node.internal_ip:
+                    self._ips[name] = node.internal_ip
+            self.table.set_node(name, **_node_values(node))
 
         self._follow("nodes", self._core.list_node, apply, replace, self.nodes_synced)
 
@@ -246,22 +235,23 @@ class KubeState:
 
         def replace(items):
             fresh = {p.metadata.uid: e for p in items if (e := entry(p)) is not None}
+            usage: dict[str, list[float]] = {}
+            for e in fresh.values():
+                u = usage.setdefault(e.node, [0.0, 0.0, 0.0])
+                u[0], u[1], u[2] = u[0] + e.cpu_millicores, u[1] + e.memory_bytes, u[2] + 1
             with self._lock:
-                self._pods, self._usage = {}, {}
-                for uid, e in fresh.items():
-                    self._pods[uid] = e
-                    self._account(e, +1)
+                self._pods = fresh
+                self.table.replace_usage({name: tuple(u) for name, u in usage.items()})
 
         def apply(kind, pod):
             e = None if kind == "DELETED" else entry(pod)
-            with self._lock:
+            with self._lock:  # one pod's delta at a time, in event order
                 old = self._pods.pop(pod.metadata.uid, None)
                 if old is not None:
-                    self._account(old, -1)
+                    self.table.add_usage(old.node, -old.cpu_millicores, -old.memory_bytes, -1)
                 if e is not None:
                     self._pods[pod.metadata.uid] = e
-                    self._account(e, +1)
+                    self.table.add_usage(e.node, e.cpu_millicores, e.memory_bytes, 1)
 
         self._follow("pods", self._core.list_pod_for_all_namespaces, apply, replace, self.pods_synced,
                      field_selector="spec.nodeName!=")
-

@@ -8,7 +8,25 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 
 from agent.state import POLICIES
 
-Name = Annotated[str, Field(min_length=1, max_length=253)]
+# Kubernetes' own name rules: node and pod names are DNS-1123 subdomains, namespaces DNS-1123 labels.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# annotation keys: an optional DNS subdomain prefix and "/", then a name of letters, digits, "-_."
+ANNOTATION_KEY = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+MAX_ANNOTATION_VALUE = 4096
+PATTERN_MESSAGES = {
+    DNS_SUBDOMAIN: "must be a Kubernetes name (DNS-1123 subdomain: lowercase letters, digits, '-' and '.', "
+                   "starting and ending with a letter or digit)",
+    DNS_LABEL: "must be a Kubernetes namespace (DNS-1123 label: lowercase letters, digits and '-', at most 63)",
+    ANNOTATION_KEY: "must be an annotation key ([prefix/]name of letters, digits, '-', '_' and '.')",
+}
+
+Name = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN,
+                            description="a Kubernetes name (DNS-1123 subdomain)")]
+Namespace = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL,
+                                 description="a Kubernetes namespace (DNS-1123 label)")]
+AnnotationKey = Annotated[str, Field(min_length=1, max_length=317, pattern=ANNOTATION_KEY)]
+AnnotationValue = Annotated[str, Field(max_length=MAX_ANNOTATION_VALUE)]
 NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
@@ -18,10 +36,19 @@ class PodIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     name: Name
-    namespace: str = Field("default", max_length=253)
+    namespace: Namespace = "default"
     cpu_request_millicores: NonNegative = 0
     memory_request_bytes: NonNegative = 0
-    annotations: dict[str, Annotated[str, Field(max_length=65536)]] = Field(default_factory=dict, max_length=1024)
+    annotations: dict[AnnotationKey, AnnotationValue] = Field(
+        default_factory=dict, max_length=64, description="the pod's rlscore.io/* and latency annotations")
+
+    @field_validator("annotations")
+    @classmethod
+    def _printable(cls, annotations: dict[str, str]) -> dict[str, str]:
+        for key, value in annotations.items():
+            if not value.isprintable():
+                raise ValueError(f"annotation {key!r} has a control or non-printable character")
+        return annotations
 
 
 class NodeIn(BaseModel):

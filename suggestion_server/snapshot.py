@@ -1,7 +1,8 @@
-"""One snapshot of every node's state, refreshed in the background; requests only read it.
+"""Node metrics refreshed in the background into the node table; requests only read the table.
 
 `assemble` turns a request's nodes (names, or objects with some fields) into the NodeState the
-scorer needs, filling what the request left out from the snapshot, and saying what it had to guess.
+scorer needs: fields the request gives win, then the Kubernetes API's (live), then the metrics', then
+guesses; and it says what it had to guess.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 from agent.state import NodeState
 from suggestion_server.kube_state import KubeState
 from suggestion_server.latency_source import ProbeLatencySource
+from suggestion_server.node_table import NodeTable
 from suggestion_server.prometheus_source import PrometheusSource
 from suggestion_server.schemas import NodeIn
 
@@ -26,18 +28,24 @@ FALLBACK_CPU_MILLICORES = 4000.0
 FALLBACK_MEMORY_BYTES = 8.0 * 1024**3
 FALLBACK_MAX_PODS = 110.0
 
-FIELDS = ("cpu_capacity_millicores", "memory_capacity_bytes", "max_pods", "cpu_requested_millicores",
-          "memory_requested_bytes", "pods", "cpu_utilization", "memory_utilization", "latency_ms",
-          "power_idle_watts", "power_max_watts", "network_receive_bytes_per_s", "tcp_established",
-          "disk_utilization")
+# A node's state fields: their names in /suggest's node objects and the NodeState arrays they fill.
+FIELDS = (("cpu_capacity_millicores", "cpu_capacity"), ("memory_capacity_bytes", "memory_capacity"),
+          ("max_pods", "max_pods"), ("cpu_requested_millicores", "cpu_requested"),
+          ("memory_requested_bytes", "memory_requested"), ("pods", "pods"),
+          ("cpu_utilization", "cpu_utilization"), ("memory_utilization", "memory_utilization"),
+          ("latency_ms", "latency_ms"), ("power_idle_watts", "power_idle_watts"),
+          ("power_max_watts", "power_max_watts"), ("network_receive_bytes_per_s", "network_receive_bytes_per_s"),
+          ("tcp_established", "tcp_established"), ("disk_utilization", "disk_utilization"))
 KEPLER_MIN_USAGE = 0.05  # below this the active watts say too little about full load
 KEPLER_SMOOTHING = 0.2  # weight of a new estimate of a node's full-load watts
 
 
 @dataclass
 class Snapshot:
+    """When the metrics were last read, for how many nodes, and what went wrong."""
+
     taken_at: float = 0.0  # time.monotonic(); 0 = never
-    nodes: dict[str, dict[str, float]] = field(default_factory=dict)
+    nodes: int = 0
     problems: list[str] = field(default_factory=list)
 
     def age(self) -> float:
@@ -45,9 +53,9 @@ class Snapshot:
 
 
 class StateCollector:
-    def __init__(self, kube: KubeState | None, prometheus: PrometheusSource | None,
+    def __init__(self, table: NodeTable, kube: KubeState | None, prometheus: PrometheusSource | None,
                  probes: ProbeLatencySource | None, refresh_interval_s: float, stale_after_s: float):
-        self.kube, self.prometheus, self.probes = kube, prometheus, probes
+        self.table, self.kube, self.prometheus, self.probes = table, kube, prometheus, probes
         self.refresh_interval_s, self.stale_after_s = refresh_interval_s, stale_after_s
         self.snapshot = Snapshot()
         self.attempted = asyncio.Event()
@@ -56,7 +64,7 @@ class StateCollector:
         self._power_max: dict[str, float] = {}  # smoothed full-load watts estimated from Kepler
 
     async def refresh(self) -> Snapshot:
-        """Metrics and latency for all nodes; node sizes and requests are read live (assemble)."""
+        """Metrics and latency for all nodes; sizes and requests come from the API's watch."""
         async with self._lock:
             nodes: dict[str, dict[str, float]] = {}
             problems: list[str] = []
@@ -69,23 +77,7 @@ class StateCollector:
                 metrics, prom_problems = await asyncio.to_thread(self.prometheus.collect, ips)
                 problems += prom_problems
                 for name, values in metrics.items():
-                    record = nodes.setdefault(name, {})
-                    for key in ("cpu_utilization", "memory_utilization"):
-                        if key in values:
-                            record[key] = min(max(values[key], 0.0), 1.0)
-                    if "latency_ms" in values:
-                        record["latency_ms"] = max(values["latency_ms"], 0.0)
-                    for key in ("network_receive_bytes_per_s", "tcp_established"):
-                        if key in values:
-                            record[key] = max(values[key], 0.0)
-                    if "disk_utilization" in values:
-                        record["disk_utilization"] = min(max(values["disk_utilization"], 0.0), 1.0)
-                    self._kepler_power(name, values, record)
-                    # sizes from node_exporter, used only where the Kubernetes API has none
-                    if "cpu_count" in values:
-                        record["cpu_capacity_millicores"] = values["cpu_count"] * 1000.0
-                    if "memory_total" in values:
-                        record["memory_capacity_bytes"] = values["memory_total"]
+                    nodes[name] = self._record(name, values)
             if self.probes is not None and ips:
                 latencies, probe_problems = await self.probes.collect({name: ip for ip, name in ips.items()})
                 problems += probe_problems
@@ -96,9 +88,27 @@ class StateCollector:
                     log.warning("node state incomplete: %s", "; ".join(problems))
                 elif self.snapshot.taken_at:
                     log.info("node state complete again")
-            self.snapshot = Snapshot(time.monotonic(), nodes, problems)
+            self.table.replace_metrics(nodes)
+            self.snapshot = Snapshot(time.monotonic(), len(nodes), problems)
             self.attempted.set()
             return self.snapshot
+
+    def _record(self, name: str, values: dict[str, float]) -> dict[str, float]:
+        """One node's query results as table columns, clamped to their ranges."""
+        record: dict[str, float] = {}
+        for key in ("cpu_utilization", "memory_utilization", "disk_utilization"):
+            if key in values:
+                record[key] = min(max(values[key], 0.0), 1.0)
+        for key in ("latency_ms", "network_receive_bytes_per_s", "tcp_established"):
+            if key in values:
+                record[key] = max(values[key], 0.0)
+        # sizes from node_exporter, used only where the Kubernetes API has none
+        if "cpu_count" in values:
+            record["cpu_capacity_metrics"] = values["cpu_count"] * 1000.0
+        if "memory_total" in values:
+            record["memory_capacity_metrics"] = values["memory_total"]
+        self._kepler_power(name, values, record)
+        return record
 
     def _kepler_power(self, name: str, values: dict[str, float], record: dict[str, float]) -> None:
         """Kepler splits a node's watts into idle and active at the current cpu usage; the power
@@ -106,7 +116,7 @@ class StateCollector:
         idle = values.get("power_idle_watts")
         if idle is None or idle < 0:
             return
-        record["power_idle_watts"] = idle
+        record["power_idle_metrics"] = idle
         active, usage = values.get("power_active_watts"), values.get("power_usage_ratio")
         if active is not None and usage is not None and usage >= KEPLER_MIN_USAGE and active >= 0:
             estimate = idle + active / min(usage, 1.0)
@@ -114,7 +124,7 @@ class StateCollector:
             self._power_max[name] = estimate if previous is None else (
                 previous + KEPLER_SMOOTHING * (estimate - previous))
         if name in self._power_max:
-            record["power_max_watts"] = max(self._power_max[name], idle)
+            record["power_max_metrics"] = max(self._power_max[name], idle)
 
     async def current(self) -> Snapshot:
         """The snapshot as it is, never waiting on a source: a stale one starts a refresh in the
@@ -144,31 +154,66 @@ class StateCollector:
             await asyncio.sleep(self.refresh_interval_s)
 
 
-def assemble(request_nodes: list[str | NodeIn], snapshot: Snapshot, stale_after_s: float,
-             need_latency: bool, kube: KubeState | None = None, need_power: bool = False
-             ) -> tuple[NodeState, list[tuple[str, str]], list[tuple[str, str]]]:
-    """NodeState for the requested nodes: request fields first, then the Kubernetes watch cache
-    (live), then the metrics snapshot, then guesses. Also what was missing, as (code, message):
-    `reasons` degrade the answer (sizes, requests, utilization, EL's latency, staleness); `notes`
-    do not (power model, the extra metrics: the features encode them as unknown)."""
+def _given(request_nodes: list[str | NodeIn]) -> dict[str, np.ndarray] | None:
+    """The fields the request's node objects carry, as columns (NaN where left out); None when the
+    request names nodes only."""
+    objects = [(i, node) for i, node in enumerate(request_nodes) if not isinstance(node, str)]
+    if not objects:
+        return None
     n = len(request_nodes)
+    columns = {}
+    for key, attr in FIELDS:
+        column = np.full(n, np.nan)
+        for i, node in objects:
+            value = getattr(node, key)
+            if value is not None:
+                column[i] = value
+        columns[attr] = column
+    return columns
+
+
+def assemble(request_nodes: list[str | NodeIn], table: NodeTable, snapshot: Snapshot, stale_after_s: float,
+             need_latency: bool, need_power: bool = False
+             ) -> tuple[NodeState, list[tuple[str, str]], list[tuple[str, str]]]:
+    """NodeState for the requested nodes, and what was missing, as (code, message): `reasons`
+    degrade the answer (sizes, requests, utilization, EL's latency, staleness); `notes` do not
+    (power model, the extra metrics: the features encode them as unknown)."""
     names = [node if isinstance(node, str) else node.name for node in request_nodes]
-    given = [None if isinstance(node, str) else node for node in request_nodes]
-    known: list[dict | None] = [snapshot.nodes.get(name) for name in names] if snapshot.nodes else [None] * n
-    if kube is not None:
-        # the API's sizes and requests win over node_exporter's; metrics fill the rest
-        known = [(m or {}) | k if k is not None else m for k, m in zip(kube.records(names), known)]
-    table = np.empty((len(FIELDS), n))
-    used_snapshot = False
-    for i, key in enumerate(FIELDS):
-        column = [getattr(g, key) if g is not None else None for g in given]
-        if None in column and any(k is not None for k in known):
-            filled = [v if v is not None or k is None else k.get(key) for v, k in zip(column, known)]
-            used_snapshot = used_snapshot or filled != column
-            column = filled
-        table[i] = np.array(column, dtype=np.float64)  # None becomes NaN
-    (cpu_cap, mem_cap, max_pods, cpu_req, mem_req, pods, cpu_util, mem_util, latency, power_idle, power_max,
-     network, tcp, disk) = table
+    n = len(names)
+    col = table.gather(names)
+    in_api = col["in_api"] == 1.0
+    state = {
+        "cpu_capacity": np.where(np.isnan(col["cpu_capacity"]), col["cpu_capacity_metrics"], col["cpu_capacity"]),
+        "memory_capacity": np.where(np.isnan(col["memory_capacity"]), col["memory_capacity_metrics"],
+                                    col["memory_capacity"]),
+        "max_pods": col["max_pods"],
+        # requests are known exactly when the API knows the node; else estimated below
+        "cpu_requested": np.where(in_api, col["cpu_requested"], np.nan),
+        "memory_requested": np.where(in_api, col["memory_requested"], np.nan),
+        "pods": np.where(in_api, col["pods"], np.nan),
+        "power_idle_watts": np.where(np.isnan(col["power_idle_watts"]), col["power_idle_metrics"],
+                                     col["power_idle_watts"]),
+        "power_max_watts": np.where(np.isnan(col["power_max_watts"]), col["power_max_metrics"],
+                                    col["power_max_watts"]),
+        **{key: col[key] for key in ("cpu_utilization", "memory_utilization", "latency_ms",
+                                     "network_receive_bytes_per_s", "tcp_established", "disk_utilization")},
+    }
+    # requests bound since the metrics were read: the utilization cannot show them yet
+    since = np.maximum(state["cpu_requested"] - col["requested_at"], 0.0)  # NaN stays NaN: unknown
+    used_table = bool(np.any(in_api) or np.any(~np.isnan(col["cpu_utilization"])))
+    given = _given(request_nodes)
+    if given is not None:
+        # fields given in the request win; where it gives the utilization, that is "now"
+        for attr, values in given.items():
+            has = ~np.isnan(values)
+            state[attr] = np.where(has, values, state[attr])
+        since[~np.isnan(given["cpu_utilization"])] = np.nan
+        used_table = used_table and bool(np.any(np.isnan(np.stack(list(given.values())))))
+
+    cpu_cap, mem_cap, max_pods = state["cpu_capacity"], state["memory_capacity"], state["max_pods"]
+    cpu_req, mem_req, pods = state["cpu_requested"], state["memory_requested"], state["pods"]
+    cpu_util, mem_util = state["cpu_utilization"], state["memory_utilization"]
+    power_idle, power_max = state["power_idle_watts"], state["power_max_watts"]
     # a half-known power model (idle only, or max below idle from mixed sources) counts as unknown
     broken = np.isnan(power_idle) | np.isnan(power_max) | (power_max < power_idle)
     power_idle[broken] = power_max[broken] = np.nan
@@ -177,18 +222,18 @@ def assemble(request_nodes: list[str | NodeIn], snapshot: Snapshot, stale_after_
 
     def note(mask: np.ndarray, code: str, what: str) -> None:
         if mask.any():
+            count = int(mask.sum())
             missing = [names[k] for k in np.flatnonzero(mask)[:3]]
-            more = f" and {int(mask.sum()) - 3} more" if mask.sum() > 3 else ""
-            reasons.append((code, f"{what} unknown for {int(mask.sum())} node(s) ({', '.join(missing)}{more})"))
+            more = f" and {count - 3} more" if count > 3 else ""
+            reasons.append((code, f"{what} unknown for {count} node(s) ({', '.join(missing)}{more})"))
 
-    for cap, fallback, code, label in ((cpu_cap, FALLBACK_CPU_MILLICORES, "capacity", "cpu capacity"),
-                                       (mem_cap, FALLBACK_MEMORY_BYTES, "capacity", "memory capacity")):
+    for cap, fallback, label in ((cpu_cap, FALLBACK_CPU_MILLICORES, "cpu capacity"),
+                                 (mem_cap, FALLBACK_MEMORY_BYTES, "memory capacity")):
         missing = np.isnan(cap)
-        note(missing, code, label)
+        note(missing, "capacity", label)
         known = cap[~missing]
         cap[missing] = np.median(known) if known.size else fallback
-    missing = np.isnan(max_pods)
-    max_pods[missing] = FALLBACK_MAX_PODS
+    max_pods[np.isnan(max_pods)] = FALLBACK_MAX_PODS
     # Requests unknown (no Kubernetes API): estimate them from measured utilization.
     for req, util, cap, label in ((cpu_req, cpu_util, cpu_cap, "cpu requests"),
                                   (mem_req, mem_util, mem_cap, "memory requests")):
@@ -200,21 +245,16 @@ def assemble(request_nodes: list[str | NodeIn], snapshot: Snapshot, stale_after_
     pods[missing] = (cpu_req[missing] > 0).astype(float)
     note(np.isnan(cpu_util) | np.isnan(mem_util), "utilization", "utilization")
     if need_latency:
-        note(np.isnan(latency), "latency", "latency")
+        note(np.isnan(state["latency_ms"]), "latency", "latency")
     degrading = len(reasons)
     # Optional state: the model knows what "unknown" means here, so the answer is not degraded.
     if need_power:
         note(np.isnan(power_idle) | np.isnan(power_max), "power", "power model")
-    note(np.isnan(network) | np.isnan(tcp) | np.isnan(disk), "metrics", "network/tcp/disk metrics")
+    note(np.isnan(state["network_receive_bytes_per_s"]) | np.isnan(state["tcp_established"])
+         | np.isnan(state["disk_utilization"]), "metrics", "network/tcp/disk metrics")
     notes, reasons = reasons[degrading:], reasons[:degrading]
-    if used_snapshot and snapshot.age() > stale_after_s:
-        reasons.append(("stale", f"node snapshot is {snapshot.age():.0f} s old"))
-    if used_snapshot or reasons:
+    if used_table and snapshot.age() > stale_after_s and snapshot.taken_at:
+        reasons.append(("stale", f"node metrics are {snapshot.age():.0f} s old"))
+    if used_table or reasons:
         reasons += [("source", problem) for problem in snapshot.problems]
-
-    state = NodeState(names=names, cpu_capacity=cpu_cap, memory_capacity=mem_cap, max_pods=max_pods,
-                      cpu_requested=cpu_req, memory_requested=mem_req, pods=pods, cpu_utilization=cpu_util,
-                      memory_utilization=mem_util, latency_ms=latency, power_idle_watts=power_idle,
-                      power_max_watts=power_max, network_receive_bytes_per_s=network, tcp_established=tcp,
-                      disk_utilization=disk)
-    return state, reasons, notes
+    return NodeState.trusted(names, cpu_requested_since_metrics=since, **state), reasons, notes

@@ -1,13 +1,23 @@
-"""The evaluation every shipped model records in its sidecar: all families of its policy, held-out
-seeds, every baseline of the policy, and the goals."""
+"""The evaluation every shipped model records in its sidecar (all families of its policy, held-out
+seeds, every baseline of the policy, and the goals), and the choice between trainers' candidates.
+
+`python -m agent.evaluate.shipped pick models/ee.pt cand/ee-ppo.pt cand/ee-dqn.pt` ships the candidate
+that meets more goals (then: the lower mean objective relative to the best baseline) and records the
+comparison in the shipped sidecar.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+import shutil
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from agent.evaluate.compare import EVAL_SEED_BASE, evaluate, summarize
+import numpy as np
+
+from agent.evaluate.compare import EVAL_SEED_BASE, best_baseline, evaluate, summarize
 from agent.evaluate.goals import check_goals
 from agent.evaluate.report import markdown_table
 from agent.learn.model_io import load_model, sha256_of, sidecar_path
@@ -26,6 +36,17 @@ def shipped_evaluation(policy: str, scorers: list, seeds: int = SEEDS, arrivals:
     return rows, check_goals(policy, rows)
 
 
+def relative_objective(policy: str, rows: list[dict]) -> float:
+    """Mean over (family, nodes) cells of the model's objective / the best baseline's: < 1 beats them all."""
+    rl = f"rl-{policy.lower()}"
+    ratios = []
+    for r in rows:
+        if r["scorer"] == rl:
+            best = best_baseline(rows, r["family"], r["nodes"], rl)["objective"]
+            ratios.append(r["objective"] / best if best > 0 else (1.0 if r["objective"] <= 0 else np.inf))
+    return float(np.mean(ratios))
+
+
 def evaluate_shipped_model(path: Path, seeds: int = SEEDS, arrivals: int = ARRIVALS, progress: bool = True) -> list:
     """Evaluate a freshly trained model and record the table and goals in its sidecar."""
     model = load_model(path)
@@ -35,13 +56,72 @@ def evaluate_shipped_model(path: Path, seeds: int = SEEDS, arrivals: int = ARRIV
     meta = json.loads(side.read_text())
     meta["evaluation"] = {
         "command": f"rlscore-eval --policy {policy} --model {path} --seeds {seeds} --arrivals {arrivals}",
+        "seeds": seeds,
+        "arrivals": arrivals,
         "seed_base": EVAL_SEED_BASE,
         "families": list(families_for(policy)),
         "table": markdown_table(policy, rows).splitlines(),
         "goals": [asdict(c) for c in checks],
+        "goals_met": sum(c.ok for c in checks),
+        "goals_total": len(checks),
         "all_goals_met": all(c.ok for c in checks),
+        "mean_objective_vs_best_baseline": round(relative_objective(policy, rows), 4),
     }
     if meta["sha256"] != sha256_of(path):
         raise RuntimeError(f"{path} changed while it was being evaluated")
     side.write_text(json.dumps(meta, indent=2) + "\n")
     return checks
+
+
+def _standing(path: Path) -> tuple[int, float]:
+    evaluation = json.loads(sidecar_path(path).read_text()).get("evaluation")
+    if not evaluation or "goals_met" not in evaluation:
+        raise SystemExit(f"{path}: its sidecar has no evaluation; train without --no-eval or run "
+                         f"evaluate_shipped_model first")
+    return evaluation["goals_met"], evaluation["mean_objective_vs_best_baseline"]
+
+
+def pick(target: Path, candidates: list[Path]) -> Path:
+    """Copy the best candidate (most goals met, then lowest relative objective) to `target`, with a
+    sidecar that records every candidate's standing."""
+    standings = {path: _standing(path) for path in candidates}
+    policies = {load_model(path).policy for path in candidates}
+    if len(policies) != 1:
+        raise SystemExit(f"candidates are for different policies: {sorted(policies)}")
+    best = min(candidates, key=lambda p: (-standings[p][0], standings[p][1]))
+    meta = json.loads(sidecar_path(best).read_text())
+    meta["candidates"] = [
+        {"file": path.name, "algorithm": json.loads(sidecar_path(path).read_text())["training"]["algorithm"],
+         "goals_met": f"{standings[path][0]}/{json.loads(sidecar_path(path).read_text())['evaluation']['goals_total']}",
+         "mean_objective_vs_best_baseline": standings[path][1],
+         "training_seconds": json.loads(sidecar_path(path).read_text())["training"]["seconds"],
+         "shipped": path == best}
+        for path in candidates]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(best, target)
+    meta["evaluation"]["command"] = meta["evaluation"]["command"].replace(str(best), str(target))
+    sidecar_path(target).write_text(json.dumps(meta, indent=2) + "\n")
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agent.evaluate.shipped", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("evaluate", help="evaluate a model into its sidecar")
+    ev.add_argument("model", type=Path)
+    ev.add_argument("--no-progress", action="store_true")
+    pk = sub.add_parser("pick", help="ship the best of several evaluated candidates")
+    pk.add_argument("target", type=Path)
+    pk.add_argument("candidates", type=Path, nargs="+")
+    args = parser.parse_args(argv)
+    if args.command == "evaluate":
+        checks = evaluate_shipped_model(args.model, progress=not args.no_progress)
+        print(f"{args.model}: {sum(c.ok for c in checks)}/{len(checks)} goals met")
+    else:
+        best = pick(args.target, args.candidates)
+        print(f"shipped {best} as {args.target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from functools import partial
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ from tqdm import tqdm
 
 from agent.learn.common import TrainConfig, make_env, seed_everything, tensorboard, training_record
 from agent.learn.network import NodeScorer, ValueHead
+from agent.learn.vector_env import EnvWorkers
 from agent.state import normalize_policy
 
 
@@ -29,17 +31,17 @@ from agent.state import normalize_policy
 class ACConfig(TrainConfig):
     algo: str = "ppo"
     """ppo, or a2c (one epoch, one minibatch, no clipping)"""
-    num_envs: int = 8
+    num_envs: int = 16
     """environments stepped side by side"""
-    num_steps: int = 128
+    num_steps: int = 64
     """decisions per environment per update"""
     learning_rate: float = 3e-4
     """Adam step size (annealed linearly to 0)"""
     gae_lambda: float = 0.95
     """GAE lambda"""
-    num_minibatches: int = 4
-    """minibatches per epoch"""
-    update_epochs: int = 4
+    num_minibatches: int = 2
+    """minibatches per epoch (big ones: the equivariant layers are many small kernels)"""
+    update_epochs: int = 3
     """passes over each batch"""
     clip_coef: float = 0.2
     """PPO's surrogate clipping"""
@@ -51,6 +53,16 @@ class ACConfig(TrainConfig):
     """gradient clipping (global L2 norm)"""
     normalize_rewards: bool = True
     """divide rewards by a running std of the discounted return (scales differ per family)"""
+    kickstart: float = 0.0
+    """initial weight of the cross-entropy towards each family's teacher (0: learn from scratch)"""
+    kickstart_fraction: float = 0.5
+    """share of training over which that weight decays linearly to 0"""
+    teachers: dict = field(default_factory=dict)
+    """family -> teacher heuristic (agent.learn.teachers.pick_teachers; filled when kickstarting)"""
+    env_workers: int = 2
+    """processes that step the environments during rollouts (0: in this process)"""
+    torch_threads: int = 2
+    """torch threads for the updates, while the environment workers wait"""
 
     def __post_init__(self) -> None:
         if self.algo not in ("ppo", "a2c"):
@@ -86,7 +98,15 @@ def train(cfg: ACConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, di
     """Train one policy; returns the actor (what is served) and the training record."""
     cfg.policy = normalize_policy(cfg.policy)
     seed_everything(cfg)
-    envs = [make_env(cfg) for _ in range(cfg.num_envs)]
+    envs = EnvWorkers(partial(make_env, cfg), cfg.num_envs, cfg.seed, cfg.env_workers,
+                      cfg.teachers if cfg.kickstart > 0 else None)
+    try:
+        return _train(cfg, init, envs)
+    finally:
+        envs.close()
+
+
+def _train(cfg: ACConfig, init: NodeScorer | None, envs: EnvWorkers) -> tuple[NodeScorer, dict]:
     actor, critic = NodeScorer(cfg.hidden), ValueHead(cfg.hidden)
     if init is not None:
         actor.load_state_dict(init.state_dict())
@@ -105,15 +125,11 @@ def train(cfg: ACConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, di
     rewards = torch.zeros((cfg.num_steps, n))
     dones = torch.zeros((cfg.num_steps, n))
     values = torch.zeros((cfg.num_steps, n))
-
-    def stack(observations):
-        return (torch.from_numpy(np.stack([o["nodes"] for o in observations])),
-                torch.from_numpy(np.stack([o["pod"] for o in observations])),
-                torch.from_numpy(np.stack([o["action_mask"] for o in observations]).astype(bool)))
+    targets = torch.zeros((cfg.num_steps, n, slots)) if cfg.kickstart > 0 else None
 
     start = time.time()
-    current = [env.reset(seed=cfg.seed + i)[0] for i, env in enumerate(envs)]
-    next_nodes, next_pod, next_mask = stack(current)
+    nodes_np, pod_np, mask_np, targets_np = envs.current()
+    next_nodes, next_pod, next_mask = torch.from_numpy(nodes_np), torch.from_numpy(pod_np), torch.from_numpy(mask_np)
     next_done = torch.zeros(n)
     episode_returns: list[float] = []
     running = np.zeros(n)
@@ -125,38 +141,44 @@ def train(cfg: ACConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, di
     global_step = 0
     for update in bar:
         optimizer.param_groups[0]["lr"] = cfg.learning_rate * (1.0 - update / updates)
+        torch.set_num_threads(1)  # rollouts: the cores belong to the environment workers
         for step in range(cfg.num_steps):
             global_step += n
             obs_nodes[step], obs_pod[step], obs_mask[step], dones[step] = next_nodes, next_pod, next_mask, next_done
+            if targets is not None:
+                targets[step] = torch.from_numpy(targets_np)
             with torch.no_grad():
-                dist = torch.distributions.Categorical(logits=masked_logits(actor(next_nodes, next_pod, next_mask)))
+                width = int(next_mask.sum(dim=1).max())
+                nodes_w, mask_w = next_nodes[:, :width], next_mask[:, :width]
+                dist = torch.distributions.Categorical(logits=masked_logits(actor(nodes_w, next_pod, mask_w)))
                 action = dist.sample()
-                values[step] = critic(next_nodes, next_pod, next_mask)
+                values[step] = critic(nodes_w, next_pod, mask_w)
             actions[step], logprobs[step] = action, dist.log_prob(action)
-            step_rewards, step_dones = np.zeros(n), np.zeros(n)
-            for i, env in enumerate(envs):
-                obs, r, terminated, truncated, _ = env.step(int(action[i]))
-                running[i] += r
-                if truncated and not terminated:
-                    # A time limit is not an end: bootstrap from the state the episode stopped in
-                    # (the critic predicts normalized returns; scale back before normalizing again).
-                    with torch.no_grad():
-                        v_boot = float(critic(*stack([obs]))[0])
-                    r += cfg.gamma * v_boot * (np.sqrt(reward_norm.var + 1e-8) if cfg.normalize_rewards else 1.0)
-                if terminated or truncated:
-                    episode_returns.append(running[i])
-                    running[i] = 0.0
-                    if writer:
-                        writer.add_scalar("charts/episodic_return", episode_returns[-1], global_step)
-                    obs, _ = env.reset()
-                step_rewards[i], step_dones[i] = r, float(terminated or truncated)
-                current[i] = obs
+            result = envs.step(action.numpy())
+            step_rewards = result.rewards.copy()
+            running += step_rewards
+            for i, obs in result.cut_off.items():
+                # A time limit is not an end: bootstrap from the state the episode stopped in
+                # (the critic predicts normalized returns; scale back before normalizing again).
+                with torch.no_grad():
+                    v_boot = float(critic(torch.from_numpy(obs["nodes"])[None], torch.from_numpy(obs["pod"])[None],
+                                          torch.from_numpy(obs["action_mask"].astype(bool))[None])[0])
+                step_rewards[i] += cfg.gamma * v_boot * (np.sqrt(reward_norm.var + 1e-8) if cfg.normalize_rewards else 1.0)
+            step_dones = (result.terminated | result.truncated).astype(np.float64)
+            for i in np.flatnonzero(step_dones):
+                episode_returns.append(running[i])
+                running[i] = 0.0
+                if writer:
+                    writer.add_scalar("charts/episodic_return", episode_returns[-1], global_step)
             if cfg.normalize_rewards:
                 step_rewards = reward_norm.scale(step_rewards, step_dones)
             rewards[step] = torch.from_numpy(step_rewards).float()
-            next_nodes, next_pod, next_mask = stack(current)
+            next_nodes, next_pod, next_mask = (torch.from_numpy(result.nodes), torch.from_numpy(result.pod),
+                                               torch.from_numpy(result.mask))
+            targets_np = result.targets
             next_done = torch.from_numpy(step_dones).float()
 
+        torch.set_num_threads(cfg.torch_threads)  # updates: the workers wait
         # Generalized advantage estimation.
         with torch.no_grad():
             next_value = critic(next_nodes, next_pod, next_mask)
@@ -173,21 +195,32 @@ def train(cfg: ACConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, di
         b_nodes, b_pod = obs_nodes.reshape(batch_size, slots, f_node), obs_pod.reshape(batch_size, f_pod)
         b_mask, b_actions = obs_mask.reshape(batch_size, slots), actions.reshape(-1)
         b_logprobs, b_adv, b_returns = logprobs.reshape(-1), advantages.reshape(-1), returns.reshape(-1)
-        order = np.arange(batch_size)
+        b_targets = targets.reshape(batch_size, slots) if targets is not None else None
+        kick = cfg.kickstart * max(0.0, 1.0 - update / max(cfg.kickstart_fraction * updates, 1e-9))
+        counts = b_mask.sum(dim=1).numpy()
         for _ in range(cfg.update_epochs):
-            np.random.shuffle(order)
-            for lo in range(0, batch_size, minibatch):
-                mb = torch.from_numpy(order[lo:lo + minibatch])
-                dist = torch.distributions.Categorical(
-                    logits=masked_logits(actor(b_nodes[mb], b_pod[mb], b_mask[mb])))
+            # Minibatches of similar node counts, trimmed to their largest: episodes draw 2..64
+            # nodes, and most of a padded batch would otherwise be padding.
+            order = np.argsort(counts + np.random.uniform(0, 8, batch_size), kind="stable")
+            chunks = [order[lo:lo + minibatch] for lo in range(0, batch_size, minibatch)]
+            np.random.shuffle(chunks)
+            for chunk in chunks:
+                mb = torch.from_numpy(chunk)
+                width = int(counts[chunk].max())
+                nodes_mb, pod_mb, mask_mb = b_nodes[mb, :width], b_pod[mb], b_mask[mb, :width]
+                logits = masked_logits(actor(nodes_mb, pod_mb, mask_mb))
+                dist = torch.distributions.Categorical(logits=logits)
                 new_logprob = dist.log_prob(b_actions[mb])
                 ratio = (new_logprob - b_logprobs[mb]).exp()
                 adv = b_adv[mb]
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
-                value_loss = 0.5 * ((critic(b_nodes[mb], b_pod[mb], b_mask[mb]) - b_returns[mb]) ** 2).mean()
+                value_loss = 0.5 * ((critic(nodes_mb, pod_mb, mask_mb) - b_returns[mb]) ** 2).mean()
                 entropy = dist.entropy().mean()
                 loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
+                if kick > 0:
+                    teacher_loss = -(b_targets[mb, :width] * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+                    loss = loss + kick * teacher_loss
                 optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
@@ -204,7 +237,8 @@ def train(cfg: ACConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, di
     if writer:
         writer.close()
     name = "PPO" if cfg.algo == "ppo" else "A2C"
-    record = training_record(cfg, f"{name}, DeepSets actor (masked softmax over nodes) and pooled critic, GAE",
+    kicked = f", kickstarted from {sorted(set(cfg.teachers.values()))}" if cfg.kickstart > 0 else ""
+    record = training_record(cfg, f"{name}, DeepSets actor (masked softmax over nodes) and pooled critic, GAE{kicked}",
                              time.time() - start, episode_returns)
     record["training"]["steps"] = updates * batch_size
     return actor.eval(), record

@@ -31,6 +31,34 @@ class ModelValidationError(ValueError):
     """The file is not a model this build can serve; the message says why."""
 
 
+class NumpyScorer:
+    """The NodeScorer's forward pass in numpy, float64, for serving: no torch dispatch per call
+    (a request scores one small set), and the same numbers as the float64 torch reference."""
+
+    def __init__(self, network: NodeScorer):
+        def weights(linear) -> np.ndarray:
+            return linear.weight.detach().double().numpy().T.copy()
+
+        self.layers = [(weights(layer.Lambda), layer.Lambda.bias.detach().double().numpy().copy(),
+                        weights(layer.Gamma), weights(layer.Delta)) for layer in network.layers]
+        self.node_features = network.node_features
+
+    def __call__(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
+        """features [N, F] of N >= 1 candidates, pod_vec [P] -> one value per candidate."""
+        nodes = features.astype(np.float64)
+        pod = pod_vec.astype(np.float64)
+        # The first layer sees [node features, pod features]; the pod part is the same for every node.
+        lam, bias, gam, delta = self.layers[0]
+        f = self.node_features
+        top = np.concatenate([nodes.max(axis=0), pod])
+        mean = np.concatenate([nodes.mean(axis=0), pod])
+        x = nodes @ lam[:f] + (pod @ lam[f:] + bias - top @ gam - mean @ delta)
+        for lam, bias, gam, delta in self.layers[1:]:
+            np.maximum(x, 0.0, out=x)
+            x = x @ lam + (bias - x.max(axis=0) @ gam - x.mean(axis=0) @ delta)
+        return x[:, 0]
+
+
 @dataclass
 class LoadedModel:
     policy: str
@@ -38,6 +66,11 @@ class LoadedModel:
     network: NodeScorer
     path: Path
     metadata: dict[str, Any] = field(default_factory=dict)
+    fast: NumpyScorer | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.fast is None:
+            self.fast = NumpyScorer(self.network)
 
     def q_values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
         """Score of placing `pod` on each of `nodes` (all of them candidates): Q-values for DQN,
@@ -46,11 +79,21 @@ class LoadedModel:
         return self.q_values_from_features(features, pod_vec)
 
     def q_values_from_features(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            x = torch.from_numpy(features).unsqueeze(0)
-            p = torch.from_numpy(pod_vec).unsqueeze(0)
-            mask = torch.ones(x.shape[:2], dtype=torch.bool)
-            return self.network(x, p, mask)[0].numpy().astype(np.float64)
+        if len(features) == 0:
+            return np.zeros(0)
+        return self.fast(features, pod_vec)
+
+    def reference_q_values(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
+        """The torch network itself, in float64: what the fast path must reproduce."""
+        network = self.network.double()
+        try:
+            with torch.inference_mode():
+                x = torch.from_numpy(features.astype(np.float64)).unsqueeze(0)
+                p = torch.from_numpy(pod_vec.astype(np.float64)).unsqueeze(0)
+                mask = torch.ones(x.shape[:2], dtype=torch.bool)
+                return network(x, p, mask)[0].numpy()
+        finally:
+            self.network.float()
 
 
 def sha256_of(path: Path) -> str:

@@ -1,9 +1,11 @@
 """The networks: DeepSets stacks of permutation-equivariant layers.
 
-Each layer computes Lambda x_i - Gamma maxpool_j(x_j) (Zaheer et al., as in the thesis). There is no
-dense layer over the node axis, so the same weights serve any node count, and the max-pool only sees
-the nodes the mask marks as candidates: padding and infeasible nodes neither leak into the set
-summary nor get a finite score.
+Each layer computes Lambda x_i - Gamma maxpool_j(x_j) - Delta meanpool_j(x_j) (Zaheer et al.; the
+thesis used the max only). The mean gives the set's averages -- how loaded the cluster is, how many
+nodes are on -- which a max cannot express and which decide, e.g., whether packing small nodes or
+filling big efficient ones saves more energy. There is no dense layer over the node axis, so the
+same weights serve any node count, and the pools only see the nodes the mask marks as candidates:
+padding and infeasible nodes neither leak into the set summary nor get a finite score.
 
 `NodeScorer` gives one value per node: the Q-values of DQN, or the policy logits (a masked softmax
 over nodes) of the actor-critic trainers. It is the only network that is served. `ValueHead` is the
@@ -24,13 +26,16 @@ class EquivariantLayer(nn.Module):
         super().__init__()
         self.Lambda = nn.Linear(in_features, out_features)
         self.Gamma = nn.Linear(in_features, out_features, bias=False)
+        self.Delta = nn.Linear(in_features, out_features, bias=False)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x: [batch, nodes, in]; mask: [batch, nodes] bool, True for candidate nodes."""
-        hidden = x.masked_fill(~mask.unsqueeze(-1), float("-inf"))
-        pooled = hidden.max(dim=1).values
-        pooled = torch.where(torch.isfinite(pooled), pooled, torch.zeros_like(pooled))
-        return self.Lambda(x) - self.Gamma(pooled).unsqueeze(1)
+        m = mask.unsqueeze(-1)
+        hidden = x.masked_fill(~m, float("-inf"))
+        top = hidden.max(dim=1).values
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        mean = (x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
+        return self.Lambda(x) - (self.Gamma(top) + self.Delta(mean)).unsqueeze(1)
 
 
 def _inputs(nodes: torch.Tensor, pod: torch.Tensor) -> torch.Tensor:

@@ -63,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--families", type=_families, default=None,
                         help="comma-separated scenario families (default: every family of the policy)")
     parser.add_argument("--init", type=Path, default=None, help="fine-tune this model instead of starting afresh")
+    parser.add_argument("--kickstart", type=float, default=None,
+                        help="a2c/ppo: initial weight of the pull towards each family's best baseline, "
+                             "decaying to 0 over --kickstart-fraction of the run (default 1.0 for a2c/ppo; 0 learns "
+                             "from scratch)")
+    parser.add_argument("--kickstart-fraction", type=float, default=0.5,
+                        help="share of the run over which the pull towards the teachers decays to 0")
     parser.add_argument("--out", default="models", help="output directory for <policy>.pt + .json")
     parser.add_argument("--name", default=None, help="file name (default <policy>.pt)")
     parser.add_argument("--log-dir", default="runs", help="TensorBoard logs ('' disables)")
@@ -72,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 DEFAULT_TIMESTEPS = {"dqn": 150_000, "a2c": 400_000, "ppo": 400_000}
+DEFAULT_KICKSTART = 1.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,7 +99,21 @@ def main(argv: list[str] | None = None) -> int:
                      families=args.families or (), out=args.out, log_dir=args.log_dir,
                      progress=not args.no_progress, init=str(args.init or ""),
                      **({"hidden": tuple(init.hidden)} if init is not None else {}))
+    kickstart = args.kickstart if args.kickstart is not None else (DEFAULT_KICKSTART if args.algo != "dqn" else 0.0)
+    if kickstart > 0:
+        if args.algo == "dqn":
+            print("rlscore-train: --kickstart applies to a2c and ppo", file=sys.stderr)
+            return 2
+        from agent.learn.teachers import pick_teachers
+        from agent.sim.families import families_for
+        print("picking a teacher per family (every baseline on training seeds) ...", file=sys.stderr)
+        picked = pick_teachers(args.policy, args.families or families_for(args.policy))
+        cfg.kickstart, cfg.kickstart_fraction = kickstart, args.kickstart_fraction
+        cfg.teachers = {family: p["teacher"] for family, p in picked.items()}
+        print("teachers: " + ", ".join(f"{f}: {t}" for f, t in cfg.teachers.items()), file=sys.stderr)
     network, record = run(cfg, args.algo, init)
+    if kickstart > 0:
+        record["training"]["teachers"] = picked
     record["training"]["command"] = "rlscore-train " + " ".join(argv if argv is not None else sys.argv[1:])
     path = save_trained(cfg, network, record, Path(args.out) / args.name if args.name else None)
     if not args.no_eval:

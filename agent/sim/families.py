@@ -118,14 +118,14 @@ def _scarce_near(rng, n, limits, training):
 
 
 def _usage_skew(rng, n, limits, training):
-    """Some workloads use ~3x their request (hogs), most ~0.3x (idlers): requests say little about
-    how hot a node runs."""
-    hogs = float(rng.uniform(0.1, 0.3))
+    """Some workloads use ~3x their request (hogs), most ~0.3x (idlers), on a busy cluster: requests
+    say little about how hot a node runs, and balancing them leaves the nodes with the hogs hot."""
+    hogs = float(rng.uniform(0.15, 0.3))
     cpu = (250.0, 500.0, 1000.0)
     lim = _limits(limits, training)
     classes = (PodClass("hog", hogs, cpu, (0.5, 2.0), (2.5, 3.5), lim),
                PodClass("idler", 1.0 - hogs, cpu, (0.5, 2.0), (0.2, 0.4), lim))
-    return World("usage-skew", _random_nodes(rng, n, (MEDIUM, LARGE)), classes, load=float(rng.uniform(0.5, 0.9)),
+    return World("usage-skew", _random_nodes(rng, n, (MEDIUM, LARGE)), classes, load=float(rng.uniform(0.6, 0.85)),
                  metrics_interval_s=_metrics_interval(rng))
 
 

@@ -40,7 +40,7 @@ class Ledger:
     limited: int = 0  # placed pods with a latency limit
     hard_violations: int = 0
     soft_violations: int = 0
-    avoidable_hard_violations: int = 0  # over the hard limit while a feasible node met it
+    avoidable_hard_violations: int = 0  # chosen over the seen hard limit while a feasible node was seen within it
 
     def copy(self) -> Ledger:
         return Ledger(**{f.name: getattr(self, f.name) for f in fields(self)})

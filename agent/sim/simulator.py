@@ -259,6 +259,7 @@ class Simulation:
             self._util_mean = self._util_mean + alpha * diff
             self._util_var = (1.0 - alpha) * (self._util_var + alpha * diff * diff)
         self._last_scrape = self.time
+        self._requested_at_scrape = c.cpu_requested.copy()
         self._metrics = {
             "cpu_utilization": cpu,
             "cpu_utilization_stddev": np.sqrt(self._util_var),
@@ -313,10 +314,12 @@ class Simulation:
         power = {}
         if self.world.power_visible:
             power = {"power_idle_watts": c.power_idle[idx], "power_max_watts": c.power_max[idx]}
+        requested = c.cpu_requested[idx]
         state = NodeState.trusted(
             [c.names[i] for i in idx], cpu_capacity=c.cpu_capacity[idx], memory_capacity=c.memory_capacity[idx],
-            max_pods=c.max_pods[idx], cpu_requested=c.cpu_requested[idx], memory_requested=c.memory_requested[idx],
-            pods=c.pods[idx], **{k: v[idx] for k, v in m.items()}, **power)
+            max_pods=c.max_pods[idx], cpu_requested=requested, memory_requested=c.memory_requested[idx],
+            pods=c.pods[idx], cpu_requested_since_metrics=np.maximum(requested - self._requested_at_scrape[idx], 0.0),
+            **{k: v[idx] for k, v in m.items()}, **power)
         return state, pod_request(self.pod)
 
     def place(self, candidate: int) -> int:
@@ -330,7 +333,11 @@ class Simulation:
             ledger.limited += 1
             if latency > request.hard_limit:
                 ledger.hard_violations += 1
-                ledger.avoidable_hard_violations += bool(np.any(c.latency_ms[self.candidates] <= request.hard_limit))
+            # avoidable: the scorer chose a node over the limit while it could see one within it (it
+            # acts on the last probe's latency; a limit crossed since then is not its mistake)
+            seen = self._metrics["latency_ms"]
+            if seen[node] > request.hard_limit and np.any(seen[self.candidates] <= request.hard_limit):
+                ledger.avoidable_hard_violations += 1
             ledger.soft_violations += latency > request.soft_limit
         c.bind(pod, node)
         ledger.placed += 1

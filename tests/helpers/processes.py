@@ -39,12 +39,16 @@ def wait_for(check, timeout_s: float, what: str, interval_s: float = 0.2):
 
 
 class FakeNodeExporter:
-    """Serves node_exporter's cpu and memory series for several fake nodes on one endpoint; each
-    series carries its node's `instance` label (scraped with honor_labels). CPU counters grow with
-    wall-clock time at each node's busy fraction, so rate() sees exactly that fraction."""
+    """Serves node_exporter's series (cpu, memory, network, TCP connections, root filesystem) for
+    several fake nodes on one endpoint, and Kepler's node power series for the nodes given a power
+    curve; each series carries its node's `instance` (Kepler: `node_name`) label (scraped with
+    honor_labels). Counters grow with wall-clock time at each node's busy fraction, so rate() sees
+    exactly that fraction."""
 
-    def __init__(self, busy: dict[str, float], cpus: int = 4, memory_bytes: float = 8 * 2**30):
+    def __init__(self, busy: dict[str, float], cpus: int = 4, memory_bytes: float = 8 * 2**30,
+                 power: dict[str, tuple[float, float]] | None = None):
         self.busy, self.cpus, self.memory_bytes = dict(busy), cpus, memory_bytes
+        self.power = dict(power or {})
         self.start = time.time()
         self.port = free_port()
         registry = CollectorRegistry()
@@ -58,6 +62,13 @@ class FakeNodeExporter:
         cpu = CounterMetricFamily("node_cpu_seconds_total", "cpu time", labels=["instance", "cpu", "mode"])
         avail = GaugeMetricFamily("node_memory_MemAvailable_bytes", "available", labels=["instance"])
         total = GaugeMetricFamily("node_memory_MemTotal_bytes", "total", labels=["instance"])
+        network = CounterMetricFamily("node_network_receive_bytes_total", "rx", labels=["instance", "device"])
+        tcp = GaugeMetricFamily("node_netstat_Tcp_CurrEstab", "tcp", labels=["instance"])
+        fs_size = GaugeMetricFamily("node_filesystem_size_bytes", "size", labels=["instance", "mountpoint"])
+        fs_avail = GaugeMetricFamily("node_filesystem_avail_bytes", "avail", labels=["instance", "mountpoint"])
+        idle_w = GaugeMetricFamily("kepler_node_cpu_idle_watts", "idle", labels=["node_name", "zone"])
+        active_w = GaugeMetricFamily("kepler_node_cpu_active_watts", "active", labels=["node_name", "zone"])
+        usage = GaugeMetricFamily("kepler_node_cpu_usage_ratio", "usage", labels=["node_name"])
         for node, busy in self.busy.items():
             instance = f"{node}:9100"
             for c in range(self.cpus):
@@ -65,7 +76,17 @@ class FakeNodeExporter:
                 cpu.add_metric([instance, str(c), "user"], elapsed * busy)
             avail.add_metric([instance], self.memory_bytes * (1.0 - busy))
             total.add_metric([instance], self.memory_bytes)
-        yield from (cpu, avail, total)
+            network.add_metric([instance, "eth0"], elapsed * busy * 1e6)
+            network.add_metric([instance, "lo"], elapsed * 5e7)  # loopback is not traffic
+            tcp.add_metric([instance], 10.0 + 100.0 * busy)
+            fs_size.add_metric([instance, "/"], 100.0 * 2**30)
+            fs_avail.add_metric([instance, "/"], 100.0 * 2**30 * (1.0 - busy / 2))
+            if node in self.power:
+                idle, peak = self.power[node]
+                idle_w.add_metric([node, "package"], idle)
+                active_w.add_metric([node, "package"], (peak - idle) * busy)
+                usage.add_metric([node], busy)
+        yield from (cpu, avail, total, network, tcp, fs_size, fs_avail, idle_w, active_w, usage)
 
     def close(self) -> None:
         self._server.shutdown()

@@ -12,11 +12,14 @@ MIB = 2**20
 
 
 def node(name, cpu_req=0.0, pods=0, latency=None, cpu_cap=4000.0, util=None, **extra):
-    """A node object as the contract describes it, memory mirroring cpu."""
+    """A node object with every field of the contract, memory mirroring cpu."""
     body = {"name": name, "cpu_capacity_millicores": cpu_cap, "memory_capacity_bytes": cpu_cap * 2 * MIB,
             "max_pods": 110, "cpu_requested_millicores": cpu_req, "memory_requested_bytes": cpu_req * 2 * MIB,
             "pods": pods, "cpu_utilization": util if util is not None else cpu_req / cpu_cap * 0.6,
-            "memory_utilization": cpu_req / cpu_cap * 0.5, "latency_ms": latency}
+            "memory_utilization": cpu_req / cpu_cap * 0.5, "latency_ms": latency,
+            "power_idle_watts": cpu_cap / 1000 * 12, "power_max_watts": cpu_cap / 1000 * 30,
+            "network_receive_bytes_per_s": cpu_req * 1000.0, "tcp_established": 10 + pods * 5,
+            "disk_utilization": 0.3}
     body.update(extra)
     return body
 

@@ -62,10 +62,27 @@ def test_latency_limits_from_annotations_including_the_thesis_names(client):
     (lambda b: b["nodes"][0].update(memory_utilization=-0.1), 422, "memory_utilization"),
     (lambda b: b["nodes"][0].update(cpu_capacity_millicores=0), 422, "cpu_capacity_millicores"),
     (lambda b: b["nodes"][0].update(pods=-1), 422, "pods"),
+    (lambda b: b["nodes"][0].update(power_idle_watts=-5), 422, "power_idle_watts"),
+    (lambda b: b["nodes"][0].update(power_idle_watts=300, power_max_watts=200), 422, "power_max_watts (200.0) must not be below"),
+    (lambda b: b["nodes"][0].update(disk_utilization=1.2), 422, "disk_utilization"),
+    (lambda b: b["nodes"][0].update(tcp_established=-1), 422, "tcp_established"),
+    (lambda b: b["nodes"][0].update(network_receive_bytes_per_s="fast"), 422, "network_receive_bytes_per_s"),
     (lambda b: b.update(nodes=[]), 422, "nodes"),
     (lambda b: b.update(nodes=["a", ""]), 422, "name"),
     (lambda b: b.update(nodes=["a", "a"]), 422, "duplicate node name 'a'"),
     (lambda b: b.update(nodes=[1, 2]), 422, "node name or an object"),
+    (lambda b: b.update(nodes=["a\u0000"]), 422, "DNS-1123"),
+    (lambda b: b.update(nodes=["Worker_1"]), 422, "DNS-1123"),
+    (lambda b: b.update(nodes=["-a"]), 422, "DNS-1123"),
+    (lambda b: b["nodes"][0].update(name="a" * 254), 422, "name"),
+    (lambda b: b["pod"].update(name="web\u0000"), 422, "DNS-1123"),
+    (lambda b: b["pod"].update(name="web\u202e1"), 422, "DNS-1123"),
+    (lambda b: b["pod"].update(namespace="kube.system"), 422, "namespace"),
+    (lambda b: b["pod"].update(namespace="n" * 64), 422, "namespace"),
+    (lambda b: b["pod"]["annotations"].update({"bad key!": "x"}), 422, "annotations"),
+    (lambda b: b["pod"]["annotations"].update({"rlscore.io/policy": "EE\u0007"}), 422, "non-printable"),
+    (lambda b: b["pod"]["annotations"].update({"rlscore.io/note": "x" * 5000}), 422, "annotations"),
+    (lambda b: b["pod"].update(annotations={f"k{i}": "v" for i in range(65)}), 422, "annotations"),
     (lambda b: b.pop("nodes"), 422, "nodes"),
 ])
 def test_invalid_input_is_a_4xx_naming_the_field(client, mutate, status, field):
@@ -93,13 +110,43 @@ def test_size_limits_are_413(make_client):
     assert r.status_code == 413 and "byte limit" in r.text
 
 
-def test_bearer_token(make_client):
-    client = make_client(api_token="s3cret")
+def _routes(app) -> set[tuple[str, str]]:
+    """Every (method, path) the app serves, from its own router (a new endpoint cannot be missed)."""
+    out = set()
+    for route in app.routes:
+        for method in getattr(route, "methods", None) or ():
+            if method != "HEAD":
+                out.add((method, route.path))
+    return out
+
+
+STATE_CHANGING = {("POST", "/suggest"), ("POST", "/models/reload")}
+READ_ONLY = {("GET", "/policies"), ("GET", "/state"), ("GET", "/metrics"), ("GET", "/openapi.json"),
+             ("GET", "/docs"), ("GET", "/docs/oauth2-redirect"), ("GET", "/redoc")}
+PROBES = {("GET", "/healthz"), ("GET", "/readyz")}
+
+
+@pytest.mark.parametrize("open_reads", [False, True])
+def test_every_endpoint_with_and_without_the_token(make_client, open_reads):
+    client = make_client(api_token="s3cret", open_read_endpoints=open_reads)
+    routes = _routes(client.app)
+    unclassified = routes - STATE_CHANGING - READ_ONLY - PROBES
+    assert not unclassified, f"classify the new endpoints {unclassified} in this test"
     body = {"pod": pod(), "nodes": [node("a")]}
-    assert post(client, body).status_code == 401
-    assert post(client, body, headers={"authorization": "Bearer nope"}).status_code == 401
-    ok = client.post("/suggest", json=body, headers={"authorization": "Bearer s3cret"})
-    assert ok.status_code == 200
+    for method, path in sorted(routes):
+        kwargs = {"json": body} if method == "POST" else {"params": {"node": "a"}} if path == "/state" else {}
+        for headers, expect_allowed in (({}, None), ({"authorization": "Bearer nope"}, None),
+                                        ({"authorization": "Bearer s3cret"}, True)):
+            r = client.request(method, path, headers=headers, **kwargs)
+            allowed = expect_allowed or (method, path) in PROBES or (open_reads and (method, path) in READ_ONLY)
+            if allowed:
+                assert r.status_code not in (401, 403), (method, path, headers, r.status_code)
+            else:
+                assert r.status_code == 401 and "authorization" in r.text, (method, path, headers, r.status_code)
+                assert r.headers["www-authenticate"] == "Bearer"
+    # without a token configured nothing asks for one
+    plain = make_client()
+    assert plain.post("/models/reload").status_code == 200
 
 
 def test_names_without_any_state_are_answered_degraded(client):
@@ -154,3 +201,31 @@ def test_latency_limits_are_validated_for_every_policy_but_only_el_uses_them(cli
     assert with_limits["scores"] == without["scores"]
     bad = post(client, {"pod": pod({"rlscore.io/latency-soft-ms": "soon"}), "nodes": nodes, "policy": "EE"})
     assert bad.status_code == 422
+
+
+def test_unknown_power_and_extra_metrics_are_reported_without_degrading(client):
+    bare = [{k: v for k, v in node(name, cpu_req=1000.0 * i, pods=i).items()
+             if k not in ("power_idle_watts", "power_max_watts", "network_receive_bytes_per_s", "tcp_established",
+                          "disk_utilization")} for i, name in enumerate(("a", "b"))]
+    body = post(client, {"pod": pod(), "nodes": bare, "policy": "EE"}).json()
+    assert body["degraded"] is False
+    assert any("power model unknown for 2 node(s)" in r for r in body["reasons"])
+    assert any("network/tcp/disk metrics unknown for 2 node(s)" in r for r in body["reasons"])
+    # LB has no use for power: not mentioned
+    body = post(client, {"pod": pod(), "nodes": bare, "policy": "LB"}).json()
+    assert not any("power" in r for r in body["reasons"])
+    # a power model given in the request is used as given
+    full = post(client, {"pod": pod(), "nodes": [node("a"), node("b")], "policy": "EE"}).json()
+    assert full["reasons"] == []
+
+
+def test_state_shows_what_the_server_would_score_with(client):
+    r = client.get("/state")
+    assert r.status_code == 422 and "node" in r.text
+    assert client.get("/state", params={"node": ["a", "a"]}).status_code == 422
+    r = client.get("/state", params={"node": ["w1", "w2"]})
+    assert r.status_code == 200
+    body = r.json()
+    assert [row["name"] for row in body["nodes"]] == ["w1", "w2"]
+    assert body["nodes"][0]["power_idle_watts"] is None  # nothing known: no Kubernetes, no Prometheus
+    assert any("capacity unknown for 2 node(s)" in reason for reason in body["reasons"])

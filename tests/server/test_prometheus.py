@@ -12,9 +12,12 @@ from tests.server.conftest import pod, post, settings
 NODES = ["worker-1", "worker-2", "worker-3"]
 
 
+POWER = {"worker-1": (200.0, 400.0), "worker-2": (60.0, 220.0)}  # worker-3: no Kepler series
+
+
 @pytest.fixture
 def stack(tmp_path):
-    exporter = FakeNodeExporter({"worker-1": 0.9, "worker-2": 0.1, "worker-3": 0.15})
+    exporter = FakeNodeExporter({"worker-1": 0.9, "worker-2": 0.1, "worker-3": 0.15}, power=POWER)
     prometheus = PrometheusServer(tmp_path, [f"127.0.0.1:{exporter.port}"])
     app = create_app(settings(prometheus_url=prometheus.url, refresh_interval_s=0.5, stale_after_s=30,
                               prometheus_timeout_s=1.0))
@@ -49,3 +52,28 @@ def test_busy_node_in_prometheus_gets_the_score_its_policy_implies(stack):
     assert body["degraded"] is True and set(body["scores"]) == set(NODES)
     assert any("prometheus" in reason for reason in body["reasons"])
     assert "rlscore_degraded_total" in client.get("/metrics").text
+
+
+def test_power_model_from_kepler_and_the_thesis_metrics_from_node_exporter(stack):
+    client, _ = stack
+
+    def state():
+        r = client.get("/state", params={"node": NODES})
+        assert r.status_code == 200, r.text
+        rows = {row["name"]: row for row in r.json()["nodes"]}
+        return rows if rows["worker-2"]["network_receive_bytes_per_s"] and rows["worker-1"]["power_max_watts"] else None
+
+    rows = wait_for(state, 60, "Kepler and node_exporter series in the snapshot", 0.5)
+    # Kepler: idle watts directly, full load from the active watts at the usage ratio
+    assert rows["worker-1"]["power_idle_watts"] == pytest.approx(200.0)
+    assert rows["worker-1"]["power_max_watts"] == pytest.approx(400.0, rel=0.02)
+    assert rows["worker-2"]["power_idle_watts"] == pytest.approx(60.0)
+    assert rows["worker-2"]["power_max_watts"] == pytest.approx(220.0, rel=0.02)
+    assert rows["worker-3"]["power_idle_watts"] is None and rows["worker-3"]["power_max_watts"] is None
+    # node_exporter: eth0 only (not lo), connections, root filesystem
+    assert rows["worker-1"]["network_receive_bytes_per_s"] == pytest.approx(0.9e6, rel=0.05)
+    assert rows["worker-1"]["tcp_established"] == pytest.approx(100.0)
+    assert rows["worker-2"]["disk_utilization"] == pytest.approx(0.05)
+    # unknown power is reported
+    body = post(client, {"pod": pod(), "nodes": ["worker-2", "worker-3"], "policy": "EE"}).json()
+    assert any("power model unknown for 1 node(s) (worker-3)" in reason for reason in body["reasons"])

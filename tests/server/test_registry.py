@@ -81,12 +81,18 @@ def test_model_with_non_finite_output_at_serving_time_falls_back(tmp_path, make_
     """Weights that pass the loader's probe but overflow on a far-away node: the heuristic answers."""
     _copy_models(tmp_path)
     torch.manual_seed(0)
-    net = NodeScorer((4,))
+    # seven hidden layers multiply latency_over_hard by 2.2e269 (sums over 64 nodes stay finite), the
+    # output layer by 2.5e38: the loader's probes reach 2.7 (finite in float64), a node at 120 ms
+    # against a 30 ms limit reaches 4.0 (over float64's 1.8e308)
+    net = NodeScorer((1,) * 8)
     with torch.no_grad():
         for p in net.parameters():
             p.zero_()
-        net.layers[0].Lambda.weight[0, NODE_FEATURES.index("latency_over_hard")] = 1e38
-        net.layers[1].Lambda.weight[0, 0] = 1.0
+        net.layers[0].Lambda.weight[0, NODE_FEATURES.index("latency_over_hard")] = 3e38
+        for layer in net.layers[1:7]:
+            layer.Lambda.weight[0, 0] = 3e38
+        net.layers[7].Lambda.weight[0, 0] = 1.0
+        net.layers[8].Lambda.weight[0, 0] = 2.5e38
     save_model(tmp_path / "el.pt", net, "EL", {})
     client = make_client(model_dir=tmp_path)
     body = {"pod": pod(), "nodes": [node("near", latency=10.0), node("far", latency=120.0)], "policy": "EL"}

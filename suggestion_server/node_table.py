@@ -1,0 +1,141 @@
+"""Every known node's state as columns, one row per node: the server's per-node cache.
+
+The Kubernetes watch writes sizes, power annotations and pod requests as events arrive; the metrics
+refresh writes utilization, latency, power from Kepler and the extra metrics for all rows at once.
+A request only maps its node names to rows and gathers them (numpy fancy indexing), so its cost
+is a dictionary lookup per node plus vector work, never per-field Python loops or I/O.
+
+Rows are created only for names the API or Prometheus report, so requests cannot grow the table; a
+name without a row reads as all-unknown (the spare last row, which stays NaN).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+# Columns the Kubernetes API owns: node objects (`in_api` is 1 while the API has the node) ...
+NODE_COLUMNS = ("in_api", "cpu_capacity", "memory_capacity", "max_pods", "power_idle_watts", "power_max_watts")
+# ... and the requests of the pods bound to each node (0 for a new row, whatever reports it first)
+USAGE_COLUMNS = ("cpu_requested", "memory_requested", "pods")
+# ... and those the metrics refresh owns. `*_metrics` are node_exporter's sizes and Kepler's power
+# model, used where the API has none; `requested_at` is cpu_requested when the metrics were read.
+METRIC_COLUMNS = ("cpu_utilization", "memory_utilization", "latency_ms", "network_receive_bytes_per_s",
+                  "tcp_established", "disk_utilization", "cpu_capacity_metrics", "memory_capacity_metrics",
+                  "power_idle_metrics", "power_max_metrics", "requested_at")
+COLUMNS = NODE_COLUMNS + USAGE_COLUMNS + METRIC_COLUMNS
+
+
+class NodeTable:
+    def __init__(self, capacity: int = 256):
+        self._lock = threading.Lock()
+        self.index: dict[str, int] = {}
+        self.names: list[str] = []
+        self.generation = 0  # bumped whenever a row is added
+        self._alloc(max(capacity, 1))
+
+    def _alloc(self, capacity: int) -> None:
+        old = getattr(self, "columns", None)
+        self.columns = {name: np.full(capacity + 1, np.nan) for name in COLUMNS}  # +1: the unknown row
+        if old is not None:
+            for name, values in old.items():
+                self.columns[name][: len(self.names)] = values[: len(self.names)]
+
+    @property
+    def unknown_row(self) -> int:
+        return len(next(iter(self.columns.values()))) - 1
+
+    def _row(self, name: str) -> int:
+        """The row of `name`, created when missing (call with the lock held)."""
+        row = self.index.get(name)
+        if row is None:
+            if len(self.names) >= self.unknown_row:
+                self._alloc(2 * self.unknown_row)
+            row = len(self.names)
+            self.index[name] = row
+            self.names.append(name)
+            for key in USAGE_COLUMNS:
+                self.columns[key][row] = 0.0
+            self.generation += 1
+        return row
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    # --- writers ---------------------------------------------------------------------------------
+
+    def set_node(self, name: str, **values: float | None) -> None:
+        """A node object's sizes and power annotations (None: unknown)."""
+        with self._lock:
+            row = self._row(name)
+            cols = self.columns
+            cols["in_api"][row] = 1.0
+            for key, value in values.items():
+                cols[key][row] = np.nan if value is None else value
+
+    def remove_node(self, name: str) -> None:
+        """The API no longer has the node: what its object said becomes unknown."""
+        with self._lock:
+            row = self.index.get(name)
+            if row is not None:
+                for key in NODE_COLUMNS:
+                    self.columns[key][row] = np.nan
+
+    def add_usage(self, name: str, cpu: float, memory: float, pods: float) -> None:
+        """Requests of a pod bound to (or gone from, negative) the node."""
+        with self._lock:
+            row = self._row(name)
+            cols = self.columns
+            cols["cpu_requested"][row] += cpu
+            cols["memory_requested"][row] += memory
+            cols["pods"][row] += pods
+
+    def replace_nodes(self, nodes: dict[str, dict[str, float | None]]) -> None:
+        """After a relist of nodes: the API's nodes as they are now."""
+        with self._lock:
+            for key in NODE_COLUMNS:
+                self.columns[key][: self.unknown_row] = np.nan
+        for name, values in nodes.items():
+            self.set_node(name, **values)
+
+    def replace_usage(self, usage: dict[str, tuple[float, float, float]]) -> None:
+        """After a relist of pods: every node's requests as they are now."""
+        with self._lock:
+            cols = self.columns
+            for key in USAGE_COLUMNS:
+                cols[key][: self.unknown_row] = 0.0
+            for name, (cpu, memory, pods) in usage.items():
+                row = self._row(name)
+                cols["cpu_requested"][row], cols["memory_requested"][row], cols["pods"][row] = cpu, memory, pods
+
+    def replace_metrics(self, metrics: dict[str, dict[str, float]]) -> None:
+        """A refresh's metrics for every node; nodes it does not mention become unknown. Records
+        the current requests as `requested_at`."""
+        with self._lock:
+            cols = self.columns
+            for key in METRIC_COLUMNS:
+                cols[key][: self.unknown_row] = np.nan
+            for name, values in metrics.items():
+                row = self._row(name)
+                for key, value in values.items():
+                    cols[key][row] = value
+            cols["requested_at"][: self.unknown_row] = cols["cpu_requested"][: self.unknown_row]
+
+    # --- readers ---------------------------------------------------------------------------------
+
+    def rows(self, names: list[str]) -> np.ndarray:
+        unknown = self.unknown_row
+        index = self.index
+        return np.fromiter((index.get(name, unknown) for name in names), dtype=np.intp, count=len(names))
+
+    def gather(self, names: list[str]) -> dict[str, np.ndarray]:
+        """Every column for `names`, as fresh arrays (NaN where unknown)."""
+        with self._lock:
+            rows = self.rows(names)
+            return {key: values[rows] for key, values in self.columns.items()}
+
+    def column(self, key: str) -> dict[str, float]:
+        with self._lock:
+            values = self.columns[key]
+            return {name: float(values[row]) for name, row in self.index.items() if not np.isnan(values[row])}
