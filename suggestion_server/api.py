@@ -8,15 +8,17 @@ import gc
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 import numpy as np
+import orjson
 import torch
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from suggestion_server import metrics
+from suggestion_server import compact, metrics
 from suggestion_server.auth import BearerAuth
 from suggestion_server.config import Settings
 from suggestion_server.kube_state import KubeState
@@ -25,7 +27,7 @@ from suggestion_server.node_table import NodeTable
 from suggestion_server.pods import RequestFieldError, pod_request, resolve_policy
 from suggestion_server.prometheus_source import PrometheusSource
 from suggestion_server.registry import ModelRegistry
-from suggestion_server.schemas import PATTERN_MESSAGES, SuggestRequest, SuggestResponse
+from suggestion_server.schemas import PATTERN_MESSAGES, PodIn, SuggestRequest, SuggestResponse
 from suggestion_server.scoring import score_nodes
 from suggestion_server.snapshot import FIELDS, StateCollector, assemble
 
@@ -70,6 +72,17 @@ class BodyLimit:
 
 class _BodyTooLarge(Exception):
     pass
+
+
+@dataclass
+class Decision:
+    policy: str
+    version: str | None
+    source: str
+    degraded: bool
+    reasons: list[str]
+    names: list[str]
+    scores: np.ndarray  # integers 0..100, one per name
 
 
 def create_app(settings: Settings | None = None, *, background: bool = True) -> FastAPI:
@@ -141,42 +154,73 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
                   for e in exc.errors()]  # the input itself is never echoed back
         return JSONResponse({"detail": errors}, status_code=422)
 
-    @app.post("/suggest", response_model=SuggestResponse,
-              responses={401: {"description": "missing or wrong bearer token"},
-                         413: {"description": "body or node count over the limit"},
-                         422: {"description": "invalid request; the message names the field"}})
-    async def suggest(body: SuggestRequest, request: Request) -> Response:
+    async def decide(pod_in: PodIn, requested_policy: str | None, request_nodes: list) -> Decision | JSONResponse:
+        """Scores for the nodes, shared by /suggest and /v1/scores; a JSONResponse is an error."""
         start = time.perf_counter()
-        if len(body.nodes) > settings.max_nodes:
+        if len(request_nodes) > settings.max_nodes:
             return _error(413, ["body", "nodes"],
-                          f"{len(body.nodes)} nodes is over the limit of {settings.max_nodes}")
+                          f"{len(request_nodes)} nodes is over the limit of {settings.max_nodes}")
         try:
-            policy = resolve_policy(body, settings.default_policy)
-            pod = pod_request(body.pod, policy, (settings.el_default_soft_ms, settings.el_default_hard_ms))
+            policy = resolve_policy(requested_policy, pod_in, settings.default_policy)
+            pod = pod_request(pod_in, policy, (settings.el_default_soft_ms, settings.el_default_hard_ms))
         except (RequestFieldError, ValueError) as exc:
             loc = list(getattr(exc, "loc", ["body", "pod"]))
             return _error(422, loc, str(exc))
 
         snapshot = await collector.current()  # never waits: a stale one refreshes in the background
-        nodes, reasons, notes = assemble(body.nodes, table, snapshot, settings.stale_after_s,
+        nodes, reasons, notes = assemble(request_nodes, table, snapshot, settings.stale_after_s,
                                          need_latency=policy == "EL", need_power=policy != "LB")
         scores, source, version, fallback = score_nodes(policy, nodes, pod, registry, rng)
         for code in {code for code, _ in reasons}:
             metrics.DEGRADED.labels(code).inc()
-
-        names = nodes.names
-        top = names[int(np.argmax(scores))]
-        payload = {"policy": policy, "model_version": version, "source": source, "degraded": bool(reasons),
-                   "reasons": [message for _, message in reasons + notes] + fallback,
-                   "scores": dict(zip(names, scores.tolist()))}
+        decision = Decision(policy, version, source, bool(reasons), [m for _, m in reasons + notes] + fallback,
+                            nodes.names, scores)
         elapsed = time.perf_counter() - start
         metrics.REQUESTS.labels(policy, source).inc()
         metrics.LATENCY.labels(policy, source).observe(elapsed)
         if decisions.isEnabledFor(logging.INFO):
-            decisions.info(json.dumps({"pod": f"{body.pod.namespace}/{body.pod.name}", "policy": policy,
-                                       "model_version": version, "source": source, "degraded": bool(reasons),
-                                       "top_node": top, "nodes": len(names), "ms": round(elapsed * 1000, 3)}))
-        return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
+            decisions.info(json.dumps({"pod": f"{pod_in.namespace}/{pod_in.name}", "policy": policy,
+                                       "model_version": version, "source": source, "degraded": decision.degraded,
+                                       "top_node": nodes.names[int(np.argmax(scores))], "nodes": len(nodes.names),
+                                       "ms": round(elapsed * 1000, 3)}))
+        return decision
+
+    @app.post("/suggest", response_model=SuggestResponse,
+              responses={401: {"description": "missing or wrong bearer token"},
+                         413: {"description": "body or node count over the limit"},
+                         422: {"description": "invalid request; the message names the field"}})
+    async def suggest(body: SuggestRequest) -> Response:
+        decision = await decide(body.pod, body.policy, body.nodes)
+        if isinstance(decision, JSONResponse):
+            return decision
+        payload = {"policy": decision.policy, "model_version": decision.version, "source": decision.source,
+                   "degraded": decision.degraded, "reasons": decision.reasons,
+                   "scores": dict(zip(decision.names, decision.scores.tolist()))}
+        return Response(orjson.dumps(payload), media_type="application/json")
+
+    @app.post("/v1/scores", response_class=Response,
+              summary="Scores in the compact format (the scheduler plugin's hot path)",
+              description=compact.__doc__,
+              openapi_extra={"requestBody": {"required": True, "content": {compact.CONTENT_TYPE: {
+                  "schema": {"type": "string"},
+                  "example": '{"pod":{"name":"web-1","namespace":"default","cpu_request_millicores":250}}'
+                             '\nnode-a\nnode-b'}}}},
+              responses={200: {"description": "one byte per node: its score 0..100, in request order",
+                               "content": {compact.SCORES_CONTENT_TYPE: {}}},
+                         401: {"description": "missing or wrong bearer token"},
+                         413: {"description": "body or node count over the limit"},
+                         422: {"description": "invalid request; the message names the field"}})
+    async def compact_scores(request: Request) -> Response:
+        try:
+            header, names = compact.parse(await request.body())
+        except compact.CompactError as exc:
+            return _error(422, exc.loc, exc.message)
+        decision = await decide(header.pod, header.policy, names)
+        if isinstance(decision, JSONResponse):
+            return decision
+        return Response(decision.scores.astype(np.uint8).tobytes(), media_type=compact.SCORES_CONTENT_TYPE,
+                        headers=compact.headers(decision.policy, decision.version, decision.source,
+                                                decision.degraded, decision.reasons))
 
     @app.get("/state")
     async def node_state(node: list[str] = Query(default=[], max_length=1000,

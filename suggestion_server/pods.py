@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from agent.state import PodRequest, normalize_policy
-from suggestion_server.schemas import PodIn, SuggestRequest
+from suggestion_server.schemas import PodIn
 
 ANNOTATION_POLICY = "rlscore.io/policy"
 ANNOTATION_SOFT = "rlscore.io/latency-soft-ms"
@@ -24,11 +24,11 @@ class RequestFieldError(ValueError):
         self.message = message
 
 
-def resolve_policy(request: SuggestRequest, default: str) -> str:
+def resolve_policy(requested: str | None, pod: PodIn, default: str) -> str:
     """Request field > pod annotation > server default."""
-    if request.policy:
-        return request.policy
-    annotated = request.pod.annotations.get(ANNOTATION_POLICY)
+    if requested:
+        return requested
+    annotated = pod.annotations.get(ANNOTATION_POLICY)
     if annotated is None:
         return default
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from agent.state import POLICIES
 
@@ -96,22 +96,25 @@ NodeEntry = Annotated[
 ]
 
 
+def _policy(value: str | None) -> str | None:
+    if value is None:
+        return None
+    policy = value.strip().upper()
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {value!r}: expected one of {', '.join(POLICIES)}")
+    return policy
+
+
+PolicyField = Annotated[str | None, AfterValidator(_policy),
+                        Field(description="EE, LB or EL (case-insensitive); overrides the pod's annotation")]
+
+
 class SuggestRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     pod: PodIn
     nodes: list[NodeEntry] = Field(min_length=1)
-    policy: str | None = Field(None, description="EE, LB or EL (case-insensitive); overrides the pod's annotation")
-
-    @field_validator("policy")
-    @classmethod
-    def _policy(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        policy = value.strip().upper()
-        if policy not in POLICIES:
-            raise ValueError(f"unknown policy {value!r}: expected one of {', '.join(POLICIES)}")
-        return policy
+    policy: PolicyField = None
 
     @field_validator("nodes")
     @classmethod
@@ -135,3 +138,12 @@ class SuggestResponse(BaseModel):
     degraded: bool = Field(description="true when any node state was missing or stale (see reasons)")
     reasons: list[str]
     scores: dict[str, Annotated[int, Field(ge=0, le=100)]]
+
+
+class ScoresHeader(BaseModel):
+    """First line of a POST /v1/scores body: the pod and the policy; node names follow, one per line."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    pod: PodIn
+    policy: PolicyField = None

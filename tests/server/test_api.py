@@ -120,7 +120,7 @@ def _routes(app) -> set[tuple[str, str]]:
     return out
 
 
-STATE_CHANGING = {("POST", "/suggest"), ("POST", "/models/reload")}
+STATE_CHANGING = {("POST", "/v1/scores"), ("POST", "/suggest"), ("POST", "/models/reload")}
 READ_ONLY = {("GET", "/policies"), ("GET", "/state"), ("GET", "/metrics"), ("GET", "/openapi.json"),
              ("GET", "/docs"), ("GET", "/docs/oauth2-redirect"), ("GET", "/redoc")}
 PROBES = {("GET", "/healthz"), ("GET", "/readyz")}

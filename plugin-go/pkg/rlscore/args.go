@@ -23,6 +23,12 @@ const (
 	MaxTimeout = 5 * time.Second
 	// DefaultMaxResponseBytes fits a 25 000-node answer with room to spare.
 	DefaultMaxResponseBytes = 4 << 20
+	// WireCompact posts names one per line to /v1/scores and reads one byte per node back.
+	WireCompact = "compact"
+	// WireJSON posts the public /suggest JSON contract.
+	WireJSON    = "json"
+	suggestPath = "/suggest"
+	scoresPath  = "/v1/scores"
 )
 
 // Policies the suggestion server knows.
@@ -46,6 +52,23 @@ type RLScoreArgs struct {
 	BearerTokenFile string `json:"bearerTokenFile,omitempty"`
 	// MaxResponseBytes caps the response body read (default 4 MiB).
 	MaxResponseBytes int64 `json:"maxResponseBytes,omitempty"`
+	// WireFormat is "compact" (default: POST <suggestionURL minus /suggest>/v1/scores, node names
+	// one per line, one score byte per node back) or "json" (POST suggestionURL, the /suggest JSON).
+	WireFormat string `json:"wireFormat,omitempty"`
+}
+
+// RequestURL is where the plugin posts: suggestionURL itself for json, its sibling /v1/scores for
+// compact.
+func (a *RLScoreArgs) RequestURL() string {
+	if a.WireFormat == WireJSON {
+		return a.SuggestionURL
+	}
+	u, err := url.Parse(a.SuggestionURL)
+	if err != nil {
+		return a.SuggestionURL
+	}
+	u.Path = strings.TrimSuffix(u.Path, suggestPath) + scoresPath
+	return u.String()
 }
 
 // DeepCopyObject makes RLScoreArgs a runtime.Object, so tests and callers can pass it directly.
@@ -66,6 +89,9 @@ func (a *RLScoreArgs) SetDefaults() {
 		a.MaxResponseBytes = DefaultMaxResponseBytes
 	}
 	a.DefaultPolicy = strings.ToUpper(strings.TrimSpace(a.DefaultPolicy))
+	if a.WireFormat == "" {
+		a.WireFormat = WireCompact
+	}
 }
 
 // Validate reports every problem at once, each naming its field.
@@ -79,6 +105,12 @@ func (a *RLScoreArgs) Validate() error {
 		problems = append(problems, fmt.Sprintf("suggestionURL %q: scheme must be http or https", a.SuggestionURL))
 	case u.Host == "":
 		problems = append(problems, fmt.Sprintf("suggestionURL %q: missing host", a.SuggestionURL))
+	case a.WireFormat == WireCompact && !strings.HasSuffix(u.Path, suggestPath):
+		problems = append(problems, fmt.Sprintf("suggestionURL %q: the compact wire format posts to the /v1/scores "+
+			"beside /suggest, so the path must end in /suggest (or set wireFormat: json)", a.SuggestionURL))
+	}
+	if a.WireFormat != WireCompact && a.WireFormat != WireJSON {
+		problems = append(problems, fmt.Sprintf("wireFormat %q: must be %s or %s", a.WireFormat, WireCompact, WireJSON))
 	}
 	if a.Timeout.Duration <= 0 || a.Timeout.Duration > MaxTimeout {
 		problems = append(problems, fmt.Sprintf("timeout %s: must be > 0 and <= %s", a.Timeout.Duration, MaxTimeout))

@@ -27,13 +27,17 @@ func TestDecodeArgs(t *testing.T) {
 		wantErr string
 	}{
 		{name: "nil gives defaults", in: nil,
-			want: RLScoreArgs{SuggestionURL: DefaultSuggestionURL, Timeout: metav1.Duration{Duration: DefaultTimeout}, MaxResponseBytes: DefaultMaxResponseBytes}},
-		{name: "json with every field", in: &runtime.Unknown{Raw: []byte(`{"suggestionURL":"https://s:8443/suggest","timeout":"100ms","defaultPolicy":"el","shadow":true,"bearerTokenFile":"` + tokenFile + `","maxResponseBytes":2048}`)},
-			want: RLScoreArgs{SuggestionURL: "https://s:8443/suggest", Timeout: metav1.Duration{Duration: 100 * time.Millisecond}, DefaultPolicy: "EL", Shadow: true, BearerTokenFile: tokenFile, MaxResponseBytes: 2048}},
+			want: RLScoreArgs{SuggestionURL: DefaultSuggestionURL, Timeout: metav1.Duration{Duration: DefaultTimeout}, MaxResponseBytes: DefaultMaxResponseBytes, WireFormat: WireCompact}},
+		{name: "json with every field", in: &runtime.Unknown{Raw: []byte(`{"suggestionURL":"https://s:8443/suggest","timeout":"100ms","defaultPolicy":"el","shadow":true,"bearerTokenFile":"` + tokenFile + `","maxResponseBytes":2048,"wireFormat":"json"}`)},
+			want: RLScoreArgs{SuggestionURL: "https://s:8443/suggest", Timeout: metav1.Duration{Duration: 100 * time.Millisecond}, DefaultPolicy: "EL", Shadow: true, BearerTokenFile: tokenFile, MaxResponseBytes: 2048, WireFormat: WireJSON}},
+		{name: "json wire format takes any path", in: &RLScoreArgs{SuggestionURL: "http://proxy/rl/score", WireFormat: WireJSON},
+			want: RLScoreArgs{SuggestionURL: "http://proxy/rl/score", Timeout: metav1.Duration{Duration: DefaultTimeout}, MaxResponseBytes: DefaultMaxResponseBytes, WireFormat: WireJSON}},
+		{name: "compact needs the /suggest path", in: &RLScoreArgs{SuggestionURL: "http://proxy/rl/score"}, wantErr: "path must end in /suggest"},
+		{name: "unknown wire format", in: &RLScoreArgs{WireFormat: "protobuf"}, wantErr: `wireFormat "protobuf"`},
 		{name: "yaml", in: &runtime.Unknown{ContentType: runtime.ContentTypeYAML, Raw: []byte("suggestionURL: http://x/suggest\ntimeout: 1s\n")},
-			want: RLScoreArgs{SuggestionURL: "http://x/suggest", Timeout: metav1.Duration{Duration: time.Second}, MaxResponseBytes: DefaultMaxResponseBytes}},
+			want: RLScoreArgs{SuggestionURL: "http://x/suggest", Timeout: metav1.Duration{Duration: time.Second}, MaxResponseBytes: DefaultMaxResponseBytes, WireFormat: WireCompact}},
 		{name: "typed args", in: &RLScoreArgs{SuggestionURL: "http://y/suggest"},
-			want: RLScoreArgs{SuggestionURL: "http://y/suggest", Timeout: metav1.Duration{Duration: DefaultTimeout}, MaxResponseBytes: DefaultMaxResponseBytes}},
+			want: RLScoreArgs{SuggestionURL: "http://y/suggest", Timeout: metav1.Duration{Duration: DefaultTimeout}, MaxResponseBytes: DefaultMaxResponseBytes, WireFormat: WireCompact}},
 		{name: "typo is an error", in: &runtime.Unknown{Raw: []byte(`{"timout":"1s"}`)}, wantErr: `unknown field "timout"`},
 		{name: "bad scheme", in: &RLScoreArgs{SuggestionURL: "tcp://localhost:8765"}, wantErr: "scheme must be http or https"},
 		{name: "no host", in: &RLScoreArgs{SuggestionURL: "http:///suggest"}, wantErr: "missing host"},
@@ -62,5 +66,19 @@ func TestDecodeArgs(t *testing.T) {
 				t.Errorf("got %+v, want %+v", *got, tt.want)
 			}
 		})
+	}
+}
+
+func TestRequestURL(t *testing.T) {
+	tests := []struct{ url, wire, want string }{
+		{"http://s:8000/suggest", WireCompact, "http://s:8000/v1/scores"},
+		{"https://gw.example/rlscore/suggest", WireCompact, "https://gw.example/rlscore/v1/scores"},
+		{"http://s:8000/suggest", WireJSON, "http://s:8000/suggest"},
+	}
+	for _, tt := range tests {
+		args := &RLScoreArgs{SuggestionURL: tt.url, WireFormat: tt.wire}
+		if got := args.RequestURL(); got != tt.want {
+			t.Errorf("%s (%s): got %s, want %s", tt.url, tt.wire, got, tt.want)
+		}
 	}
 }

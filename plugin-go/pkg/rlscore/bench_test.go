@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -18,8 +19,12 @@ import (
 // node) against a local server that answers from a canned body. The server's own handler time is
 // reported separately and subtracted, giving the plugin's overhead per pod.
 func BenchmarkPreScoreScore(b *testing.B) {
-	for _, n := range []int{100, 5000} {
-		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+	for _, bench := range []struct {
+		wire  string
+		nodes int
+	}{{WireJSON, 100}, {WireJSON, 1000}, {WireJSON, 5000}, {WireCompact, 100}, {WireCompact, 1000}, {WireCompact, 5000}} {
+		n := bench.nodes
+		b.Run(fmt.Sprintf("wire=%s/nodes=%d", bench.wire, n), func(b *testing.B) {
 			names := make([]string, n)
 			scores := make(map[string]int, n)
 			for i := range names {
@@ -27,17 +32,29 @@ func BenchmarkPreScoreScore(b *testing.B) {
 				scores[names[i]] = i % 101
 			}
 			body, _ := json.Marshal(map[string]any{"policy": "EE", "source": "model", "scores": scores})
+			compactBody := make([]byte, n)
+			for i := range compactBody {
+				compactBody[i] = byte(i % 101)
+			}
 			var serverNanos atomic.Int64
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				start := time.Now()
-				var req SuggestRequest
-				_ = json.NewDecoder(r.Body).Decode(&req) // a real server reads the body too
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = w.Write(body)
+				if r.URL.Path == "/v1/scores" {
+					_, _ = io.Copy(io.Discard, r.Body) // a real server reads the body too
+					w.Header().Set("X-Rlscore-Policy", "EE")
+					w.Header().Set("X-Rlscore-Source", "model")
+					_, _ = w.Write(compactBody)
+				} else {
+					var req SuggestRequest
+					_ = json.NewDecoder(r.Body).Decode(&req)
+					w.Header().Set("Content-Type", "application/json")
+					_, _ = w.Write(body)
+				}
 				serverNanos.Add(time.Since(start).Nanoseconds())
 			}))
 			defer srv.Close()
-			p, err := New(context.Background(), &RLScoreArgs{SuggestionURL: srv.URL, Timeout: metav1.Duration{Duration: 2 * time.Second}}, nil)
+			p, err := New(context.Background(), &RLScoreArgs{SuggestionURL: srv.URL + "/suggest", WireFormat: bench.wire,
+				Timeout: metav1.Duration{Duration: 2 * time.Second}}, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

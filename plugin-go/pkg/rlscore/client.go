@@ -17,6 +17,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
+	fwk "k8s.io/kube-scheduler/framework"
 )
 
 // Annotations the plugin passes through to the server.
@@ -83,6 +84,7 @@ func failure(reason string, format string, a ...any) *SuggestError {
 // Client talks to the suggestion server over one shared, keep-alive HTTP client.
 type Client struct {
 	url       string
+	compact   bool
 	http      *http.Client
 	maxBytes  int64
 	tokenFile string
@@ -101,7 +103,8 @@ func NewClient(args *RLScoreArgs) *Client {
 	transport.ResponseHeaderTimeout = args.Timeout.Duration
 	transport.DialContext = (&net.Dialer{Timeout: args.Timeout.Duration, KeepAlive: 30 * time.Second}).DialContext
 	return &Client{
-		url: args.SuggestionURL,
+		url:     args.RequestURL(),
+		compact: args.WireFormat == WireCompact,
 		// http.Client.Timeout covers the whole exchange including reading the body, so a server
 		// that trickles bytes (slow loris) cannot hold a scheduling cycle.
 		http:      &http.Client{Transport: transport, Timeout: args.Timeout.Duration},
@@ -126,9 +129,15 @@ func (c *Client) bearerToken() string {
 	return c.token
 }
 
+// compactHeader is the first line of a /v1/scores body.
+type compactHeader struct {
+	Pod    PodInfo `json:"pod"`
+	Policy string  `json:"policy,omitempty"`
+}
+
 // Suggest asks for scores of `nodes` and returns them as validated integers 0..100, one per node.
 func (c *Client) Suggest(ctx context.Context, req *SuggestRequest) (map[string]int64, *SuggestResponse, error) {
-	body, err := json.Marshal(req)
+	body, contentType, err := c.encode(req)
 	if err != nil {
 		return nil, nil, failure(ReasonInternal, "encoding request: %v", err)
 	}
@@ -136,8 +145,7 @@ func (c *Client) Suggest(ctx context.Context, req *SuggestRequest) (map[string]i
 	if err != nil {
 		return nil, nil, failure(ReasonInternal, "building request: %v", err)
 	}
-	httpReq.Header.Set("Content-Type", "application/json")
-	httpReq.Header.Set("Accept", "application/json")
+	httpReq.Header.Set("Content-Type", contentType)
 	if token := c.bearerToken(); token != "" {
 		httpReq.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -160,6 +168,9 @@ func (c *Client) Suggest(ctx context.Context, req *SuggestRequest) (map[string]i
 	if resp.StatusCode != http.StatusOK {
 		return nil, nil, failure(ReasonHTTPStatus, "status %d: %s", resp.StatusCode, snippet(data))
 	}
+	if c.compact {
+		return decodeCompact(req.Nodes, resp.Header, data)
+	}
 	var parsed SuggestResponse
 	if err := json.Unmarshal(data, &parsed); err != nil {
 		return nil, nil, failure(ReasonMalformed, "decoding response: %v", err)
@@ -169,6 +180,61 @@ func (c *Client) Suggest(ctx context.Context, req *SuggestRequest) (map[string]i
 		return nil, &parsed, serr
 	}
 	return scores, &parsed, nil
+}
+
+func (c *Client) encode(req *SuggestRequest) ([]byte, string, error) {
+	if !c.compact {
+		body, err := json.Marshal(req)
+		return body, "application/json", err
+	}
+	header, err := json.Marshal(compactHeader{Pod: req.Pod, Policy: req.Policy})
+	if err != nil {
+		return nil, "", err
+	}
+	size := len(header)
+	for _, name := range req.Nodes {
+		size += len(name) + 1
+	}
+	var buf bytes.Buffer
+	buf.Grow(size)
+	buf.Write(header)
+	for _, name := range req.Nodes {
+		buf.WriteByte('\n')
+		buf.WriteString(name)
+	}
+	return buf.Bytes(), compactContentType, nil
+}
+
+const compactContentType = "application/x-rlscore-names"
+
+// decodeCompact reads one score byte per requested node, in request order, and the answer's
+// metadata from the X-Rlscore-* headers.
+func decodeCompact(nodes []string, header http.Header, data []byte) (map[string]int64, *SuggestResponse, error) {
+	parsed := &SuggestResponse{
+		Policy:       header.Get("X-Rlscore-Policy"),
+		ModelVersion: header.Get("X-Rlscore-Model-Version"),
+		Source:       header.Get("X-Rlscore-Source"),
+		Degraded:     header.Get("X-Rlscore-Degraded") == "true",
+	}
+	if reasons := header.Get("X-Rlscore-Reasons"); reasons != "" {
+		if err := json.Unmarshal([]byte(reasons), &parsed.Reasons); err != nil {
+			return nil, parsed, failure(ReasonMalformed, "decoding X-Rlscore-Reasons: %v", err)
+		}
+	}
+	if parsed.Policy == "" || parsed.Source == "" {
+		return nil, parsed, failure(ReasonMalformed, "compact response without X-Rlscore-Policy/-Source headers")
+	}
+	if len(data) != len(nodes) {
+		return nil, parsed, failure(ReasonMalformed, "%d scores for %d nodes", len(data), len(nodes))
+	}
+	scores := make(map[string]int64, len(nodes))
+	for i, b := range data {
+		if int64(b) > fwk.MaxNodeScore {
+			return nil, parsed, failure(ReasonOutOfRange, "score %d for node %q is not in 0..100", b, nodes[i])
+		}
+		scores[nodes[i]] = int64(b)
+	}
+	return scores, parsed, nil
 }
 
 func validateScores(nodes []string, raw map[string]float64) (map[string]int64, *SuggestError) {

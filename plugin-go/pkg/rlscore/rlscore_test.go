@@ -158,6 +158,22 @@ func TestScoresAndFailures(t *testing.T) {
 				}
 			}, want: neutral(testNodes...), wantReason: ReasonTimeout},
 		{name: "connection refused", closed: true, want: neutral(testNodes...), wantReason: ReasonUnreachable},
+		// the compact format (the default): one byte per node, metadata in headers
+		{name: "compact scores mapped to nodes", args: RLScoreArgs{WireFormat: WireCompact},
+			handler: compact(headers("EE", "model", `[]`), []byte{100, 0, 37}),
+			want:    map[string]int64{"node-a": 100, "node-b": 0, "node-c": 37}, wantResult: "ok"},
+		{name: "compact too few scores", args: RLScoreArgs{WireFormat: WireCompact},
+			handler: compact(headers("EE", "model", `[]`), []byte{100, 0}), want: neutral(testNodes...), wantReason: ReasonMalformed},
+		{name: "compact too many scores", args: RLScoreArgs{WireFormat: WireCompact},
+			handler: compact(headers("EE", "model", `[]`), []byte{1, 2, 3, 4}), want: neutral(testNodes...), wantReason: ReasonMalformed},
+		{name: "compact score over 100", args: RLScoreArgs{WireFormat: WireCompact},
+			handler: compact(headers("EE", "model", `[]`), []byte{1, 101, 3}), want: neutral(testNodes...), wantReason: ReasonOutOfRange},
+		{name: "compact without policy header", args: RLScoreArgs{WireFormat: WireCompact},
+			handler: compact(headers("", "model", `[]`), []byte{1, 2, 3}), want: neutral(testNodes...), wantReason: ReasonMalformed},
+		{name: "compact with broken reasons header", args: RLScoreArgs{WireFormat: WireCompact},
+			handler: compact(headers("EE", "model", `["x`), []byte{1, 2, 3}), want: neutral(testNodes...), wantReason: ReasonMalformed},
+		{name: "compact server error", args: RLScoreArgs{WireFormat: WireCompact},
+			handler: func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", 500) }, want: neutral(testNodes...), wantReason: ReasonHTTPStatus},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,6 +185,9 @@ func TestScoresAndFailures(t *testing.T) {
 			defer srv.Close()
 			args := tt.args
 			args.SuggestionURL = srv.URL + "/suggest"
+			if args.WireFormat == "" {
+				args.WireFormat = WireJSON
+			}
 			if tt.closed {
 				srv.Close()
 			}
@@ -242,7 +261,8 @@ func TestRequestBody(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"scores": scores})
 	}))
 	defer srv.Close()
-	pl := newTestPlugin(t, RLScoreArgs{SuggestionURL: srv.URL, DefaultPolicy: "lb", BearerTokenFile: tokenFile})
+	pl := newTestPlugin(t, RLScoreArgs{SuggestionURL: srv.URL, DefaultPolicy: "lb", BearerTokenFile: tokenFile,
+		WireFormat: WireJSON})
 
 	annotated := testPod(map[string]string{
 		"rlscore.io/policy": "EL", "rlscore.io/latency-soft-ms": "20", "latencyHardConstraint": "30",
@@ -276,6 +296,63 @@ func TestRequestBody(t *testing.T) {
 	}
 	if auth[0] != "Bearer tok-123" {
 		t.Errorf("Authorization: got %q", auth[0])
+	}
+}
+
+func headers(policy, source, reasons string) http.Header {
+	h := http.Header{}
+	h.Set("X-Rlscore-Policy", policy)
+	h.Set("X-Rlscore-Source", source)
+	h.Set("X-Rlscore-Reasons", reasons)
+	return h
+}
+
+// compact answers /v1/scores with the given headers and score bytes; anything else is a 404.
+func compact(h http.Header, scores []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/scores" {
+			http.NotFound(w, r)
+			return
+		}
+		for k, v := range h {
+			w.Header()[k] = v
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		_, _ = w.Write(scores)
+	}
+}
+
+func TestCompactRequestBody(t *testing.T) {
+	var body []byte
+	var contentType string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ = io.ReadAll(r.Body)
+		contentType = r.Header.Get("Content-Type")
+		compact(headers("LB", "heuristic", `["no valid LB model"]`), []byte{5, 6, 7})(w, r)
+	}))
+	defer srv.Close()
+	pl := newTestPlugin(t, RLScoreArgs{SuggestionURL: srv.URL + "/suggest", DefaultPolicy: "lb"})
+	got := runPlugin(t, pl, testPod(map[string]string{"rlscore.io/latency-soft-ms": "20"}), testNodes...)
+	if got["node-a"] != 5 || got["node-c"] != 7 {
+		t.Errorf("scores not mapped in request order: %v", got)
+	}
+	head, names, found := strings.Cut(string(body), "\n")
+	if !found || names != "node-a\nnode-b\nnode-c" {
+		t.Fatalf("want a header line then one name per line, got %q", body)
+	}
+	var header struct {
+		Pod    PodInfo `json:"pod"`
+		Policy string  `json:"policy"`
+	}
+	if err := json.Unmarshal([]byte(head), &header); err != nil {
+		t.Fatalf("header line is not JSON: %v (%q)", err, head)
+	}
+	if header.Policy != "LB" || header.Pod.Name != "web-1" || header.Pod.CPURequestMillicores != 250 ||
+		header.Pod.Annotations["rlscore.io/latency-soft-ms"] != "20" {
+		t.Errorf("header: %+v", header)
+	}
+	if contentType != "application/x-rlscore-names" {
+		t.Errorf("Content-Type: %q", contentType)
 	}
 }
 

@@ -3,6 +3,7 @@ package rlscore_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -87,13 +88,33 @@ type fakeServer struct {
 
 func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var req rlscore.SuggestRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+	if r.URL.Path == "/v1/scores" { // the compact format: a JSON header line, then one name per line
+		body, _ := io.ReadAll(r.Body)
+		head, names, _ := strings.Cut(string(body), "\n")
+		if err := json.Unmarshal([]byte(head), &req); err != nil {
+			http.Error(w, err.Error(), 422)
+			return
+		}
+		req.Nodes = strings.Split(names, "\n")
+	} else if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), 422)
 		return
 	}
 	f.mu.Lock()
 	f.asked[req.Pod.Name]++
 	f.mu.Unlock()
+	if r.URL.Path == "/v1/scores" {
+		out := make([]byte, len(req.Nodes))
+		for i, n := range req.Nodes {
+			if n == f.prefer {
+				out[i] = 100
+			}
+		}
+		w.Header().Set("X-Rlscore-Policy", "EE")
+		w.Header().Set("X-Rlscore-Source", "model")
+		_, _ = w.Write(out)
+		return
+	}
 	scores := map[string]int{}
 	for _, n := range req.Nodes {
 		scores[n] = 0
