@@ -1,77 +1,176 @@
-"""Cluster benchmark (`make bench`): time from `cluster.sh up` to ready, and scheduling throughput
-(pods/s from creation to bound) of rl-scheduler with RLScore vs the default profile, in one run.
+"""Scheduling throughput on the local cluster (`make bench`): rl-scheduler (RLScore alone),
+rl-scheduler-weighted (RLScore beside the default score plugins) and the default profile, in the
+same run, at each node count. Printed, never asserted.
 
-Printed, never asserted. Uses its own cluster (CLUSTER_NAME=rlscore-bench) and deletes it after.
+What is timed is scheduling, not pod creation: kube-scheduler is paused (SIGSTOP) while the pods of
+one profile are created, resumed (SIGCONT), and the clock runs from the resume until the last pod is
+bound. The local cluster lifts the scheduler's client limit (qps/burst 2000), so binding does not
+wait on it either. RLScore's share of the per-pod time comes from the scheduler's own metrics
+(`scheduler_plugin_execution_duration_seconds` for RLScore's PreScore and Score over
+`scheduler_scheduling_attempt_duration_seconds`).
+
+    .venv/bin/python bench/cluster_bench.py --nodes 100,1000 --pods 1000
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kubernetes import client, config
+import httpx
+from kubernetes import client, config, watch
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_SH = ROOT / "local-cluster" / "cluster.sh"
+PROFILES = ("default-scheduler", "rl-scheduler", "rl-scheduler-weighted")
+NAMESPACE = "bench"
 
 
 def pod(name: str, scheduler: str, policy: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {"bench": scheduler},
-                         "annotations": {"rlscore.io/policy": policy}},
-            "spec": {"schedulerName": scheduler,
-                     "containers": [{"name": "c", "image": "nginx:1.27",
-                                     "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}}]}}
+            "metadata": {"name": name, "labels": {"bench": scheduler}, "annotations": {"rlscore.io/policy": policy}},
+            "spec": {"schedulerName": scheduler, "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
+                     "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                     "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}
 
 
-def throughput(core: client.CoreV1Api, namespace: str, scheduler: str, pods: int, policy: str) -> tuple[float, int]:
+def scheduler_metrics(url: str) -> dict[tuple, float]:
+    """(metric sample name, frozen labels) -> value, for the series the benchmark reads."""
+    text = httpx.get(url, verify=False, timeout=10).text
+    wanted = ("scheduler_plugin_execution_duration_seconds", "scheduler_scheduling_attempt_duration_seconds",
+              "scheduler_framework_extension_point_duration_seconds")
+    out = {}
+    for family in text_string_to_metric_families(text):
+        if family.name in wanted:
+            for s in family.samples:
+                if s.name.endswith(("_sum", "_count")):
+                    out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def _total(metrics: dict, name: str, **labels) -> float:
+    return sum(v for (n, ls), v in metrics.items() if n == name and all((k, v2) in ls for k, v2 in labels.items()))
+
+
+def per_pod_ms(before: dict, after: dict, profile: str) -> dict[str, float]:
+    """Mean scheduling attempt, and RLScore's PreScore + Score, in ms per pod (plugin metrics are
+    sampled by the scheduler, so their mean comes from their own count)."""
+    def mean(name: str, **labels) -> float:
+        s = _total(after, name + "_sum", **labels) - _total(before, name + "_sum", **labels)
+        c = _total(after, name + "_count", **labels) - _total(before, name + "_count", **labels)
+        return 1000.0 * s / c if c else float("nan")
+    attempt = mean("scheduler_scheduling_attempt_duration_seconds", profile=profile, result="scheduled")
+    rlscore = sum(mean("scheduler_plugin_execution_duration_seconds", plugin="RLScore", extension_point=point)
+                  for point in ("PreScore",)) if profile != "default-scheduler" else 0.0
+    score_all = mean("scheduler_framework_extension_point_duration_seconds", profile=profile, extension_point="Score")
+    prescore_all = mean("scheduler_framework_extension_point_duration_seconds", profile=profile,
+                        extension_point="PreScore")
+    return {"attempt_ms": attempt, "rlscore_prescore_ms": rlscore, "prescore_ms": prescore_all, "score_ms": score_all}
+
+
+def scheduler_pid(cluster_dir: Path) -> int:
+    return int((cluster_dir / "pids" / "kube-scheduler.pid").read_text().strip())
+
+
+def run_profile(core: client.CoreV1Api, pid: int, profile: str, pods: int, policy: str) -> tuple[float, int]:
+    """Pods/s from the scheduler's resume to the last binding."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda i: core.create_namespaced_pod(NAMESPACE, pod(f"{profile}-{i:05d}", profile, policy)),
+                          range(pods)))
+        listed = core.list_namespaced_pod(NAMESPACE, label_selector=f"bench={profile}")
+        bound = {p.metadata.name for p in listed.items if p.spec.node_name}
+    finally:
+        os.kill(pid, signal.SIGCONT)
     start = time.monotonic()
-    for i in range(pods):
-        core.create_namespaced_pod(namespace, pod(f"{scheduler}-{i:04d}", scheduler, policy))
-    while True:
-        items = core.list_namespaced_pod(namespace, label_selector=f"bench={scheduler}").items
-        bound = sum(1 for p in items if p.spec.node_name)
-        if bound == pods or time.monotonic() - start > 600:
-            return pods / (time.monotonic() - start), bound
-        time.sleep(0.5)
+    w = watch.Watch()
+    for event in w.stream(core.list_namespaced_pod, NAMESPACE, label_selector=f"bench={profile}",
+                          resource_version=listed.metadata.resource_version, timeout_seconds=600):
+        if event["type"] == "MODIFIED" and event["object"].spec.node_name:
+            bound.add(event["object"].metadata.name)
+            if len(bound) >= pods:
+                w.stop()
+    elapsed = time.monotonic() - start
+    final = sum(1 for p in core.list_namespaced_pod(NAMESPACE, label_selector=f"bench={profile}").items
+                if p.spec.node_name)
+    return final / elapsed, final
+
+
+def wait_gone(core: client.CoreV1Api, profile: str) -> None:
+    core.delete_collection_namespaced_pod(NAMESPACE, label_selector=f"bench={profile}", grace_period_seconds=0)
+    deadline = time.monotonic() + 300
+    while core.list_namespaced_pod(NAMESPACE, label_selector=f"bench={profile}", limit=1).items:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"pods of {profile} still present after 300 s")
+        time.sleep(1)
+
+
+def bench_nodes(nodes: int, pods: int, policy: str, rounds: int) -> list[dict]:
+    env = {**os.environ, "CLUSTER_NAME": "rlscore-bench", "NODES": str(nodes)}
+    subprocess.run([str(CLUSTER_SH), "down"], env=env, stdout=subprocess.DEVNULL, check=False)
+    print(f"== {nodes} nodes: cluster up", file=sys.stderr)
+    subprocess.run([str(CLUSTER_SH), "up"], env=env, stdout=subprocess.DEVNULL, check=True)
+    try:
+        exported = subprocess.run([str(CLUSTER_SH), "env"], env=env, check=True, capture_output=True, text=True).stdout
+        values = dict(line.removeprefix("export ").split("=", 1) for line in exported.splitlines() if "=" in line)
+        core = client.CoreV1Api(config.new_client_from_config(config_file=values["KUBECONFIG"]))
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+        pid = scheduler_pid(Path(values["RLSCORE_LOCAL_CLUSTER_DIR"]))
+        metrics_url = values["RLSCORE_LOCAL_SCHEDULER_METRICS_URL"]
+        time.sleep(10)  # one metrics refresh of the server with every node in it
+        rows = []
+        for r in range(rounds):
+            order = PROFILES if r % 2 == 0 else tuple(reversed(PROFILES))  # no profile always goes first
+            for profile in order:
+                before = scheduler_metrics(metrics_url)
+                rate, bound = run_profile(core, pid, profile, pods, policy)
+                after = scheduler_metrics(metrics_url)
+                row = {"nodes": nodes, "round": r, "profile": profile, "pods_per_s": rate, "bound": bound,
+                       **per_pod_ms(before, after, profile)}
+                rows.append(row)
+                print(f"   {profile}: {bound}/{pods} bound, {rate:.1f} pods/s, attempt {row['attempt_ms']:.2f} ms, "
+                      f"RLScore PreScore {row['rlscore_prescore_ms']:.2f} ms", file=sys.stderr)
+                wait_gone(core, profile)
+        return rows
+    finally:
+        subprocess.run([str(CLUSTER_SH), "down"], env=env, stdout=subprocess.DEVNULL, check=False)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/cluster_bench.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=100)
-    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--nodes", default="100,1000,5000", help="comma-separated node counts")
+    parser.add_argument("--pods", type=int, default=1000, help="pods per profile and round")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of all profiles per node count")
     parser.add_argument("--policy", default="LB")
     args = parser.parse_args(argv)
-    env = {**os.environ, "CLUSTER_NAME": "rlscore-bench", "NODES": str(args.nodes)}
-    subprocess.run([str(CLUSTER_SH), "down"], env=env, stdout=subprocess.DEVNULL, check=False)
-    start = time.monotonic()
-    subprocess.run([str(CLUSTER_SH), "up"], env=env, stdout=subprocess.DEVNULL, check=True)
-    up_s = time.monotonic() - start
-    try:
-        exported = subprocess.run([str(CLUSTER_SH), "env"], env=env, check=True, capture_output=True,
-                                  text=True).stdout
-        kubeconfig = next(line.split("=", 1)[1] for line in exported.splitlines() if "KUBECONFIG=" in line)
-        core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="bench")))
-        results = {}
-        for scheduler in ("rl-scheduler", "default-scheduler"):
-            rate, bound = throughput(core, "bench", scheduler, args.pods, args.policy)
-            results[scheduler] = rate
-            print(f"  {scheduler}: {bound}/{args.pods} bound, {rate:.1f} pods/s", file=sys.stderr)
-            core.delete_collection_namespaced_pod("bench", label_selector=f"bench={scheduler}",
-                                                  grace_period_seconds=0)
-    finally:
-        subprocess.run([str(CLUSTER_SH), "down"], env=env, stdout=subprocess.DEVNULL, check=False)
-    print(f"\n## Local cluster ({args.nodes} KWOK nodes, {args.pods} pods each, policy {args.policy})\n")
-    print("| measure | value |\n|---|---|")
-    print(f"| cluster.sh up to ready (binaries built) | {up_s:.1f} s |")
-    for scheduler, rate in results.items():
-        print(f"| {scheduler} throughput | {rate:.1f} pods/s |")
-    print(f"| rl-scheduler / default | {results['rl-scheduler'] / results['default-scheduler']:.2f} |")
+    import urllib3
+    urllib3.disable_warnings()
+    rows = []
+    for nodes in (int(x) for x in args.nodes.split(",")):
+        rows += bench_nodes(nodes, args.pods, args.policy, args.rounds)
+    print(f"\n## Scheduling throughput ({args.pods} pods per profile, {args.rounds} rounds, policy {args.policy}, "
+          "scheduler paused while pods are created)\n")
+    print("| nodes | profile | pods/s | x default | attempt ms/pod | RLScore PreScore ms/pod | RLScore share |")
+    print("|---|---|---|---|---|---|---|")
+    for nodes in sorted({r["nodes"] for r in rows}):
+        def mean(profile: str, key: str) -> float:
+            values = [r[key] for r in rows if r["nodes"] == nodes and r["profile"] == profile]
+            return sum(values) / len(values)
+        default = mean("default-scheduler", "pods_per_s")
+        for profile in PROFILES:
+            rate, attempt, plugin = mean(profile, "pods_per_s"), mean(profile, "attempt_ms"), \
+                mean(profile, "rlscore_prescore_ms")
+            share = plugin / attempt if profile != "default-scheduler" and attempt == attempt and attempt > 0 else 0.0
+            print(f"| {nodes} | {profile} | {rate:.1f} | {rate / default:.2f} | {attempt:.2f} | "
+                  f"{plugin:.2f} | {share:.0%} |")
     return 0
 
 

@@ -138,6 +138,7 @@ up() {
 APISERVER_PORT=$(free_port)
 PROMETHEUS_PORT=$(free_port)
 SERVER_PORT=$(free_port)
+SCHEDULER_PORT=$(free_port)
 EOF
   # shellcheck disable=SC1091
   . "$OURS/ports.env"
@@ -146,7 +147,7 @@ EOF
   render "$ROOT/local-cluster/kwok.yaml.tmpl" "$OURS/kwok.yaml" "BIN=$BIN" \
     "PROMETHEUS=$(command -v prometheus)" "KUBECTL=$BIN/kubectl" \
     "SCHEDULER_CONFIG=$OURS/scheduler-config.yaml" \
-    "APISERVER_PORT=$APISERVER_PORT" "PROMETHEUS_PORT=$PROMETHEUS_PORT"
+    "APISERVER_PORT=$APISERVER_PORT" "PROMETHEUS_PORT=$PROMETHEUS_PORT" "SCHEDULER_PORT=$SCHEDULER_PORT"
   log "creating cluster $NAME (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, prometheus)"
   "$KWOKCTL" create cluster --name "$NAME" --config "$OURS/kwok.yaml" --kubeconfig "$KUBECONFIG_FILE" \
     --wait 3m >"$OURS/kwokctl-create.log" 2>&1 || { tail -20 "$OURS/kwokctl-create.log" >&2; die "kwokctl create cluster failed; see $OURS/kwokctl-create.log"; }
@@ -198,6 +199,7 @@ export KUBECONFIG=$KUBECONFIG_FILE
 export RLSCORE_LOCAL_APISERVER_PORT=$APISERVER_PORT
 export RLSCORE_LOCAL_PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT
 export RLSCORE_LOCAL_SERVER_URL=http://127.0.0.1:$SERVER_PORT
+export RLSCORE_LOCAL_SCHEDULER_METRICS_URL=https://127.0.0.1:$SCHEDULER_PORT/metrics
 export RLSCORE_LOCAL_DIR=$OURS
 export RLSCORE_LOCAL_CLUSTER_DIR=$CLUSTER_DIR
 EOF

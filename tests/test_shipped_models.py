@@ -51,7 +51,7 @@ def test_shipped_model_is_small_reproducible_and_runs_at_5000_nodes(policy):
     training = meta["training"]
     for key in ("steps", "seed", "seconds", "hyperparameters", "git_commit", "command", "algorithm"):
         assert key in training, key
-    assert training["seconds"] < 15 * 60  # trained within 15 minutes on the 2-core machine
+    assert training["wall_seconds"] < 15 * 60  # trained within 15 minutes on the 2-core machine
     # the trainers were compared and the sidecar says which one shipped
     assert sum(c["shipped"] for c in meta["candidates"]) == 1
     assert {c["algorithm"].split(",")[0].split()[0].lower() for c in meta["candidates"]} >= {"ppo", "double"}
