@@ -7,7 +7,6 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # A CPU build of torch beside the repo (on the dev/CI machines) saves fetching the CUDA build.
 TORCH_WHEEL := $(wildcard ../shared/wheels/torch-*+cpu-*.whl)
-TIMESTEPS ?= 20000
 SEED ?= 1
 GO ?= go
 GO_SOURCES := $(shell find plugin-go -name '*.go' -o -name 'go.mod' -o -name 'go.sum')
@@ -114,12 +113,21 @@ kind-up: check-docker bin/kind bin/kubectl images ## kind cluster (1 control pla
 kind-down: bin/kind ## delete the kind cluster
 	bin/kind delete cluster --name rlscore
 
-train: install ## train EE, LB and EL into models/ (two at a time), each evaluated into its sidecar
-	@for p in EE LB; do $(VENV)/bin/rlscore-train --policy $$p --timesteps $(TIMESTEPS) --seed $(SEED) --out models --no-progress & done; wait
-	$(VENV)/bin/rlscore-train --policy EL --timesteps $(TIMESTEPS) --seed $(SEED) --out models
+CANDIDATES := build/candidates
+train: install ## train PPO and DQN candidates per policy (one at a time, ~25 min each), ship the better into models/
+	@mkdir -p $(CANDIDATES)
+	@for p in EE LB EL; do \
+	  lower=$$(echo $$p | tr A-Z a-z); gamma=0.99; [ $$p = LB ] && gamma=0.95; \
+	  for algo in ppo dqn; do \
+	    echo "== $$p $$algo"; \
+	    $(VENV)/bin/rlscore-train --policy $$p --algo $$algo --gamma $$gamma --seed $(SEED) --out $(CANDIDATES) \
+	      --name $$lower-$$algo.pt --no-progress || exit 1; \
+	  done; \
+	  $(PY) -m agent.evaluate.shipped pick models/$$lower.pt $(CANDIDATES)/$$lower-ppo.pt $(CANDIDATES)/$$lower-dqn.pt || exit 1; \
+	done
 
 eval: install ## evaluate the shipped models against the baselines (tables and plots in eval/)
-	@for p in EE LB EL; do $(VENV)/bin/rlscore-eval --policy $$p --nodes 3,10,100 --out eval/$$p || exit 1; done
+	@for p in EE LB EL; do $(VENV)/bin/rlscore-eval --policy $$p --out eval/$$p || exit 1; done
 
 bench: install deps local-bin ## print figures: models, training, /suggest, plugin overhead, cluster throughput
 	PYTHONPATH=$(CURDIR) $(PY) bench/agent_bench.py

@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from suggestion_server import compact, metrics
+from suggestion_server import compact, metrics, tls
 from suggestion_server.auth import BearerAuth
 from suggestion_server.config import Settings
 from suggestion_server.kube_state import KubeState
@@ -121,6 +121,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
             tasks.append(asyncio.create_task(collector.run(), name="snapshot-refresh"))
             if settings.model_watch_interval_s > 0:
                 tasks.append(asyncio.create_task(_watch_models(), name="model-watch"))
+            if tls.ACTIVE is not None:
+                tasks.append(asyncio.create_task(tls.ACTIVE.watch(settings.tls_reload_interval_s), name="tls-reload"))
         yield
         for task in tasks:
             task.cancel()

@@ -32,9 +32,19 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RLSCORE_LOG_LEVEL", args.log_level)
     from suggestion_server.http_protocol import NoDelayHTTPProtocol
 
+    tls = {}
+    if settings.tls_cert_file is not None:
+        from suggestion_server.tls import ReloadingTLS, context_factory
+
+        try:  # fail here, with the reason, rather than in every worker
+            ReloadingTLS(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
+        except (OSError, ValueError) as exc:
+            print(f"rlscore-server: cannot serve TLS: {exc}", file=sys.stderr)
+            return 2
+        tls = {"ssl_context_factory": context_factory}
     uvicorn.run("suggestion_server.api:create_app", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level=args.log_level.lower(), access_log=False,
-                http=NoDelayHTTPProtocol)
+                http=NoDelayHTTPProtocol, **tls)
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent.state import DEFAULT_LATENCY_HARD_MS, DEFAULT_LATENCY_SOFT_MS, normalize_policy
@@ -74,6 +74,20 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535)
     workers: int = Field(1, ge=1)
     log_level: str = "info"
+    tls_cert_file: Path | None = Field(None, description="serve HTTPS with this certificate (PEM, chain first)")
+    tls_key_file: Path | None = Field(None, description="the certificate's private key (PEM)")
+    tls_client_ca_file: Path | None = Field(
+        None, description="mutual TLS: require client certificates signed by this CA bundle (PEM)")
+    tls_reload_interval_s: float = Field(
+        30.0, gt=0, description="how often changed certificate, key and CA files are loaded (rotation without restart)")
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("RLSCORE_TLS_CERT_FILE and RLSCORE_TLS_KEY_FILE must be set together")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("RLSCORE_TLS_CLIENT_CA_FILE (mutual TLS) needs RLSCORE_TLS_CERT_FILE and _KEY_FILE")
+        return self
 
     @field_validator("default_policy")
     @classmethod

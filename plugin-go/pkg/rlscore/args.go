@@ -2,6 +2,7 @@ package rlscore
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -55,6 +56,13 @@ type RLScoreArgs struct {
 	// WireFormat is "compact" (default: POST <suggestionURL minus /suggest>/v1/scores, node names
 	// one per line, one score byte per node back) or "json" (POST suggestionURL, the /suggest JSON).
 	WireFormat string `json:"wireFormat,omitempty"`
+	// TLSCAFile is a PEM bundle of the CAs that may sign the server's certificate (https URLs);
+	// empty uses the system's roots.
+	TLSCAFile string `json:"tlsCAFile,omitempty"`
+	// TLSCertFile and TLSKeyFile are the plugin's client certificate and key for mutual TLS; both or
+	// neither. They are re-read when they change, so rotation needs no restart.
+	TLSCertFile string `json:"tlsCertFile,omitempty"`
+	TLSKeyFile  string `json:"tlsKeyFile,omitempty"`
 }
 
 // RequestURL is where the plugin posts: suggestionURL itself for json, its sibling /v1/scores for
@@ -120,6 +128,23 @@ func (a *RLScoreArgs) Validate() error {
 	}
 	if a.MaxResponseBytes < 1024 {
 		problems = append(problems, fmt.Sprintf("maxResponseBytes %d: must be >= 1024", a.MaxResponseBytes))
+	}
+	if a.TLSCAFile != "" || a.TLSCertFile != "" {
+		if u != nil && u.Scheme != "https" {
+			problems = append(problems, fmt.Sprintf("tlsCAFile/tlsCertFile: suggestionURL %q must be https", a.SuggestionURL))
+		}
+	}
+	if a.TLSCAFile != "" {
+		if _, err := loadCAPool(a.TLSCAFile); err != nil {
+			problems = append(problems, fmt.Sprintf("tlsCAFile: %v", err))
+		}
+	}
+	if (a.TLSCertFile == "") != (a.TLSKeyFile == "") {
+		problems = append(problems, "tlsCertFile and tlsKeyFile: set both or neither")
+	} else if a.TLSCertFile != "" {
+		if _, err := tls.LoadX509KeyPair(a.TLSCertFile, a.TLSKeyFile); err != nil {
+			problems = append(problems, fmt.Sprintf("tlsCertFile/tlsKeyFile: %v", err))
+		}
 	}
 	if a.BearerTokenFile != "" {
 		if _, err := readToken(a.BearerTokenFile); err != nil {

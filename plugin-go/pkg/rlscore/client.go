@@ -3,6 +3,8 @@ package rlscore
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,6 +68,7 @@ const (
 	ReasonUnknownNode = "unknown_node"
 	ReasonOutOfRange  = "out_of_range"
 	ReasonInternal    = "internal"
+	ReasonTLS         = "tls"
 )
 
 // SuggestError says why a suggestion could not be used.
@@ -102,6 +105,9 @@ func NewClient(args *RLScoreArgs) *Client {
 	transport.IdleConnTimeout = 90 * time.Second
 	transport.ResponseHeaderTimeout = args.Timeout.Duration
 	transport.DialContext = (&net.Dialer{Timeout: args.Timeout.Duration, KeepAlive: 30 * time.Second}).DialContext
+	if config := tlsConfig(args); config != nil {
+		transport.TLSClientConfig = config
+	}
 	return &Client{
 		url:     args.RequestURL(),
 		compact: args.WireFormat == WireCompact,
@@ -263,6 +269,15 @@ func validateScores(nodes []string, raw map[string]float64) (map[string]int64, *
 }
 
 func classifyTransportError(err error) *SuggestError {
+	var verifyErr *tls.CertificateVerificationError
+	var unknownAuthority x509.UnknownAuthorityError
+	var hostnameErr x509.HostnameError
+	var recordErr tls.RecordHeaderError
+	// an alert the server sent (no or a refused client certificate) has no exported type
+	if errors.As(err, &verifyErr) || errors.As(err, &unknownAuthority) || errors.As(err, &hostnameErr) ||
+		errors.As(err, &recordErr) || strings.Contains(err.Error(), "remote error: tls:") {
+		return &SuggestError{Reason: ReasonTLS, Err: err}
+	}
 	var netErr net.Error
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
 		(errors.As(err, &netErr) && netErr.Timeout()) {
