@@ -52,6 +52,28 @@ def test_every_container_is_locked_down_and_pinned(overlay):
     assert checked >= 5
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_scheduling_path_survives_drains_and_node_loss(overlay):
+    objects = render(overlay)
+    budgets = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "PodDisruptionBudget"}
+    deployments = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
+    for name in ("rlscore-suggestion-server", "rl-scheduler"):
+        spec = deployments[name]["spec"]["template"]["spec"]
+        labels = deployments[name]["spec"]["selector"]["matchLabels"]
+        assert budgets[name]["selector"]["matchLabels"] == labels, name
+        assert spec["priorityClassName"] == "system-cluster-critical", name
+        anti = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+        assert anti["podAffinityTerm"]["labelSelector"]["matchLabels"] == labels, name
+    server = deployments["rlscore-suggestion-server"]
+    budget = budgets["rlscore-suggestion-server"]
+    if server["spec"]["replicas"] > 1:  # one always serves during a drain
+        assert budget["minAvailable"] == 1
+    else:  # one replica (kind): a budget must not block every drain
+        assert budget.get("maxUnavailable") == 1 and "minAvailable" not in budget
+    spread = server["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert {c["topologyKey"] for c in spread} == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
+
+
 def test_scheduler_uses_the_generated_config_and_the_server_service():
     objects = render(ROOT / "deploy" / "overlays" / "kind")
     config_maps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
@@ -73,3 +95,65 @@ def test_kind_targets_fail_early_and_clearly_without_a_docker_engine():
     assert r.returncode != 0
     assert "Docker" in r.stdout + r.stderr and "make local-up" in r.stdout + r.stderr
     assert "kind create cluster" not in r.stdout  # stopped before doing anything
+
+
+def test_tls_overlay_serves_https_and_the_scheduler_trusts_only_the_ca():
+    objects = render(ROOT / "deploy" / "overlays" / "tls")
+    deployments = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objects if o["kind"] == "Deployment"}
+    server = deployments["rlscore-suggestion-server"]
+    container = server["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    secrets = {v["name"]: v["secret"] for v in server["volumes"] if "secret" in v}
+    assert env["RLSCORE_TLS_CERT_FILE"] == mounts["tls"] + "/tls.crt"
+    assert env["RLSCORE_TLS_KEY_FILE"] == mounts["tls"] + "/tls.key"
+    assert secrets["tls"]["secretName"] == "rlscore-suggestion-server-tls"
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+
+    scheduler = deployments["rl-scheduler"]
+    ca_volume = next(v for v in scheduler["volumes"] if v["name"] == "server-ca")["secret"]
+    assert ca_volume["secretName"] == "rlscore-suggestion-server-tls"
+    assert [item["key"] for item in ca_volume["items"]] == ["ca.crt"]  # never the server's key
+    ca_mount = next(m for m in scheduler["containers"][0]["volumeMounts"] if m["name"] == "server-ca")["mountPath"]
+    config_maps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
+    volume = next(v for v in scheduler["volumes"] if "configMap" in v)["configMap"]["name"]
+    args = yaml.safe_load(config_maps[volume]["data"]["scheduler-config.yaml"])["profiles"][0]["pluginConfig"][0]["args"]
+    assert args["suggestionURL"].startswith("https://") and args["tlsCAFile"] == ca_mount + "/ca.crt"
+
+    # cert-manager issues that Secret for exactly the host the scheduler connects to
+    issued = [d for d in yaml.safe_load_all((ROOT / "deploy" / "tls" / "cert-manager.yaml").read_text())
+              if d["kind"] == "Certificate" and d["spec"]["secretName"] == "rlscore-suggestion-server-tls"]
+    host = args["suggestionURL"].split("//")[1].split(":")[0].split("/")[0]
+    assert len(issued) == 1 and host in issued[0]["spec"]["dnsNames"]
+
+
+def test_self_signed_script_makes_a_certificate_the_server_serves_for_its_service_name(tmp_path):
+    import os
+    import socket
+    import ssl
+    import sys
+
+    from tests.helpers.processes import free_port, wait_for
+
+    subprocess.run([str(ROOT / "deploy" / "tls" / "self-signed.sh"), "--dir", str(tmp_path), "--days", "2"],
+                   check=True, capture_output=True)
+    port = free_port()
+    env = {**os.environ, "RLSCORE_MODEL_DIR": str(ROOT / "models"), "RLSCORE_KUBERNETES": "off",
+           "RLSCORE_TLS_CERT_FILE": str(tmp_path / "tls.crt"), "RLSCORE_TLS_KEY_FILE": str(tmp_path / "tls.key")}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "rlscore-server"), "--host", "127.0.0.1",
+                             "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+
+    def handshake(name: str) -> bool:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as raw:
+            with context.wrap_socket(raw, server_hostname=name) as tls:
+                return tls.version() is not None
+
+    try:
+        wait_for(lambda: handshake("rlscore-suggestion-server.rlscore-system.svc"), 60, "TLS server up")
+        with pytest.raises(ssl.SSLCertVerificationError):
+            handshake("somewhere-else.example")
+    finally:
+        proc.terminate()
+        proc.wait(10)
