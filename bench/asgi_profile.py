@@ -31,6 +31,21 @@ def nodes_with_state(n: int, rng: np.random.Generator) -> list[dict]:
             for i in range(n)]
 
 
+def warm(table, nodes: list[dict]) -> None:
+    """The node table as the watch and a metrics refresh leave it for a live cluster."""
+    metrics = {}
+    for node in nodes:
+        table.set_node(node["name"], cpu_capacity=node["cpu_capacity_millicores"],
+                       memory_capacity=node["memory_capacity_bytes"], max_pods=110.0,
+                       power_idle_watts=node["power_idle_watts"], power_max_watts=node["power_max_watts"])
+        table.add_usage(node["name"], node["cpu_requested_millicores"], node["memory_requested_bytes"],
+                        float(node["pods"]))
+        metrics[node["name"]] = {"cpu_utilization": node["cpu_utilization"],
+                                 "memory_utilization": node["memory_utilization"], "latency_ms": node["latency_ms"],
+                                 "network_receive_bytes_per_s": 1e5, "tcp_established": 20.0, "disk_utilization": 0.3}
+    table.replace_metrics(metrics)
+
+
 async def call(app, method: str, path: str, body: bytes, content_type: str) -> tuple[int, bytes]:
     sent = False
     out = {"status": 0, "body": b""}
@@ -60,6 +75,7 @@ async def main_async(args) -> None:
     app = create_app(Settings(kubernetes="off", model_dir=args.models, model_watch_interval_s=0), background=False)
     rng = np.random.default_rng(0)
     nodes = [f"node-{i:05d}" for i in range(args.nodes)] if args.names else nodes_with_state(args.nodes, rng)
+    rng = np.random.default_rng(0)
     pod = {"name": "p", "namespace": "default", "cpu_request_millicores": 250, "memory_request_bytes": 2**26}
     if args.path == "/v1/scores":
         body = json.dumps({"pod": pod, "policy": args.policy}).encode() + b"\n" + "\n".join(nodes).encode()
@@ -68,6 +84,9 @@ async def main_async(args) -> None:
         body = json.dumps({"pod": pod, "nodes": nodes, "policy": args.policy}).encode()
         content_type = "application/json"
     async with app.router.lifespan_context(app):
+        if args.names:
+            await app.state.collector.refresh()  # the server's own first refresh (no Prometheus here)
+            warm(app.state.table, nodes_with_state(args.nodes, rng))
         for _ in range(50):
             status, out = await call(app, "POST", args.path, body, content_type)
             assert status == 200, out[:300]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 import torch
+from threadpoolctl import threadpool_limits
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -108,7 +109,10 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        torch.set_num_threads(1)  # one small forward pass per request; threads only add overhead
+        # one small forward pass per request: threads only add overhead (measured at 1000 nodes on
+        # 2 busy cores: 8.1 ms per request with OpenBLAS's threads, 3.6 ms with one)
+        torch.set_num_threads(1)
+        threadpool_limits(1)
         await asyncio.to_thread(registry.load_all)
         # torch, pydantic and FastAPI leave millions of long-lived objects behind; freezing them
         # keeps full garbage collections from scanning them in the middle of a request.

@@ -12,6 +12,7 @@ name without a row reads as all-unknown (the spare last row, which stays NaN).
 from __future__ import annotations
 
 import threading
+from itertools import repeat
 
 import numpy as np
 
@@ -125,9 +126,9 @@ class NodeTable:
     # --- readers ---------------------------------------------------------------------------------
 
     def rows(self, names: list[str]) -> np.ndarray:
-        unknown = self.unknown_row
-        index = self.index
-        return np.fromiter((index.get(name, unknown) for name in names), dtype=np.intp, count=len(names))
+        # map() keeps the per-name loop in C: at 5000 names this is most of a request's Python work
+        return np.fromiter(map(self.index.get, names, repeat(self.unknown_row, len(names))), dtype=np.intp,
+                           count=len(names))
 
     def gather(self, names: list[str]) -> dict[str, np.ndarray]:
         """Every column for `names`, as fresh arrays (NaN where unknown)."""

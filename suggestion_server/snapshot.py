@@ -178,7 +178,8 @@ def assemble(request_nodes: list[str | NodeIn], table: NodeTable, snapshot: Snap
     """NodeState for the requested nodes, and what was missing, as (code, message): `reasons`
     degrade the answer (sizes, requests, utilization, EL's latency, staleness); `notes` do not
     (power model, the extra metrics: the features encode them as unknown)."""
-    names = [node if isinstance(node, str) else node.name for node in request_nodes]
+    names_only = all(map(str.__instancecheck__, request_nodes))
+    names = request_nodes if names_only else [node if isinstance(node, str) else node.name for node in request_nodes]
     n = len(names)
     col = table.gather(names)
     in_api = col["in_api"] == 1.0
@@ -201,7 +202,7 @@ def assemble(request_nodes: list[str | NodeIn], table: NodeTable, snapshot: Snap
     # requests bound since the metrics were read: the utilization cannot show them yet
     since = np.maximum(state["cpu_requested"] - col["requested_at"], 0.0)  # NaN stays NaN: unknown
     used_table = bool(np.any(in_api) or np.any(~np.isnan(col["cpu_utilization"])))
-    given = _given(request_nodes)
+    given = None if names_only else _given(request_nodes)
     if given is not None:
         # fields given in the request win; where it gives the utilization, that is "now"
         for attr, values in given.items():
