@@ -42,10 +42,10 @@ deps: ## Debian packages the tests use (Prometheus), installed with apt-get when
 
 test: py-test go-test e2e ## run the whole test suite: Python, Go, and end to end on a fresh local cluster
 
-py-test: install deps bin/kubectl ## Python tests (agent, server with a real Prometheus and uvicorn)
+py-test: install deps bin/kubectl bin/helm ## Python tests (agent, server with a real Prometheus and uvicorn)
 	$(PY) -m pytest --ignore=tests/e2e
 
-e2e: local-bin install deps ## end-to-end tests on a fresh local cluster (builds the binaries first)
+e2e: local-bin bin/helm install deps ## end-to-end tests on a fresh local cluster (builds the binaries first)
 	$(PY) -m pytest tests/e2e
 
 check-go:
@@ -98,6 +98,11 @@ images: check-docker ## build the scheduler, suggestion server and probe images 
 	docker build -t $(SCHEDULER_IMAGE) plugin-go
 	docker build -f deploy/images/suggestion-server.Dockerfile -t $(SERVER_IMAGE) .
 	docker build -f deploy/images/latency-probe.Dockerfile -t $(PROBE_IMAGE) .
+
+HELM_VERSION := v3.22.0
+bin/helm: | check-go
+	@echo "building helm $(HELM_VERSION) from the Go module proxy"
+	GOBIN=$(CURDIR)/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 bin/kind: | check-go
 	GOBIN=$(CURDIR)/bin $(GO) install sigs.k8s.io/kind@$(KIND_VERSION)

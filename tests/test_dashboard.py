@@ -15,6 +15,7 @@ from tests.helpers.processes import PrometheusServer
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "deploy" / "base" / "grafana-dashboard.json"
+CHART_COPY = ROOT / "deploy" / "helm" / "rlscore" / "files" / "grafana-dashboard.json"
 
 
 def _queries(board: dict) -> list[str]:
@@ -22,12 +23,14 @@ def _queries(board: dict) -> list[str]:
 
 
 def test_committed_dashboard_is_what_the_builder_makes(tmp_path):
-    committed = DASHBOARD.read_text()
+    committed = {path: path.read_text() for path in (DASHBOARD, CHART_COPY)}
     subprocess.run([sys.executable, str(ROOT / "deploy" / "grafana" / "dashboard.py")], check=True, capture_output=True)
     try:
-        assert DASHBOARD.read_text() == committed, "run deploy/grafana/dashboard.py and commit the result"
+        for path, text in committed.items():
+            assert path.read_text() == text, f"{path}: run deploy/grafana/dashboard.py and commit the result"
     finally:
-        DASHBOARD.write_text(committed)
+        for path, text in committed.items():
+            path.write_text(text)
 
 
 def test_dashboard_round_trips_through_the_schema_models():

@@ -1,4 +1,4 @@
-"""Builds deploy/base/grafana-dashboard.json with Grafana's own typed SDK (grafana-foundation-sdk),
+"""Builds deploy/base/grafana-dashboard.json (and the Helm chart's copy) with Grafana's own typed SDK (grafana-foundation-sdk),
 so the JSON follows Grafana's dashboard schema by construction. Re-run after editing:
 
     .venv/bin/python deploy/grafana/dashboard.py
@@ -21,7 +21,9 @@ from grafana_foundation_sdk.models.dashboard import DataSourceRef
 from grafana_foundation_sdk.models.dashboard import DashboardCursorSync
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-OUT = Path(__file__).resolve().parent.parent / "base" / "grafana-dashboard.json"
+DEPLOY = Path(__file__).resolve().parent.parent
+# kustomize and Helm each read files only below their own root: one copy for each
+OUTPUTS = (DEPLOY / "base" / "grafana-dashboard.json", DEPLOY / "helm" / "rlscore" / "files" / "grafana-dashboard.json")
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 # node-level busy cpu, as the server's default query reads it
 BUSY = '1 - avg by (node) (irate(node_cpu_seconds_total{mode="idle"}[1m]))'
@@ -100,8 +102,10 @@ def build() -> dict:
 
 
 def main() -> int:
-    OUT.write_text(json.dumps(build(), indent=2, sort_keys=True) + "\n")
-    print(f"wrote {OUT}", file=sys.stderr)
+    text = json.dumps(build(), indent=2, sort_keys=True) + "\n"
+    for out in OUTPUTS:
+        out.write_text(text)
+        print(f"wrote {out}", file=sys.stderr)
     return 0
 
 

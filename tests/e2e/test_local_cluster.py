@@ -145,3 +145,19 @@ def test_deploy_overlays_pass_server_side_dry_run(cluster):
         r = subprocess.run(kubectl + ["apply", "--dry-run=server", "-k", str(overlay)], capture_output=True, text=True)
         assert r.returncode == 0, f"{overlay.name}: {r.stderr}"
         assert "created (server dry run)" in r.stdout
+
+
+@pytest.mark.parametrize("sets", [(), ("tls.enabled=true",), ("server.apiTokenSecret=rlscore-api-token",
+                                                             "server.replicas=1", "prometheus.enabled=false")])
+def test_helm_chart_passes_server_side_dry_run(cluster, sets):
+    kubectl = [str(ROOT / "bin" / "kubectl"), "--kubeconfig", cluster.kubeconfig]
+    subprocess.run(kubectl + ["create", "namespace", "rlscore-system"], capture_output=True)
+    args = [str(ROOT / "bin" / "helm"), "template", "rlscore", str(ROOT / "deploy" / "helm" / "rlscore"),
+            "--namespace", "rlscore-system"]
+    for s in sets:
+        args += ["--set", s]
+    rendered = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    r = subprocess.run(kubectl + ["apply", "--dry-run=server", "-n", "rlscore-system", "-f", "-"], input=rendered,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "created (server dry run)" in r.stdout

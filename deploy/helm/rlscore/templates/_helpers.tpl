@@ -1,0 +1,20 @@
+{{- define "rlscore.labels" -}}
+app.kubernetes.io/part-of: rlscore
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end }}
+
+{{- define "rlscore.serverURL" -}}
+{{ if .Values.tls.enabled }}https{{ else }}http{{ end }}://rlscore-suggestion-server.{{ .Release.Namespace }}.svc:8000/suggest
+{{- end }}
+
+{{- define "rlscore.prometheusURL" -}}
+{{ if .Values.prometheus.enabled }}http://rlscore-prometheus.{{ .Release.Namespace }}.svc:9090{{ else }}{{ .Values.prometheusURL }}{{ end }}
+{{- end }}
+
+{{- define "rlscore.containerSecurity" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities: {drop: [ALL]}
+{{- end }}

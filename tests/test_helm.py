@@ -1,0 +1,104 @@
+"""The Helm chart: lints, renders, and installs what the kustomize overlays install (with TLS on, what
+overlays/tls installs), locked down the same way."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.test_deploy import render
+
+ROOT = Path(__file__).resolve().parent.parent
+HELM = ROOT / "bin" / "helm"
+CHART = ROOT / "deploy" / "helm" / "rlscore"
+
+
+def helm(*args: str) -> str:
+    if not HELM.exists():
+        pytest.fail(f"{HELM} missing: run `make bin/helm` (make py-test builds it)")
+    r = subprocess.run([str(HELM), *args], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def template(*sets: str) -> list[dict]:
+    args = ["template", "rlscore", str(CHART), "--namespace", "rlscore-system"]
+    for s in sets:
+        args += ["--set", s]
+    return [doc for doc in yaml.safe_load_all(helm(*args)) if doc]
+
+
+def _by_key(objects: list[dict]) -> dict:
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+@pytest.mark.parametrize("sets", [(), ("tls.enabled=true",), ("tls.enabled=true", "tls.certManager=true"),
+                                  ("prometheus.enabled=false", "prometheusURL=http://prom:9090",
+                                   "nodeExporter.enabled=false", "server.replicas=1")])
+def test_chart_lints(sets):
+    args = ["lint", str(CHART), "--strict"]
+    for s in sets:
+        args += ["--set", s]
+    assert "0 chart(s) failed" in helm(*args)
+
+
+@pytest.mark.parametrize("overlay, sets", [("cluster", ()), ("tls", ("tls.enabled=true",))])
+def test_chart_installs_what_the_overlay_installs(overlay, sets):
+    chart = _by_key(template(*sets))
+    kustomized = _by_key(_without_hash_suffixes([o for o in render(ROOT / "deploy" / "overlays" / overlay)
+                                                 if o["kind"] != "Namespace"]))
+    assert set(chart) == set(kustomized)
+    for key, expected in kustomized.items():
+        got = chart[key]
+        if key[0] in ("Deployment", "DaemonSet"):
+            want_spec, got_spec = expected["spec"]["template"]["spec"], got["spec"]["template"]["spec"]
+            for field in ("serviceAccountName", "securityContext", "priorityClassName", "affinity",
+                          "topologySpreadConstraints", "tolerations", "hostNetwork", "volumes"):
+                assert got_spec.get(field) == want_spec.get(field), (key, field)
+            for want_c, got_c in zip(want_spec["containers"], got_spec["containers"], strict=True):
+                for field in ("image", "args", "ports", "resources", "securityContext", "readinessProbe",
+                              "livenessProbe", "volumeMounts", "envFrom"):
+                    assert got_c.get(field) == want_c.get(field), (key, want_c["name"], field)
+                assert {e["name"]: e.get("value") for e in got_c.get("env", [])} == \
+                    {e["name"]: e.get("value") for e in want_c.get("env", [])}, key
+        elif key[0] in ("PodDisruptionBudget", "NetworkPolicy", "Service", "ClusterRole", "Role"):
+            assert got.get("spec", got.get("rules")) == expected.get("spec", expected.get("rules")), key
+        elif key == ("ConfigMap", "rl-scheduler-config"):
+            want_cfg = yaml.safe_load(expected["data"]["scheduler-config.yaml"])
+            got_cfg = yaml.safe_load(got["data"]["scheduler-config.yaml"])
+            got_cfg["profiles"][0]["pluginConfig"][0]["args"].pop("wireFormat")  # the default, said explicitly
+            assert got_cfg == want_cfg
+        elif key[0] == "ConfigMap":
+            assert got["data"] == expected["data"], key
+
+
+def _without_hash_suffixes(objects: list[dict]) -> list[dict]:
+    """kustomize appends a content hash to generated ConfigMap names; the chart's names are plain."""
+    renames = {o["metadata"]["name"]: o["metadata"]["name"].rsplit("-", 1)[0] for o in objects
+               if o["kind"] == "ConfigMap" and re.fullmatch(r".+-[a-z0-9]{10}", o["metadata"]["name"])}
+
+    def rename(value):
+        if isinstance(value, dict):
+            return {k: rename(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [rename(v) for v in value]
+        return renames.get(value, value) if isinstance(value, str) else value
+    return [rename(o) for o in objects]
+
+
+def test_chart_copies_of_kustomize_files_are_in_sync():
+    assert (CHART / "files" / "prometheus.yml").read_text() == (ROOT / "deploy" / "base" / "prometheus.yml").read_text()
+
+
+def test_token_secret_is_wired_to_both_sides():
+    objects = _by_key(template("server.apiTokenSecret=rlscore-api-token"))
+    server = objects[("Deployment", "rlscore-suggestion-server")]["spec"]["template"]["spec"]["containers"][0]
+    token_env = next(e for e in server["env"] if e["name"] == "RLSCORE_API_TOKEN")
+    assert token_env["valueFrom"]["secretKeyRef"] == {"name": "rlscore-api-token", "key": "token"}
+    cfg = yaml.safe_load(objects[("ConfigMap", "rl-scheduler-config")]["data"]["scheduler-config.yaml"])
+    token_file = cfg["profiles"][0]["pluginConfig"][0]["args"]["bearerTokenFile"]
+    scheduler = objects[("Deployment", "rl-scheduler")]["spec"]["template"]["spec"]
+    mount = next(m for m in scheduler["containers"][0]["volumeMounts"] if m["name"] == "token")
+    assert token_file == mount["mountPath"] + "/token"
