@@ -24,7 +24,7 @@ def helm(*args: str) -> str:
 
 
 def template(*sets: str) -> list[dict]:
-    args = ["template", "rlscore", str(CHART), "--namespace", "rlscore-system"]
+    args = ["template", "rlscore", str(CHART), "--namespace", "rlscore-system", "--kube-version", "v1.35.4"]
     for s in sets:
         args += ["--set", s]
     return [doc for doc in yaml.safe_load_all(helm(*args)) if doc]

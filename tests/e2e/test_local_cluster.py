@@ -153,7 +153,7 @@ def test_helm_chart_passes_server_side_dry_run(cluster, sets):
     kubectl = [str(ROOT / "bin" / "kubectl"), "--kubeconfig", cluster.kubeconfig]
     subprocess.run(kubectl + ["create", "namespace", "rlscore-system"], capture_output=True)
     args = [str(ROOT / "bin" / "helm"), "template", "rlscore", str(ROOT / "deploy" / "helm" / "rlscore"),
-            "--namespace", "rlscore-system"]
+            "--namespace", "rlscore-system", "--kube-version", "v1.35.4"]
     for s in sets:
         args += ["--set", s]
     rendered = subprocess.run(args, capture_output=True, text=True, check=True).stdout
