@@ -139,11 +139,17 @@ APISERVER_PORT=$(free_port)
 PROMETHEUS_PORT=$(free_port)
 SERVER_PORT=$(free_port)
 SCHEDULER_PORT=$(free_port)
+TLS_SERVER_PORT=$(free_port)
 EOF
   # shellcheck disable=SC1091
   . "$OURS/ports.env"
+  # TLS material for the rl-scheduler-tls profiles (tests start an HTTPS server on TLS_SERVER_PORT):
+  # a CA that signed the server's certificate, and an unrelated one the server cannot satisfy
+  "$ROOT/deploy/tls/self-signed.sh" --dir "$OURS/tls" --days 30 --san "IP:127.0.0.1,DNS:localhost" 2>/dev/null
+  "$ROOT/deploy/tls/self-signed.sh" --dir "$OURS/tls-other" --days 30 2>/dev/null
   render "$ROOT/local-cluster/scheduler-config.yaml.tmpl" "$OURS/scheduler-config.yaml" \
-    "SUGGEST_URL=http://127.0.0.1:$SERVER_PORT/suggest"
+    "SUGGEST_URL=http://127.0.0.1:$SERVER_PORT/suggest" "TLS_SUGGEST_URL=https://127.0.0.1:$TLS_SERVER_PORT/suggest" \
+    "TLS_CA=$OURS/tls/ca.crt" "OTHER_CA=$OURS/tls-other/ca.crt"
   render "$ROOT/local-cluster/kwok.yaml.tmpl" "$OURS/kwok.yaml" "BIN=$BIN" \
     "PROMETHEUS=$(command -v prometheus)" "KUBECTL=$BIN/kubectl" \
     "SCHEDULER_CONFIG=$OURS/scheduler-config.yaml" \
@@ -200,6 +206,8 @@ export RLSCORE_LOCAL_APISERVER_PORT=$APISERVER_PORT
 export RLSCORE_LOCAL_PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT
 export RLSCORE_LOCAL_SERVER_URL=http://127.0.0.1:$SERVER_PORT
 export RLSCORE_LOCAL_SCHEDULER_METRICS_URL=https://127.0.0.1:$SCHEDULER_PORT/metrics
+export RLSCORE_LOCAL_TLS_SERVER_PORT=$TLS_SERVER_PORT
+export RLSCORE_LOCAL_TLS_DIR=$OURS/tls
 export RLSCORE_LOCAL_DIR=$OURS
 export RLSCORE_LOCAL_CLUSTER_DIR=$CLUSTER_DIR
 EOF

@@ -26,6 +26,7 @@ class E2ECluster:
     server_url: str
     prometheus_url: str
     cluster_dir: Path
+    values: dict[str, str]  # everything `cluster.sh env` exports
 
     def sh(self, *args: str) -> None:
         subprocess.run([str(CLUSTER_SH), *args], env=self.env, check=True, timeout=300,
@@ -53,7 +54,7 @@ def cluster():
     live = LiveCluster(values["KUBECONFIG"], namespace="e2e")
     live.ensure_namespace()
     c = E2ECluster(env, values["KUBECONFIG"], live, values["RLSCORE_LOCAL_SERVER_URL"], values["RLSCORE_LOCAL_PROMETHEUS_URL"],
-                   Path(values["RLSCORE_LOCAL_CLUSTER_DIR"]))
+                   Path(values["RLSCORE_LOCAL_CLUSTER_DIR"]), values)
     # wait until the server sees every node with its metrics and latency (Prometheus discovery)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:

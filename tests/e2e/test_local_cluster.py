@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import ROOT, E2ECluster
 
@@ -161,3 +162,54 @@ def test_helm_chart_passes_server_side_dry_run(cluster, sets):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "created (server dry run)" in r.stdout
+
+
+def _counter(text: str, name: str, **labels: str) -> float:
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def _scheduler_counter(cluster: E2ECluster, name: str, **labels: str) -> float:
+    text = httpx.get(cluster.values["RLSCORE_LOCAL_SCHEDULER_METRICS_URL"], verify=False, timeout=10).text
+    return _counter(text, name, **labels)
+
+
+def test_plugin_scores_through_tls_and_fails_closed_with_a_wrong_ca(cluster, tmp_path):
+    """rl-scheduler-tls trusts the CA that signed the HTTPS server's certificate; rl-scheduler-tls-wrong-ca
+    trusts another: its pods are still scheduled (neutral scores), each failure counted as reason=tls."""
+    import os
+    import sys
+
+    tls = Path(cluster.values["RLSCORE_LOCAL_TLS_DIR"])
+    port = cluster.values["RLSCORE_LOCAL_TLS_SERVER_PORT"]
+    env = {**os.environ, "RLSCORE_MODEL_DIR": str(ROOT / "models"), "RLSCORE_KUBERNETES": "kubeconfig",
+           "RLSCORE_KUBECONFIG": cluster.kubeconfig, "RLSCORE_PROMETHEUS_URL": cluster.prometheus_url,
+           "RLSCORE_TLS_CERT_FILE": str(tls / "tls.crt"), "RLSCORE_TLS_KEY_FILE": str(tls / "tls.key")}
+    log = open(tmp_path / "tls-server.log", "wb")
+    server = subprocess.Popen([str(Path(sys.executable).parent / "rlscore-server"), "--host", "127.0.0.1",
+                               "--port", port], env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"https://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz", verify=str(tls / "ca.crt"), timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "tls-server.log").read_text()[-2000:]
+            time.sleep(0.5)
+        tls_failures = _scheduler_counter(cluster, "rlscore_suggest_failures_total", reason="tls")
+
+        placed = place(cluster, 4, "EE", scheduler="rl-scheduler-tls")
+        answered = _counter(httpx.get(f"{url}/metrics", verify=str(tls / "ca.crt")).text,
+                            "rlscore_suggest_requests_total", policy="EE")
+        assert answered >= 4, f"the HTTPS server answered {answered} of 4 pods"
+        assert len(set(placed.values())) == 1, placed  # EE's answer reached the scheduler: packed
+
+        place(cluster, 3, "EE", scheduler="rl-scheduler-tls-wrong-ca")  # scheduled all the same
+        assert _scheduler_counter(cluster, "rlscore_suggest_failures_total", reason="tls") >= tls_failures + 3
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()
