@@ -57,15 +57,29 @@ class Server:
         self.proc.wait(15)
 
 
-def latencies(url: str, payload: bytes, requests: int, warmup: int = 20) -> np.ndarray:
+def compact_body(policy: str, names: list[str]) -> bytes:
+    header = json.dumps({"pod": {"name": "bench", "namespace": "default", "cpu_request_millicores": 250,
+                                 "memory_request_bytes": 64 * MIB}, "policy": policy})
+    return "\n".join([header, *names]).encode()
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def latencies(url: str, payload: bytes, requests: int, warmup: int = 20, path: str = "/suggest",
+              content_type: str = "application/json") -> np.ndarray:
     out = []
-    with httpx.Client(base_url=url, timeout=30, headers={"content-type": "application/json"}) as client:
+    with httpx.Client(base_url=url, timeout=30, headers={"content-type": content_type}) as client:
         for i in range(warmup + requests):
             t0 = time.perf_counter()
-            r = client.post("/suggest", content=payload)
+            r = client.post(path, content=payload)
             elapsed = time.perf_counter() - t0
             if r.status_code != 200:
-                raise RuntimeError(f"/suggest answered {r.status_code}: {r.text[:200]}")
+                raise RuntimeError(f"{path} answered {r.status_code}: {r.text[:200]}")
             if i >= warmup:
                 out.append(elapsed)
     return np.array(out) * 1000.0
@@ -93,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/server_bench.py", description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--seconds", type=float, default=5.0, help="per throughput run")
+    parser.add_argument("--memory-requests", type=int, default=100_000,
+                        help="compact requests between the two memory readings (0: skip)")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
 
@@ -108,19 +124,35 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
 
-    print("\n## /suggest latency, node names only, warm snapshot from a real Prometheus (100 nodes)\n")
-    names = [f"node-{i:05d}" for i in range(100)]
+    print("\n## Node names only, warm snapshot from a real Prometheus (1 worker, 1 keep-alive connection)\n")
+    print("/suggest takes JSON; /v1/scores is the plugin's compact format (names one per line, one byte per score).\n")
+    sizes = (100, 500, 1000)
+    names = [f"node-{i:05d}" for i in range(max(sizes))]
     exporter = FakeNodeExporter({name: float(rng.uniform(0.05, 0.9)) for name in names})
     with tempfile.TemporaryDirectory() as tmp:
         prometheus = PrometheusServer(Path(tmp), [f"127.0.0.1:{exporter.port}"])
         server = Server(workers=1, env={"RLSCORE_PROMETHEUS_URL": prometheus.url, "RLSCORE_REFRESH_INTERVAL_S": "2"})
         try:
-            wait_for(lambda: httpx.get(f"{server.url}/policies").json()["snapshot"]["nodes"] == 100, 60, "warm snapshot")
+            wait_for(lambda: httpx.get(f"{server.url}/policies").json()["snapshot"]["nodes"] == len(names), 90,
+                     "warm snapshot")
             time.sleep(3)  # rate() needs two scrapes
-            print("| nodes | policy | p50 ms | p99 ms |\n|---|---|---|---|")
-            for policy in ("EE", "LB"):
-                ms = latencies(server.url, body(policy, names), args.requests)
-                print(f"| 100 | {policy} | {np.percentile(ms, 50):.2f} | {np.percentile(ms, 99):.2f} |")
+            print("| nodes | policy | /suggest p50 / p99 ms | /v1/scores p50 / p99 ms |\n|---|---|---|---|")
+            for n in sizes:
+                for policy in ("EE", "LB"):
+                    json_ms = latencies(server.url, body(policy, names[:n]), args.requests)
+                    compact_ms = latencies(server.url, compact_body(policy, names[:n]), args.requests, path="/v1/scores",
+                                           content_type="application/x-rlscore-names")
+                    print(f"| {n} | {policy} | {np.percentile(json_ms, 50):.2f} / {np.percentile(json_ms, 99):.2f} | "
+                          f"{np.percentile(compact_ms, 50):.2f} / {np.percentile(compact_ms, 99):.2f} |", flush=True)
+            if args.memory_requests:
+                payload = compact_body("LB", names[:100])
+                latencies(server.url, payload, 1000, path="/v1/scores", content_type="application/x-rlscore-names")
+                before = rss_mib(server.proc.pid)
+                latencies(server.url, payload, args.memory_requests, warmup=0, path="/v1/scores",
+                          content_type="application/x-rlscore-names")
+                after = rss_mib(server.proc.pid)
+                print(f"\nserver memory over {args.memory_requests} /v1/scores requests (100 names): "
+                      f"{before:.1f} MiB after warm-up, {after:.1f} MiB after ({after - before:+.1f} MiB)")
         finally:
             server.stop()
             prometheus.stop()

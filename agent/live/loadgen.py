@@ -12,19 +12,24 @@ import argparse
 import copy
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from agent.sim.scenarios import SCENARIOS, LatencyLimits, make_scenario
+from agent.sim.families import family
+from agent.sim.scenarios import Event, events
+from agent.sim.world import GIB, Hardware, NodeSpec
 from agent.state import normalize_policy
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "examples" / "nginx-deployment.yaml"
 RUN_LABEL = "rlscore.io/loadgen-run"
+# the simulator's families a live cluster can replay: their arrivals do not depend on node types
+SCENARIOS = ("test1", "test2", "poisson", "latency-shift")
 LATENCY_ANNOTATION = "rlscore.io/latency-ms"
 
 
@@ -143,20 +148,31 @@ class LiveCluster:
             time.sleep(0.3)
 
 
+def live_events(scenario: str, rng: np.random.Generator, total_cpu_millicores: float, nodes: int) -> Iterator[Event]:
+    """The scenario's event stream (pods with the thesis's 20/30 ms latency limits), sized for the live
+    cluster: poisson's arrival rate follows the live cluster's allocatable cpu, not a drawn one."""
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}: expected one of {', '.join(SCENARIOS)}")
+    if nodes < 1 or not total_cpu_millicores > 0:
+        raise ValueError(f"the cluster has no schedulable cpu ({nodes} node(s), {total_cpu_millicores:g}m)")
+    world = family(scenario).world(rng, nodes=nodes, limits=True)
+    live = Hardware("live", total_cpu_millicores / nodes, 0.0 * GIB, 110, 0.0, 0.0)
+    return events(replace(world, nodes=tuple(NodeSpec(live, 0.0) for _ in range(nodes))), rng)
+
+
 def replay(cluster: LiveCluster, scenario: str, pods: int, scheduler: str, policy: str | None, speed: float = 10.0,
            seed: int = 0, run: str | None = None, progress: bool = True, settle_s: float = 60.0) -> RunResult:
     """Replay `pods` arrivals of `scenario`; wait for each pod to be scheduled before the next arrives."""
     run = run or f"{scenario}-{(policy or 'default').lower()}-{int(time.time())}"
     result = RunResult(run, scheduler, policy)
-    limits = LatencyLimits(enabled=True)
     rng = np.random.default_rng(seed)
     nodes = sorted(cluster.node_latencies())
-    events = make_scenario(scenario, rng, limits, cluster.total_cpu_millicores(), len(nodes))
+    stream = live_events(scenario, rng, cluster.total_cpu_millicores(), len(nodes))
     cluster.ensure_namespace()
     names: dict[int, str] = {}
     alive: set[str] = set()
     t0, created = time.monotonic(), 0
-    for event in events:
+    for event in stream:
         if created >= pods:
             break
         delay = t0 + event.time / speed - time.monotonic()

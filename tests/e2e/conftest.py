@@ -41,6 +41,19 @@ class E2ECluster:
                 "nodes": nodes, "policy": policy}
         return httpx.post(f"{self.server_url}/suggest", json=body, timeout=10).json()
 
+    def wait_idle(self, nodes: list[str], timeout_s: float = 180.0) -> None:
+        """Wait until the server sees the nodes without pods and with level measured cpu: the
+        utilization of an earlier test's pods lingers in Prometheus's rate window after they are gone,
+        and a policy that reads measured load rightly avoids those nodes."""
+        deadline, rows = time.monotonic() + timeout_s, []
+        while time.monotonic() < deadline:
+            rows = httpx.get(f"{self.server_url}/state", params={"node": nodes}, timeout=10).json()["nodes"]
+            used = [r["cpu_utilization"] for r in rows]
+            if all(r["pods"] == 0 for r in rows) and None not in used and max(used) - min(used) < 0.01:
+                return
+            time.sleep(2)
+        raise AssertionError(f"nodes not idle after {timeout_s:.0f} s: {rows}")
+
 
 @pytest.fixture(scope="session")
 def cluster():

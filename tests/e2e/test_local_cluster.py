@@ -55,6 +55,7 @@ def test_ee_uses_the_fewest_nodes_that_fit(cluster):
 
 
 def test_lb_spreads_evenly(cluster):
+    cluster.wait_idle(NODES)
     placed = place(cluster, 8, "LB")
     counts = Counter(placed.values())
     per_node = [counts.get(n, 0) for n in NODES]
@@ -158,7 +159,8 @@ def test_helm_chart_passes_server_side_dry_run(cluster, sets):
     for s in sets:
         args += ["--set", s]
     rendered = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    r = subprocess.run(kubectl + ["apply", "--dry-run=server", "-n", "rlscore-system", "-f", "-"], input=rendered,
+    # as `helm install` would: every namespaced object names its namespace (kube-system for one binding)
+    r = subprocess.run(kubectl + ["apply", "--dry-run=server", "-f", "-"], input=rendered,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "created (server dry run)" in r.stdout
