@@ -172,4 +172,3 @@ func TestTLSArgs(t *testing.T) {
 		}
 	}
 }
-
