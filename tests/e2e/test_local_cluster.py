@@ -59,7 +59,10 @@ def test_lb_spreads_evenly(cluster):
     placed = place(cluster, 8, "LB")
     counts = Counter(placed.values())
     per_node = [counts.get(n, 0) for n in NODES]
-    assert max(per_node) - min(per_node) <= 1, per_node
+    # every node gets pods and none more than two above another (EE puts all eight on one). Not
+    # exactly even: LB's objective is measured load, and here the load of a just-bound pod shows in
+    # Prometheus seconds after the next pod is scored.
+    assert min(per_node) >= 1 and max(per_node) - min(per_node) <= 2, per_node
 
 
 def test_el_meets_the_hard_limit_and_follows_a_latency_change(cluster):
