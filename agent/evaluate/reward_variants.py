@@ -2,7 +2,7 @@
 of each policy where the consequence of a placement comes later, evaluated on held-out seeds against
 the policy's baselines. The table in docs/rewards.md comes from
 
-    .venv/bin/python -m agent.evaluate.reward_variants --timesteps 40000 --seeds 3
+    .venv/bin/python -m agent.evaluate.reward_variants --timesteps 20000 --seeds 3
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def compare(policy: str, timesteps: int, seeds: int, seed: int = 1) -> list[dict
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agent.evaluate.reward_variants", description=__doc__.splitlines()[0])
     parser.add_argument("--policies", default="EE,LB,EL")
-    parser.add_argument("--timesteps", type=int, default=40_000)
+    parser.add_argument("--timesteps", type=int, default=20_000)
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args(argv)
     print("| policy | family | scorer | objective | x best baseline | measure |\n|---|---|---|---|---|---|")
