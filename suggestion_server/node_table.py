@@ -108,6 +108,7 @@ class NodeTable:
                 cols[key][: self.unknown_row] = 0.0
             for name, (cpu, memory, pods) in usage.items():
                 row = self._row(name)
+                cols = self.columns  # _row may have grown the table
                 cols["cpu_requested"][row], cols["memory_requested"][row], cols["pods"][row] = cpu, memory, pods
 
     def replace_metrics(self, metrics: dict[str, dict[str, float]]) -> None:
@@ -119,8 +120,10 @@ class NodeTable:
                 cols[key][: self.unknown_row] = np.nan
             for name, values in metrics.items():
                 row = self._row(name)
+                cols = self.columns  # _row may have grown the table
                 for key, value in values.items():
                     cols[key][row] = value
+            cols = self.columns
             cols["requested_at"][: self.unknown_row] = cols["cpu_requested"][: self.unknown_row]
 
     # --- readers ---------------------------------------------------------------------------------

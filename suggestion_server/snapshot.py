@@ -231,9 +231,10 @@ def assemble(request_nodes: list[str | NodeIn], table: NodeTable, snapshot: Snap
     for cap, fallback, label in ((cpu_cap, FALLBACK_CPU_MILLICORES, "cpu capacity"),
                                  (mem_cap, FALLBACK_MEMORY_BYTES, "memory capacity")):
         missing = np.isnan(cap)
-        note(missing, "capacity", label)
-        known = cap[~missing]
-        cap[missing] = np.median(known) if known.size else fallback
+        if missing.any():
+            note(missing, "capacity", label)
+            known = cap[~missing]
+            cap[missing] = np.median(known) if known.size else fallback
     max_pods[np.isnan(max_pods)] = FALLBACK_MAX_PODS
     # Requests unknown (no Kubernetes API): estimate them from measured utilization.
     for req, util, cap, label in ((cpu_req, cpu_util, cpu_cap, "cpu requests"),

@@ -218,3 +218,70 @@ def test_plugin_scores_through_tls_and_fails_closed_with_a_wrong_ca(cluster, tmp
         server.terminate()
         server.wait(10)
         log.close()
+
+
+def test_the_servers_watch_cache_follows_the_api(cluster):
+    """The requests /state reports per node are the API's bound pods (init containers counted as
+    the scheduler counts them), after creation and after deletion; a node's power annotations
+    arrive through the node watch, and a bad one is dropped."""
+    core, ns = cluster.live.core, cluster.live.namespace
+
+    def from_api() -> dict[str, tuple[float, float, int]]:
+        totals = {n: [0.0, 0.0, 0] for n in NODES}
+        for p in core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=").items:
+            if p.spec.node_name in totals and p.status.phase not in ("Succeeded", "Failed"):
+                assert p.metadata.name.startswith("watch-"), f"unexpected pod {p.metadata.name} on the nodes"
+                totals[p.spec.node_name][0] += 900.0
+                totals[p.spec.node_name][1] += 300 * 2**20
+                totals[p.spec.node_name][2] += 1
+        return {n: tuple(v) for n, v in totals.items()}
+
+    def from_server() -> dict[str, tuple[float, float, int]]:
+        rows = httpx.get(f"{cluster.server_url}/state", params={"node": NODES}, timeout=10).json()["nodes"]
+        return {r["name"]: (r["cpu_requested_millicores"], r["memory_requested_bytes"], int(r["pods"])) for r in rows}
+
+    def agree(timeout_s: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while (server := from_server()) != (api := from_api()) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert server == api
+
+    def container(name: str, cpu: str, mem: str) -> dict:
+        return {"name": name, "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": cpu, "memory": mem}}}
+
+    for i in range(6):  # init 900m/300Mi beats the two containers' 200m+300m / 100Mi+100Mi
+        core.create_namespaced_pod(ns, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"watch-{i}"},
+            "spec": {"schedulerName": "default-scheduler", "nodeName": NODES[i % len(NODES)],
+                     "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
+                     "initContainers": [container("init", "900m", "300Mi")],
+                     "containers": [container("a", "200m", "100Mi"), container("b", "300m", "100Mi")]}})
+    agree()
+    assert sum(v[2] for v in from_server().values()) == 6
+    for i in range(3):
+        core.delete_namespaced_pod(f"watch-{i}", ns, grace_period_seconds=0)
+    agree()
+
+    node = NODES[0]
+    try:
+        core.patch_node(node, {"metadata": {"annotations": {"rlscore.io/power-idle-watts": "60",
+                                                            "rlscore.io/power-max-watts": "220W"}}})
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            row = httpx.get(f"{cluster.server_url}/state", params={"node": [node]}, timeout=10).json()["nodes"][0]
+            if (row["power_idle_watts"], row["power_max_watts"]) == (60.0, 220.0):
+                break
+            time.sleep(0.3)
+        assert (row["power_idle_watts"], row["power_max_watts"]) == (60.0, 220.0), row
+        core.patch_node(node, {"metadata": {"annotations": {"rlscore.io/power-max-watts": "50"}}})  # below idle
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            row = httpx.get(f"{cluster.server_url}/state", params={"node": [node]}, timeout=10).json()["nodes"][0]
+            if row["power_idle_watts"] is None:
+                break
+            time.sleep(0.3)
+        assert (row["power_idle_watts"], row["power_max_watts"]) == (None, None), row
+    finally:
+        core.patch_node(node, {"metadata": {"annotations": {"rlscore.io/power-idle-watts": None,
+                                                            "rlscore.io/power-max-watts": None}}})
