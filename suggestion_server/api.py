@@ -7,6 +7,7 @@ import contextlib
 import gc
 import json
 import logging
+import sys
 import time
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ from suggestion_server.snapshot import FIELDS, StateCollector, assemble
 
 log = logging.getLogger("rlscore.server")
 decisions = logging.getLogger("rlscore.decisions")
+SWITCH_INTERVAL_S = 0.0005
 
 
 def _error(status: int, loc: list, message: str) -> JSONResponse:
@@ -118,6 +120,9 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         # keeps full garbage collections from scanning them in the middle of a request.
         gc.collect()
         gc.freeze()
+        # The watch and metrics threads share the GIL with the request loop; Python's default 5 ms
+        # switch interval let a request wait that long behind them under a burst of bindings.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         tasks = []
         if kube is not None:
             kube.start()
