@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import orjson
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils.quantity import parse_quantity
+from kubernetes.watch.watch import iter_resp_lines
 
 from suggestion_server.node_table import NodeTable
 
@@ -118,21 +118,6 @@ def pod_requests(spec: dict) -> tuple[float, float]:
     return cpu + (_quantity(overhead, "cpu", 1000.0) or 0.0), mem + (_quantity(overhead, "memory") or 0.0)
 
 
-def _lines(resp) -> Iterator[bytes]:
-    """The watch response's newline-delimited events as they arrive."""
-    buffer = b""
-    for chunk in resp.stream(amt=None, decode_content=False):
-        buffer += chunk
-        *complete, buffer = buffer.split(b"\n")
-        yield from (line for line in complete if line)
-    if buffer.strip():
-        yield buffer
-
-
-class WatchExpired(Exception):
-    """410 Gone: the resourceVersion we follow from is too old; list again."""
-
-
 def _node_values(node: KubeNode) -> dict[str, float | None]:
     return {"cpu_capacity": node.cpu_millicores, "memory_capacity": node.memory_bytes, "max_pods": node.max_pods,
             "power_idle_watts": node.power_idle_watts, "power_max_watts": node.power_max_watts}
@@ -212,14 +197,14 @@ class KubeState:
                 resp = list_fn(watch=True, resource_version=version, allow_watch_bookmarks=True,
                                timeout_seconds=WATCH_TIMEOUT_S, _preload_content=False, **kw)
                 try:
-                    for line in _lines(resp):
+                    for line in iter_resp_lines(resp):
                         if self._stop.is_set():
                             return
+                        if not line:
+                            continue
                         event = orjson.loads(line)
                         kind_, obj = event.get("type"), event.get("object") or {}
-                        if kind_ == "ERROR":
-                            if obj.get("code") == 410:
-                                raise WatchExpired
+                        if kind_ == "ERROR":  # 410: the version expired, handled below by listing again
                             raise ApiException(status=obj.get("code"), reason=obj.get("message"))
                         version = (obj.get("metadata") or {}).get("resourceVersion", version)
                         if kind_ != "BOOKMARK":
@@ -227,16 +212,12 @@ class KubeState:
                 finally:
                     resp.release_conn()
                 backoff = 1.0
-            except WatchExpired:
+            except Exception as exc:  # API errors, connection refused, timeouts, decode errors: list again
                 version = None
-            except ApiException as exc:
-                version = None
-                if exc.status != 410:
-                    self._failed(kind, f"{exc.status} {exc.reason}", backoff)
-                    backoff = min(backoff * 2, MAX_BACKOFF_S)
-            except Exception as exc:  # connection refused, timeouts, decode errors: list again after a backoff
-                version = None
-                self._failed(kind, str(exc) or type(exc).__name__, backoff)
+                if isinstance(exc, ApiException) and exc.status == 410:
+                    continue  # the version expired: at once, no backoff
+                message = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)
+                self._failed(kind, message or type(exc).__name__, backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     def _failed(self, kind: str, message: str, backoff: float) -> None:

@@ -103,27 +103,26 @@ class NodeTable:
     def replace_usage(self, usage: dict[str, tuple[float, float, float]]) -> None:
         """After a relist of pods: every node's requests as they are now."""
         with self._lock:
+            rows = {name: self._row(name) for name in usage}  # first: a new row may grow the columns
             cols = self.columns
             for key in USAGE_COLUMNS:
                 cols[key][: self.unknown_row] = 0.0
             for name, (cpu, memory, pods) in usage.items():
-                row = self._row(name)
-                cols = self.columns  # _row may have grown the table
+                row = rows[name]
                 cols["cpu_requested"][row], cols["memory_requested"][row], cols["pods"][row] = cpu, memory, pods
 
     def replace_metrics(self, metrics: dict[str, dict[str, float]]) -> None:
         """A refresh's metrics for every node; nodes it does not mention become unknown. Records
         the current requests as `requested_at`."""
         with self._lock:
+            rows = {name: self._row(name) for name in metrics}  # first: a new row may grow the columns
             cols = self.columns
             for key in METRIC_COLUMNS:
                 cols[key][: self.unknown_row] = np.nan
             for name, values in metrics.items():
-                row = self._row(name)
-                cols = self.columns  # _row may have grown the table
+                row = rows[name]
                 for key, value in values.items():
                     cols[key][row] = value
-            cols = self.columns
             cols["requested_at"][: self.unknown_row] = cols["cpu_requested"][: self.unknown_row]
 
     # --- readers ---------------------------------------------------------------------------------

@@ -226,25 +226,41 @@ def test_the_servers_watch_cache_follows_the_api(cluster):
     arrive through the node watch, and a bad one is dropped."""
     core, ns = cluster.live.core, cluster.live.namespace
 
-    def from_api() -> dict[str, tuple[float, float, int]]:
-        totals = {n: [0.0, 0.0, 0] for n in NODES}
+    def from_api() -> tuple[dict[str, tuple[float, float, int]], list[str]]:
+        """Expected requests per node from this test's pods, and any other pod still on the nodes
+        (an earlier test's, still going away)."""
+        totals, others = {n: [0.0, 0.0, 0] for n in NODES}, []
         for p in core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=").items:
             if p.spec.node_name in totals and p.status.phase not in ("Succeeded", "Failed"):
-                assert p.metadata.name.startswith("watch-"), f"unexpected pod {p.metadata.name} on the nodes"
+                if not p.metadata.name.startswith("watch-"):
+                    others.append(p.metadata.name)
+                    continue
                 totals[p.spec.node_name][0] += 900.0
                 totals[p.spec.node_name][1] += 300 * 2**20
                 totals[p.spec.node_name][2] += 1
-        return {n: tuple(v) for n, v in totals.items()}
+        return {n: tuple(v) for n, v in totals.items()}, others
 
     def from_server() -> dict[str, tuple[float, float, int]]:
         rows = httpx.get(f"{cluster.server_url}/state", params={"node": NODES}, timeout=10).json()["nodes"]
         return {r["name"]: (r["cpu_requested_millicores"], r["memory_requested_bytes"], int(r["pods"])) for r in rows}
 
-    def agree(timeout_s: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while (server := from_server()) != (api := from_api()) and time.monotonic() < deadline:
+    def eventually(read, ok, timeout_s: float = 60.0):
+        """read() until ok(value) or the time is up; the last value, for the assertion to show."""
+        deadline, value = time.monotonic() + timeout_s, read()
+        while not ok(value) and time.monotonic() < deadline:
             time.sleep(0.3)
+            value = read()
+        return value
+
+    def agree() -> None:
+        server, (api, others) = eventually(lambda: (from_server(), from_api()),
+                                           lambda both: not both[1][1] and both[0] == both[1][0])
+        assert not others, f"pods of other tests still on the nodes: {others}"
         assert server == api
+
+    def power(node: str) -> tuple:
+        row = httpx.get(f"{cluster.server_url}/state", params={"node": [node]}, timeout=10).json()["nodes"][0]
+        return row["power_idle_watts"], row["power_max_watts"]
 
     def container(name: str, cpu: str, mem: str) -> dict:
         return {"name": name, "image": "registry.k8s.io/pause:3.10",
@@ -267,21 +283,9 @@ def test_the_servers_watch_cache_follows_the_api(cluster):
     try:
         core.patch_node(node, {"metadata": {"annotations": {"rlscore.io/power-idle-watts": "60",
                                                             "rlscore.io/power-max-watts": "220W"}}})
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            row = httpx.get(f"{cluster.server_url}/state", params={"node": [node]}, timeout=10).json()["nodes"][0]
-            if (row["power_idle_watts"], row["power_max_watts"]) == (60.0, 220.0):
-                break
-            time.sleep(0.3)
-        assert (row["power_idle_watts"], row["power_max_watts"]) == (60.0, 220.0), row
+        assert eventually(lambda: power(node), lambda p: p == (60.0, 220.0)) == (60.0, 220.0)
         core.patch_node(node, {"metadata": {"annotations": {"rlscore.io/power-max-watts": "50"}}})  # below idle
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            row = httpx.get(f"{cluster.server_url}/state", params={"node": [node]}, timeout=10).json()["nodes"][0]
-            if row["power_idle_watts"] is None:
-                break
-            time.sleep(0.3)
-        assert (row["power_idle_watts"], row["power_max_watts"]) == (None, None), row
+        assert eventually(lambda: power(node), lambda p: p == (None, None)) == (None, None)
     finally:
         core.patch_node(node, {"metadata": {"annotations": {"rlscore.io/power-idle-watts": None,
                                                             "rlscore.io/power-max-watts": None}}})
