@@ -12,7 +12,7 @@ import torch
 
 from agent.learn.model_io import load_model
 from agent.sim.simulator import Simulation
-from agent.learn.dqn import TrainConfig, train
+from agent.learn.train import config_for, run
 
 MODELS = Path("models")
 
@@ -30,7 +30,7 @@ def inference_table(node_counts=(3, 10, 100, 1000, 5000), repeats: int = 50) -> 
         model = load_model(path)
         cells = []
         for n in node_counts:
-            sim = Simulation("poisson", n, seed=0)
+            sim = Simulation.of_family("poisson", seed=0, nodes=n)
             sim.next_decision()
             state, pod = sim.candidate_state()
             times = []
@@ -42,24 +42,22 @@ def inference_table(node_counts=(3, 10, 100, 1000, 5000), repeats: int = 50) -> 
         print(f"| {policy.upper()} | " + " | ".join(cells) + " |")
 
 
-def training_table(steps: int = 2000) -> None:
+def training_table(steps: int = 4096) -> None:
+    """A short run with the algorithm each shipped model was trained with, against its record."""
     print("\n## Training\n")
-    print("| policy | recorded steps | recorded seconds | steps/s (recorded) | steps/s (measured now) |")
-    print("|---|---|---|---|---|")
+    print("| policy | algorithm | recorded steps | recorded seconds | steps/s (recorded) | steps/s (measured now) |")
+    print("|---|---|---|---|---|---|")
     for policy in ("EE", "LB", "EL"):
         side = MODELS / f"{policy.lower()}.json"
         recorded = json.loads(side.read_text())["training"] if side.is_file() else {}
+        algo = "ppo" if str(recorded.get("algorithm", "PPO")).startswith("PPO") else "dqn"
         with tempfile.TemporaryDirectory() as tmp:
-            cfg = TrainConfig(policy=policy, total_timesteps=steps, learning_starts=500, log_dir="",
-                              progress=False, out=tmp)
+            cfg = config_for(algo, policy=policy, total_timesteps=steps, log_dir="", progress=False, out=tmp)
             t0 = time.perf_counter()
-            train(cfg)
+            run(cfg, algo)
             rate = steps / (time.perf_counter() - t0)
-        print(f"| {policy} | {recorded.get('steps', '-')} | {recorded.get('seconds', '-')} | "
+        print(f"| {policy} | {algo} | {recorded.get('steps', '-')} | {recorded.get('seconds', '-')} | "
               f"{recorded.get('steps_per_second', '-')} | {rate:.0f} |")
-    defaults = TrainConfig()
-    print(f"\nAt the measured rate a default run ({defaults.total_timesteps} steps) takes about "
-          f"{defaults.total_timesteps / rate / 60:.1f} min per policy on this machine.")
 
 
 def main() -> None:
