@@ -20,6 +20,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from agent.features import FEATURE_SPEC_VERSION
+from agent.state import POLICIES, normalize_policy
 from suggestion_server import compact, metrics, tls
 from suggestion_server.auth import BearerAuth
 from suggestion_server.config import Settings
@@ -31,7 +33,7 @@ from suggestion_server.prometheus_source import PrometheusSource
 from suggestion_server.registry import ModelRegistry
 from suggestion_server.schemas import PATTERN_MESSAGES, PodIn, SuggestRequest, SuggestResponse
 from suggestion_server.scoring import score_nodes
-from suggestion_server.snapshot import FIELDS, StateCollector, assemble
+from suggestion_server.snapshot import FIELDS, StateCollector, assemble, export_metrics
 
 log = logging.getLogger("rlscore.server")
 decisions = logging.getLogger("rlscore.decisions")
@@ -254,6 +256,35 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
             rows.append(row)
         return JSONResponse({"nodes": rows, "reasons": [m for _, m in reasons + notes],
                              "snapshot_age_s": snapshot.age() if snapshot.taken_at else None})
+
+    @app.get("/v1/node-metrics", summary="The measured node state and serving models, for in-process scoring")
+    async def node_metrics() -> Response:
+        """What the scheduler plugin's in-process scorer needs from the server, refreshed every few
+        seconds off the scheduling path: every known node's measured columns (null: unknown), the
+        model version serving each policy (null: the heuristic, which only the server runs), and
+        the settings that shape a pod's request."""
+        snapshot = collector.snapshot
+        names, columns = await asyncio.to_thread(export_metrics, table)
+        payload = {"feature_spec_version": FEATURE_SPEC_VERSION, "default_policy": settings.default_policy,
+                   "el_default_latency_ms": {"soft": settings.el_default_soft_ms, "hard": settings.el_default_hard_ms},
+                   "stale_after_s": settings.stale_after_s,
+                   "snapshot_age_s": snapshot.age() if snapshot.taken_at else None,
+                   "model_versions": {p: (m.version if (m := registry.get(p)) else None) for p in POLICIES},
+                   "nodes": {"names": names, **columns}}
+        return Response(orjson.dumps(payload), media_type="application/json")
+
+    @app.get("/v1/models/{policy}", summary="A serving model's weights as plain JSON",
+             responses={404: {"description": "the policy is served by its heuristic (no valid model)"},
+                        422: {"description": "unknown policy"}})
+    async def model_weights(policy: str) -> Response:
+        try:
+            name = normalize_policy(policy)
+        except ValueError as exc:
+            return _error(422, ["path", "policy"], str(exc))
+        model = registry.get(name)
+        if model is None:
+            return _error(404, ["path", "policy"], f"no valid {name} model is loaded; the heuristic serves it")
+        return Response(orjson.dumps(model.export()), media_type="application/json")
 
     @app.get("/healthz")
     async def healthz() -> dict:

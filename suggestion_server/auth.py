@@ -2,7 +2,8 @@
 
 With a token configured, a request without the right `Authorization: Bearer <token>` gets a 401
 before anything reads its body, whatever the path: endpoints that change state (POST
-/models/reload, the rollout API) and the scoring ones always need it. Kubelet's probes
+/models/reload, the rollout API) and the scoring ones, including the model weights and node state
+the in-process scorer fetches (/v1/models/*, /v1/node-metrics), always need it. Kubelet's probes
 (/healthz, /readyz) never do. The read-only endpoints (GET /policies, /state, /metrics, the API docs)
 need it too unless `open_read_endpoints` lets them through, e.g. for a Prometheus without a token.
 """

@@ -138,6 +138,12 @@ class NodeTable:
             rows = self.rows(names)
             return {key: values[rows] for key, values in self.columns.items()}
 
+    def snapshot(self, keys: tuple[str, ...]) -> tuple[list[str], dict[str, np.ndarray]]:
+        """Every row's name and a copy of `keys`, in row order."""
+        with self._lock:
+            n = len(self.names)
+            return list(self.names), {key: self.columns[key][:n].copy() for key in keys}
+
     def column(self, key: str) -> dict[str, float]:
         with self._lock:
             values = self.columns[key]

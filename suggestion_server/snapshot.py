@@ -260,3 +260,24 @@ def assemble(request_nodes: list[str | NodeIn], table: NodeTable, snapshot: Snap
     if used_table or reasons:
         reasons += [("source", problem) for problem in snapshot.problems]
     return NodeState.trusted(names, cpu_requested_since_metrics=since, **state), reasons, notes
+
+
+# What an in-process scorer needs beside the Kubernetes objects it already has (sizes and requests
+# come from the scheduler's own cache there): the measured columns, and the power model as the
+# server resolves it (annotation first, Kepler otherwise, a half-known model unknown).
+EXPORTED_METRICS = ("cpu_utilization", "memory_utilization", "latency_ms", "network_receive_bytes_per_s",
+                    "tcp_established", "disk_utilization", "requested_at", "power_idle_watts", "power_max_watts")
+
+
+def export_metrics(table: NodeTable) -> tuple[list[str], dict[str, list[float | None]]]:
+    """Every known node's measured state, as columns with None for unknown."""
+    names, col = table.snapshot(("cpu_utilization", "memory_utilization", "latency_ms",
+                                 "network_receive_bytes_per_s", "tcp_established", "disk_utilization",
+                                 "requested_at", "power_idle_watts", "power_max_watts", "power_idle_metrics",
+                                 "power_max_metrics"))
+    idle = np.where(np.isnan(col["power_idle_watts"]), col["power_idle_metrics"], col["power_idle_watts"])
+    peak = np.where(np.isnan(col["power_max_watts"]), col["power_max_metrics"], col["power_max_watts"])
+    broken = np.isnan(idle) | np.isnan(peak) | (peak < idle)
+    idle[broken] = peak[broken] = np.nan
+    col["power_idle_watts"], col["power_max_watts"] = idle, peak
+    return names, {key: [None if np.isnan(v) else float(v) for v in col[key].tolist()] for key in EXPORTED_METRICS}

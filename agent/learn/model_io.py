@@ -23,6 +23,7 @@ from agent.learn.network import NodeScorer
 from agent.state import POLICIES, NodeState, PodRequest
 
 MODEL_FORMAT = "rlscore-deepsets-scorer"
+WEIGHTS_FORMAT = "rlscore-deepsets-weights"  # the plain-JSON export an in-process scorer reads
 MAX_MODEL_BYTES = 64 * 1024 * 1024
 MAX_HIDDEN_UNITS = 4096
 
@@ -82,6 +83,16 @@ class LoadedModel:
         if len(features) == 0:
             return np.zeros(0)
         return self.fast(features, pod_vec)
+
+    def export(self) -> dict[str, Any]:
+        """The served forward pass as plain JSON (what `NumpyScorer` computes): per layer Lambda
+        [in][out], its bias [out], Gamma and Delta [in][out]. The scheduler plugin's in-process
+        scorer reads this; `lambda` rows 0..node_features-1 take the node features, the rest the
+        pod features."""
+        return {"format": WEIGHTS_FORMAT, "feature_spec_version": FEATURE_SPEC_VERSION, "policy": self.policy,
+                "version": self.version, "node_features": NUM_NODE_FEATURES, "pod_features": NUM_POD_FEATURES,
+                "layers": [{"lambda": lam.tolist(), "bias": bias.tolist(), "gamma": gam.tolist(),
+                            "delta": delta.tolist()} for lam, bias, gam, delta in self.fast.layers]}
 
     def reference_q_values(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
         """The torch network itself, in float64: what the fast path must reproduce."""

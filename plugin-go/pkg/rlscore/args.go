@@ -22,6 +22,8 @@ const (
 	DefaultTimeout = 250 * time.Millisecond
 	// MaxTimeout keeps a misconfiguration from stalling the scheduler for seconds per pod.
 	MaxTimeout = 5 * time.Second
+	// DefaultInProcessRefreshInterval: how often the in-process scorer fetches models and metrics.
+	DefaultInProcessRefreshInterval = 2 * time.Second
 	// DefaultMaxResponseBytes fits a 25 000-node answer with room to spare.
 	DefaultMaxResponseBytes = 4 << 20
 	// WireCompact posts names one per line to /v1/scores and reads one byte per node back.
@@ -63,6 +65,13 @@ type RLScoreArgs struct {
 	// neither. They are re-read when they change, so rotation needs no restart.
 	TLSCertFile string `json:"tlsCertFile,omitempty"`
 	TLSKeyFile  string `json:"tlsKeyFile,omitempty"`
+	// InProcess scores pods inside the scheduler: the plugin fetches the serving models' weights
+	// and the server's measured node state every InProcessRefreshInterval and computes the same
+	// features and forward pass itself, so a pod costs no HTTP exchange. Pods it cannot score
+	// exactly as the server would (no model, stale state, invalid annotations) still go over HTTP.
+	InProcess bool `json:"inProcess,omitempty"`
+	// InProcessRefreshInterval is how often that state is fetched (default 2s, 100ms..5m).
+	InProcessRefreshInterval metav1.Duration `json:"inProcessRefreshInterval,omitempty"`
 }
 
 // RequestURL is where the plugin posts: suggestionURL itself for json, its sibling /v1/scores for
@@ -100,6 +109,9 @@ func (a *RLScoreArgs) SetDefaults() {
 	if a.WireFormat == "" {
 		a.WireFormat = WireCompact
 	}
+	if a.InProcessRefreshInterval.Duration == 0 {
+		a.InProcessRefreshInterval.Duration = DefaultInProcessRefreshInterval
+	}
 }
 
 // Validate reports every problem at once, each naming its field.
@@ -122,6 +134,9 @@ func (a *RLScoreArgs) Validate() error {
 	}
 	if a.Timeout.Duration <= 0 || a.Timeout.Duration > MaxTimeout {
 		problems = append(problems, fmt.Sprintf("timeout %s: must be > 0 and <= %s", a.Timeout.Duration, MaxTimeout))
+	}
+	if d := a.InProcessRefreshInterval.Duration; d < 100*time.Millisecond || d > 5*time.Minute {
+		problems = append(problems, fmt.Sprintf("inProcessRefreshInterval %s: must be 100ms..5m", d))
 	}
 	if a.DefaultPolicy != "" && !isPolicy(a.DefaultPolicy) {
 		problems = append(problems, fmt.Sprintf("defaultPolicy %q: must be one of %s", a.DefaultPolicy, strings.Join(Policies, ", ")))

@@ -20,6 +20,7 @@ func TestDecodeArgs(t *testing.T) {
 	if err := os.WriteFile(emptyToken, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	refresh := metav1.Duration{Duration: DefaultInProcessRefreshInterval}
 	tests := []struct {
 		name    string
 		in      runtime.Object
@@ -27,17 +28,20 @@ func TestDecodeArgs(t *testing.T) {
 		wantErr string
 	}{
 		{name: "nil gives defaults", in: nil,
-			want: RLScoreArgs{SuggestionURL: DefaultSuggestionURL, Timeout: metav1.Duration{Duration: DefaultTimeout}, MaxResponseBytes: DefaultMaxResponseBytes, WireFormat: WireCompact}},
+			want: RLScoreArgs{SuggestionURL: DefaultSuggestionURL, Timeout: metav1.Duration{Duration: DefaultTimeout}, MaxResponseBytes: DefaultMaxResponseBytes, WireFormat: WireCompact, InProcessRefreshInterval: refresh}},
 		{name: "json with every field", in: &runtime.Unknown{Raw: []byte(`{"suggestionURL":"https://s:8443/suggest","timeout":"100ms","defaultPolicy":"el","shadow":true,"bearerTokenFile":"` + tokenFile + `","maxResponseBytes":2048,"wireFormat":"json"}`)},
-			want: RLScoreArgs{SuggestionURL: "https://s:8443/suggest", Timeout: metav1.Duration{Duration: 100 * time.Millisecond}, DefaultPolicy: "EL", Shadow: true, BearerTokenFile: tokenFile, MaxResponseBytes: 2048, WireFormat: WireJSON}},
+			want: RLScoreArgs{SuggestionURL: "https://s:8443/suggest", Timeout: metav1.Duration{Duration: 100 * time.Millisecond}, DefaultPolicy: "EL", Shadow: true, BearerTokenFile: tokenFile, MaxResponseBytes: 2048, WireFormat: WireJSON, InProcessRefreshInterval: refresh}},
 		{name: "json wire format takes any path", in: &RLScoreArgs{SuggestionURL: "http://proxy/rl/score", WireFormat: WireJSON},
-			want: RLScoreArgs{SuggestionURL: "http://proxy/rl/score", Timeout: metav1.Duration{Duration: DefaultTimeout}, MaxResponseBytes: DefaultMaxResponseBytes, WireFormat: WireJSON}},
+			want: RLScoreArgs{SuggestionURL: "http://proxy/rl/score", Timeout: metav1.Duration{Duration: DefaultTimeout}, MaxResponseBytes: DefaultMaxResponseBytes, WireFormat: WireJSON, InProcessRefreshInterval: refresh}},
 		{name: "compact needs the /suggest path", in: &RLScoreArgs{SuggestionURL: "http://proxy/rl/score"}, wantErr: "path must end in /suggest"},
 		{name: "unknown wire format", in: &RLScoreArgs{WireFormat: "protobuf"}, wantErr: `wireFormat "protobuf"`},
 		{name: "yaml", in: &runtime.Unknown{ContentType: runtime.ContentTypeYAML, Raw: []byte("suggestionURL: http://x/suggest\ntimeout: 1s\n")},
-			want: RLScoreArgs{SuggestionURL: "http://x/suggest", Timeout: metav1.Duration{Duration: time.Second}, MaxResponseBytes: DefaultMaxResponseBytes, WireFormat: WireCompact}},
+			want: RLScoreArgs{SuggestionURL: "http://x/suggest", Timeout: metav1.Duration{Duration: time.Second}, MaxResponseBytes: DefaultMaxResponseBytes, WireFormat: WireCompact, InProcessRefreshInterval: refresh}},
 		{name: "typed args", in: &RLScoreArgs{SuggestionURL: "http://y/suggest"},
-			want: RLScoreArgs{SuggestionURL: "http://y/suggest", Timeout: metav1.Duration{Duration: DefaultTimeout}, MaxResponseBytes: DefaultMaxResponseBytes, WireFormat: WireCompact}},
+			want: RLScoreArgs{SuggestionURL: "http://y/suggest", Timeout: metav1.Duration{Duration: DefaultTimeout}, MaxResponseBytes: DefaultMaxResponseBytes, WireFormat: WireCompact, InProcessRefreshInterval: refresh}},
+		{name: "in process", in: &runtime.Unknown{ContentType: runtime.ContentTypeYAML, Raw: []byte("inProcess: true\ninProcessRefreshInterval: 500ms\n")},
+			want: RLScoreArgs{SuggestionURL: DefaultSuggestionURL, Timeout: metav1.Duration{Duration: DefaultTimeout}, MaxResponseBytes: DefaultMaxResponseBytes, WireFormat: WireCompact, InProcess: true, InProcessRefreshInterval: metav1.Duration{Duration: 500 * time.Millisecond}}},
+		{name: "refresh too often", in: &RLScoreArgs{InProcess: true, InProcessRefreshInterval: metav1.Duration{Duration: time.Millisecond}}, wantErr: "inProcessRefreshInterval 1ms"},
 		{name: "typo is an error", in: &runtime.Unknown{Raw: []byte(`{"timout":"1s"}`)}, wantErr: `unknown field "timout"`},
 		{name: "bad scheme", in: &RLScoreArgs{SuggestionURL: "tcp://localhost:8765"}, wantErr: "scheme must be http or https"},
 		{name: "no host", in: &RLScoreArgs{SuggestionURL: "http:///suggest"}, wantErr: "missing host"},

@@ -26,6 +26,8 @@ import (
 const (
 	AnnotationPrefix       = "rlscore.io/"
 	AnnotationPolicy       = "rlscore.io/policy"
+	AnnotationLatencySoft  = "rlscore.io/latency-soft-ms"
+	AnnotationLatencyHard  = "rlscore.io/latency-hard-ms"
 	ThesisLatencySoftAnnot = "latencySoftConstraint"
 	ThesisLatencyHardAnnot = "latencyHardConstraint"
 	tokenRefreshInterval   = time.Minute
@@ -86,11 +88,13 @@ func failure(reason string, format string, a ...any) *SuggestError {
 
 // Client talks to the suggestion server over one shared, keep-alive HTTP client.
 type Client struct {
-	url       string
-	compact   bool
-	http      *http.Client
-	maxBytes  int64
-	tokenFile string
+	url     string
+	compact bool
+	http    *http.Client
+	// background fetches the in-process scorer's state: no per-pod timeout (it sets its own)
+	background *http.Client
+	maxBytes   int64
+	tokenFile  string
 
 	mu          sync.Mutex
 	token       string
@@ -108,9 +112,12 @@ func NewClient(args *RLScoreArgs) *Client {
 	if config := tlsConfig(args); config != nil {
 		transport.TLSClientConfig = config
 	}
+	slow := transport.Clone()
+	slow.ResponseHeaderTimeout = 0
 	return &Client{
-		url:     args.RequestURL(),
-		compact: args.WireFormat == WireCompact,
+		background: &http.Client{Transport: slow},
+		url:        args.RequestURL(),
+		compact:    args.WireFormat == WireCompact,
 		// http.Client.Timeout covers the whole exchange including reading the body, so a server
 		// that trickles bytes (slow loris) cannot hold a scheduling cycle.
 		http:      &http.Client{Transport: transport, Timeout: args.Timeout.Duration},

@@ -34,6 +34,7 @@ var (
 type RLScore struct {
 	args   *RLScoreArgs
 	client *Client
+	local  *LocalScorer // nil unless args.InProcess
 
 	failuresSinceWarning atomic.Int64
 	lastWarning          atomic.Int64 // unix nanoseconds
@@ -47,31 +48,51 @@ type suggestion struct {
 func (s *suggestion) Clone() fwk.StateData { return s }
 
 // New is the plugin factory registered with the scheduler.
-func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error) {
+func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error) {
 	args, err := DecodeArgs(obj)
 	if err != nil {
 		return nil, err
 	}
 	registerMetrics()
-	return &RLScore{args: args, client: NewClient(args)}, nil
+	pl := &RLScore{args: args, client: NewClient(args)}
+	if args.InProcess {
+		pl.local = NewLocalScorer(args, pl.client)
+		go pl.local.Run(ctx)
+	}
+	return pl, nil
 }
 
 // Name returns the plugin name.
 func (pl *RLScore) Name() string { return Name }
 
-// PreScore asks the server about all feasible nodes in one request.
+// PreScore scores all feasible nodes at once: in process when configured and possible, otherwise
+// in one request to the server.
 func (pl *RLScore) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	logger := klog.FromContext(ctx)
+	requestedPolicy := ""
+	if _, annotated := pod.Annotations[AnnotationPolicy]; !annotated && pl.args.DefaultPolicy != "" {
+		requestedPolicy = pl.args.DefaultPolicy
+	}
+	if pl.local != nil {
+		start := time.Now()
+		decision, why := pl.local.Score(pod, nodes, requestedPolicy)
+		if why == "" {
+			inProcessDuration.Observe(time.Since(start).Seconds())
+			inProcessDecisions.WithLabelValues("scored").Inc()
+			pl.apply(logger, state, pod, decision.scores, &SuggestResponse{Policy: decision.policy,
+				ModelVersion: decision.version, Source: "model"})
+			return nil
+		}
+		inProcessDecisions.WithLabelValues(why).Inc()
+	}
+
 	names := make([]string, 0, len(nodes))
 	for _, n := range nodes {
 		if node := n.Node(); node != nil {
 			names = append(names, node.Name)
 		}
 	}
-	req := &SuggestRequest{Pod: PodInfoFor(pod), Nodes: names}
-	if _, annotated := pod.Annotations[AnnotationPolicy]; !annotated && pl.args.DefaultPolicy != "" {
-		req.Policy = pl.args.DefaultPolicy
-	}
+	req := &SuggestRequest{Pod: PodInfoFor(pod), Nodes: names, Policy: requestedPolicy}
 
 	ctx, cancel := context.WithTimeout(ctx, pl.args.Timeout.Duration)
 	defer cancel()
@@ -95,20 +116,29 @@ func (pl *RLScore) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.P
 
 	if pl.args.Shadow {
 		suggestRequests.WithLabelValues("shadow").Inc()
+	} else {
+		suggestRequests.WithLabelValues("ok").Inc()
+	}
+	pl.apply(logger, state, pod, scores, resp)
+	return nil
+}
+
+// apply stores the scores for Score (neutral ones in shadow mode, after logging the preference).
+func (pl *RLScore) apply(logger klog.Logger, state fwk.CycleState, pod *v1.Pod, scores map[string]int64,
+	resp *SuggestResponse) {
+	if pl.args.Shadow {
 		logger.V(2).Info("RLScore shadow: would have preferred", "pod", klog.KObj(pod), "node", bestNode(scores),
 			"policy", resp.Policy, "modelVersion", resp.ModelVersion, "source", resp.Source,
 			"degraded", resp.Degraded)
 		state.Write(stateKey, &suggestion{})
-		return nil
+		return
 	}
-	suggestRequests.WithLabelValues("ok").Inc()
 	if v := logger.V(4); v.Enabled() { // finding the best node costs a pass over all nodes
 		v.Info("RLScore suggestion", "pod", klog.KObj(pod), "best", bestNode(scores), "policy", resp.Policy,
 			"modelVersion", resp.ModelVersion, "source", resp.Source, "degraded", resp.Degraded,
 			"reasons", strings.Join(resp.Reasons, ","))
 	}
 	state.Write(stateKey, &suggestion{scores: scores})
-	return nil
 }
 
 // warnAboutFailures logs at most one warning a minute, with the count since the last one, so a

@@ -1,0 +1,265 @@
+package rlscore
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+)
+
+// WeightsFormat names the plain-JSON export of a served model (GET /v1/models/{policy}).
+const WeightsFormat = "rlscore-deepsets-weights"
+
+// maxHiddenUnits bounds a layer, as the server's loader does.
+const maxHiddenUnits = 4096
+
+// layer is one permutation-equivariant layer: x Lambda + bias - max(x) Gamma - mean(x) Delta, the
+// matrices stored [in][out] row-major.
+type layer struct {
+	in, out              int
+	lambda, gamma, delta []float64
+	bias                 []float64
+}
+
+// Model is the DeepSets node scorer of one policy, as the server's NumpyScorer computes it
+// (float64 on the float32 features).
+type Model struct {
+	Policy  string
+	Version string
+	layers  []layer
+}
+
+type exportedLayer struct {
+	Lambda [][]float64 `json:"lambda"`
+	Bias   []float64   `json:"bias"`
+	Gamma  [][]float64 `json:"gamma"`
+	Delta  [][]float64 `json:"delta"`
+}
+
+type exportedModel struct {
+	Format             string          `json:"format"`
+	FeatureSpecVersion int             `json:"feature_spec_version"`
+	Policy             string          `json:"policy"`
+	Version            string          `json:"version"`
+	NodeFeatures       int             `json:"node_features"`
+	PodFeatures        int             `json:"pod_features"`
+	Layers             []exportedLayer `json:"layers"`
+}
+
+// ParseModel validates an exported model: format, feature spec, shapes that chain from the features
+// to one output, finite weights. Anything else is an error that says what is wrong.
+func ParseModel(data []byte) (*Model, error) {
+	var e exportedModel
+	if err := json.Unmarshal(data, &e); err != nil {
+		return nil, fmt.Errorf("model weights: %w", err)
+	}
+	switch {
+	case e.Format != WeightsFormat:
+		return nil, fmt.Errorf("model weights: format is %q, expected %q", e.Format, WeightsFormat)
+	case e.FeatureSpecVersion != FeatureSpecVersion:
+		return nil, fmt.Errorf("model %s: trained on feature spec %d, this plugin computes %d",
+			e.Version, e.FeatureSpecVersion, FeatureSpecVersion)
+	case e.NodeFeatures != numNodeFeatures || e.PodFeatures != numPodFeatures:
+		return nil, fmt.Errorf("model %s: expects %d+%d features, this plugin computes %d+%d", e.Version,
+			e.NodeFeatures, e.PodFeatures, numNodeFeatures, numPodFeatures)
+	case !isPolicy(e.Policy):
+		return nil, fmt.Errorf("model %s: unknown policy %q", e.Version, e.Policy)
+	case len(e.Layers) < 2 || len(e.Layers) > 9:
+		return nil, fmt.Errorf("model %s: %d layers, expected 2..9", e.Version, len(e.Layers))
+	}
+	m := &Model{Policy: e.Policy, Version: e.Version}
+	in := numNodeFeatures + numPodFeatures
+	for k, l := range e.Layers {
+		out := len(l.Bias)
+		if out < 1 || out > maxHiddenUnits || (k == len(e.Layers)-1 && out != 1) {
+			return nil, fmt.Errorf("model %s: layer %d has %d outputs", e.Version, k, out)
+		}
+		lam, err := matrix(l.Lambda, in, out)
+		if err != nil {
+			return nil, fmt.Errorf("model %s: layer %d lambda: %w", e.Version, k, err)
+		}
+		gam, err := matrix(l.Gamma, in, out)
+		if err != nil {
+			return nil, fmt.Errorf("model %s: layer %d gamma: %w", e.Version, k, err)
+		}
+		del, err := matrix(l.Delta, in, out)
+		if err != nil {
+			return nil, fmt.Errorf("model %s: layer %d delta: %w", e.Version, k, err)
+		}
+		for _, v := range l.Bias {
+			if !finite(v) {
+				return nil, fmt.Errorf("model %s: layer %d bias is not finite", e.Version, k)
+			}
+		}
+		m.layers = append(m.layers, layer{in: in, out: out, lambda: lam, gamma: gam, delta: del, bias: l.Bias})
+		in = out
+	}
+	return m, nil
+}
+
+func matrix(rows [][]float64, in, out int) ([]float64, error) {
+	if len(rows) != in {
+		return nil, fmt.Errorf("%d rows, expected %d", len(rows), in)
+	}
+	flat := make([]float64, 0, in*out)
+	for _, row := range rows {
+		if len(row) != out {
+			return nil, fmt.Errorf("a row of %d, expected %d", len(row), out)
+		}
+		for _, v := range row {
+			if !finite(v) {
+				return nil, fmt.Errorf("not finite")
+			}
+		}
+		flat = append(flat, row...)
+	}
+	return flat, nil
+}
+
+// forwardScratch holds one forward pass's activations, reusable across calls.
+type forwardScratch struct {
+	a, b, summary, shift []float64
+}
+
+func grow(s []float64, n int) []float64 {
+	if cap(s) < n {
+		return make([]float64, n)
+	}
+	return s[:n]
+}
+
+// QValues writes one value per node (n = len(f.Nodes)/numNodeFeatures >= 1) into values.
+func (m *Model) QValues(f *Features, values []float64, scratch *forwardScratch) {
+	const F = numNodeFeatures
+	n := len(f.Nodes) / F
+	first := m.layers[0]
+	width := first.out
+
+	// The first layer's input is [node features, pod features]; the pod part and the set summary
+	// (max and mean over the nodes) are the same for every node, so they fold into one shift.
+	scratch.summary = grow(scratch.summary, 2*(F+numPodFeatures))
+	top, mean := scratch.summary[:F+numPodFeatures], scratch.summary[F+numPodFeatures:]
+	columnMaxMean(f.Nodes, n, F, top[:F], mean[:F])
+	copy(top[F:], f.Pod[:])
+	copy(mean[F:], f.Pod[:])
+	scratch.shift = grow(scratch.shift, maxWidth(m))
+	shift := scratch.shift[:width]
+	copy(shift, first.bias)
+	for k := F; k < F+numPodFeatures; k++ {
+		axpy(f.Pod[k-F], first.lambda[k*width:(k+1)*width], shift)
+	}
+	for k := 0; k < F+numPodFeatures; k++ {
+		axpy(-top[k], first.gamma[k*width:(k+1)*width], shift)
+		axpy(-mean[k], first.delta[k*width:(k+1)*width], shift)
+	}
+	scratch.a = grow(scratch.a, n*maxWidth(m))
+	x := scratch.a[:n*width]
+	matmulShift(f.Nodes, n, F, first.lambda[:F*width], width, shift, x)
+
+	scratch.b = grow(scratch.b, n*maxWidth(m))
+	next := scratch.b
+	for _, l := range m.layers[1:] {
+		for i, v := range x {
+			if v < 0 {
+				x[i] = 0
+			}
+		}
+		scratch.summary = grow(scratch.summary, 2*l.in)
+		top, mean := scratch.summary[:l.in], scratch.summary[l.in:]
+		columnMaxMean(x, n, l.in, top, mean)
+		shift := scratch.shift[:l.out]
+		copy(shift, l.bias)
+		for k := 0; k < l.in; k++ {
+			axpy(-top[k], l.gamma[k*l.out:(k+1)*l.out], shift)
+			axpy(-mean[k], l.delta[k*l.out:(k+1)*l.out], shift)
+		}
+		y := next[:n*l.out]
+		matmulShift(x, n, l.in, l.lambda, l.out, shift, y)
+		x, next = y, x[:cap(x)]
+	}
+	copy(values, x[:n])
+}
+
+func maxWidth(m *Model) int {
+	w := numNodeFeatures + numPodFeatures
+	for _, l := range m.layers {
+		if l.out > w {
+			w = l.out
+		}
+	}
+	return w
+}
+
+// columnMaxMean: per column of the n x width matrix x, its max and mean (summed row by row, as
+// numpy reduces over the first axis).
+func columnMaxMean(x []float64, n, width int, top, mean []float64) {
+	copy(top, x[:width])
+	for j := range mean {
+		mean[j] = 0
+	}
+	for i := 0; i < n; i++ {
+		row := x[i*width : (i+1)*width]
+		for j, v := range row {
+			if v > top[j] {
+				top[j] = v
+			}
+			mean[j] += v
+		}
+	}
+	for j := range mean {
+		mean[j] /= float64(n)
+	}
+}
+
+// axpy: y += a * x.
+func axpy(a float64, x, y []float64) {
+	y = y[:len(x)]
+	for j, v := range x {
+		y[j] += a * v
+	}
+}
+
+// matmulShift: out (n x outW) = x (n x inW) W (inW x outW) + shift, row by row.
+func matmulShift(x []float64, n, inW int, w []float64, outW int, shift, out []float64) {
+	for i := 0; i < n; i++ {
+		row := out[i*outW : (i+1)*outW]
+		copy(row, shift)
+		xi := x[i*inW : (i+1)*inW]
+		for k, a := range xi {
+			if a == 0 {
+				continue // ReLU leaves many zeros
+			}
+			wk := w[k*outW : (k+1)*outW]
+			for j, v := range wk {
+				row[j] += a * v
+			}
+		}
+	}
+}
+
+// ToNodeScores maps values onto integer scores 0..100 like agent.scoring.to_node_scores: best 100,
+// worst 0, linear between (rounded half to even), all 100 when equal, 0 for non-finite values.
+func ToNodeScores(values []float64, scores []int64) {
+	low, high, any := 0.0, 0.0, false
+	for _, v := range values {
+		if !finite(v) {
+			continue
+		}
+		if !any || v < low {
+			low = v
+		}
+		if !any || v > high {
+			high = v
+		}
+		any = true
+	}
+	for i, v := range values {
+		switch {
+		case !finite(v):
+			scores[i] = 0
+		case high-low < 1e-12:
+			scores[i] = 100
+		default:
+			scores[i] = int64(math.RoundToEven((v - low) / (high - low) * 100))
+		}
+	}
+}

@@ -1,0 +1,213 @@
+package rlscore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+// The files these tests read are written by tests/test_go_scorer_parity.py, from the Python code
+// the in-process scorer ports; run that (it runs these), or set the variables by hand.
+
+type parityCase struct {
+	Policy string                `json:"policy"`
+	Nodes  map[string]nullFloats `json:"nodes"`
+	Pod    struct {
+		CPU, Memory, Soft, Hard float64
+	} `json:"pod"`
+	Features    []float64 `json:"features"`
+	PodFeatures []float64 `json:"pod_features"`
+	Q           []float64 `json:"q"`
+	Scores      []int64   `json:"scores"`
+}
+
+func TestParityWithPython(t *testing.T) {
+	path := os.Getenv("RLSCORE_PARITY_FILE")
+	if path == "" {
+		t.Skip("RLSCORE_PARITY_FILE unset: run tests/test_go_scorer_parity.py")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Models map[string]json.RawMessage `json:"models"`
+		Cases  []parityCase               `json:"cases"`
+	}
+	if err := json.Unmarshal(data, &file); err != nil {
+		t.Fatal(err)
+	}
+	models := map[string]*Model{}
+	for policy, raw := range file.Models {
+		m, err := ParseModel(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", policy, err)
+		}
+		models[policy] = m
+	}
+	var worstQ float64
+	var features Features
+	var scratch forwardScratch
+	nodes := 0
+	for k, c := range file.Cases {
+		s := nodeStateOf(t, c.Nodes)
+		n := s.Len()
+		nodes += n
+		pod := PodRequest{CPUMillicores: c.Pod.CPU, MemoryBytes: c.Pod.Memory, LatencySoftMs: c.Pod.Soft,
+			LatencyHardMs: c.Pod.Hard}
+		NodeFeatures(s, pod, &features)
+		for i, want := range c.Features {
+			if features.Nodes[i] != want {
+				t.Fatalf("case %d (%s, %d nodes): node %d feature %d: go %v, python %v", k, c.Policy, n,
+					i/numNodeFeatures, i%numNodeFeatures, features.Nodes[i], want)
+			}
+		}
+		for i, want := range c.PodFeatures {
+			if features.Pod[i] != want {
+				t.Fatalf("case %d: pod feature %d: go %v, python %v", k, i, features.Pod[i], want)
+			}
+		}
+		values := make([]float64, n)
+		models[c.Policy].QValues(&features, values, &scratch)
+		low, high := math.Inf(1), math.Inf(-1)
+		for i, want := range c.Q {
+			diff := math.Abs(values[i] - want)
+			if diff > 1e-9*math.Max(1, math.Abs(want)) {
+				t.Fatalf("case %d (%s, %d nodes): node %d: q go %v, python %v", k, c.Policy, n, i, values[i], want)
+			}
+			worstQ = math.Max(worstQ, diff)
+			low, high = math.Min(low, want), math.Max(high, want)
+		}
+		scores := make([]int64, n)
+		ToNodeScores(values, scores)
+		for i, want := range c.Scores {
+			if scores[i] != want {
+				// only where Python's scaled value sits on a rounding boundary may 1e-15 flip it
+				scaled := (c.Q[i] - low) / (high - low) * 100
+				if math.Abs(scaled-math.Floor(scaled)-0.5) > 1e-6 || absInt(scores[i]-want) > 1 {
+					t.Fatalf("case %d (%s, %d nodes): node %d: score go %d, python %d", k, c.Policy, n, i, scores[i], want)
+				}
+			}
+		}
+	}
+	t.Logf("parity: %d cases, %d nodes: features and scores equal, largest |q difference| %.2g", len(file.Cases),
+		nodes, worstQ)
+}
+
+func absInt(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+func nodeStateOf(t *testing.T, cols map[string]nullFloats) *NodeState {
+	t.Helper()
+	s := &NodeState{}
+	for name, dst := range map[string]*[]float64{"cpu_capacity": &s.CPUCapacity, "memory_capacity": &s.MemoryCapacity,
+		"max_pods": &s.MaxPods, "cpu_requested": &s.CPURequested, "memory_requested": &s.MemoryRequested,
+		"pods": &s.Pods, "cpu_utilization": &s.CPUUtilization, "memory_utilization": &s.MemoryUtilization,
+		"latency_ms": &s.LatencyMs, "power_idle_watts": &s.PowerIdleWatts, "power_max_watts": &s.PowerMaxWatts,
+		"network_receive_bytes_per_s": &s.NetworkReceiveBytesPerS, "tcp_established": &s.TCPEstablished,
+		"disk_utilization": &s.DiskUtilization, "cpu_requested_since_metrics": &s.CPURequestedSinceMetrics} {
+		col, ok := cols[name]
+		if !ok {
+			t.Fatalf("case without %s", name)
+		}
+		*dst = col
+	}
+	return s
+}
+
+type clusterFile struct {
+	Server string `json:"server"`
+	Nodes  []struct {
+		Name          string     `json:"name"`
+		CPUMillicores int64      `json:"cpu_millicores"`
+		MemoryBytes   int64      `json:"memory_bytes"`
+		MaxPods       int64      `json:"max_pods"`
+		Pods          [][2]int64 `json:"pods"` // cpu millicores, memory bytes
+	} `json:"nodes"`
+	Pods []struct {
+		Name, Namespace string
+		CPU, Memory     int64
+		Annotations     map[string]string
+	} `json:"pods"`
+	Expected map[string]map[string]int64 `json:"expected"`
+}
+
+func requestsPod(name string, cpu, memory int64, annotations map[string]string) *v1.Pod {
+	requests := v1.ResourceList{}
+	if cpu > 0 {
+		requests[v1.ResourceCPU] = *resource.NewMilliQuantity(cpu, resource.DecimalSI)
+	}
+	if memory > 0 {
+		requests[v1.ResourceMemory] = *resource.NewQuantity(memory, resource.BinarySI)
+	}
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name),
+		Annotations: annotations},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: requests}}}}}
+}
+
+func TestLocalScorerMatchesServer(t *testing.T) {
+	path := os.Getenv("RLSCORE_PARITY_CLUSTER")
+	if path == "" {
+		t.Skip("RLSCORE_PARITY_CLUSTER unset: run tests/test_go_scorer_parity.py")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cluster clusterFile
+	if err := json.Unmarshal(data, &cluster); err != nil {
+		t.Fatal(err)
+	}
+	infos := make([]fwk.NodeInfo, 0, len(cluster.Nodes))
+	for _, n := range cluster.Nodes {
+		var pods []*v1.Pod
+		for k, p := range n.Pods {
+			pod := requestsPod(fmt.Sprintf("%s-%d", n.Name, k), p[0], p[1], nil)
+			pod.Spec.NodeName = n.Name
+			pods = append(pods, pod)
+		}
+		info := framework.NewNodeInfo(pods...)
+		info.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+			v1.ResourceCPU:    *resource.NewMilliQuantity(n.CPUMillicores, resource.DecimalSI),
+			v1.ResourceMemory: *resource.NewQuantity(n.MemoryBytes, resource.BinarySI),
+			v1.ResourcePods:   *resource.NewQuantity(n.MaxPods, resource.DecimalSI)}}})
+		infos = append(infos, info)
+	}
+	args := &RLScoreArgs{SuggestionURL: cluster.Server + "/suggest", InProcess: true}
+	args.SetDefaults()
+	scorer := NewLocalScorer(args, NewClient(args))
+	if err := scorer.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range cluster.Pods {
+		decision, why := scorer.Score(requestsPod(p.Name, p.CPU, p.Memory, p.Annotations), infos, "")
+		if why != "" {
+			t.Fatalf("pod %s: left to the server: %s", p.Name, why)
+		}
+		want := cluster.Expected[p.Name]
+		if len(decision.scores) != len(want) {
+			t.Fatalf("pod %s: %d scores, server gave %d", p.Name, len(decision.scores), len(want))
+		}
+		for name, score := range want {
+			if got := decision.scores[name]; got != score {
+				t.Fatalf("pod %s (%s) node %s: in process %d, server %d", p.Name, decision.policy, name, got, score)
+			}
+		}
+		t.Logf("parity: pod %s policy %s model %s: %d nodes as the server scores them", p.Name, decision.policy,
+			decision.version, len(want))
+	}
+}
