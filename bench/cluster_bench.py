@@ -4,7 +4,8 @@ same run, at each node count. Printed, never asserted.
 
 What is timed is scheduling, not pod creation: kube-scheduler is paused (SIGSTOP) while the pods of
 one profile are created, resumed (SIGCONT), and the clock runs from the resume until the last pod is
-bound. The local cluster lifts the scheduler's client limit (qps/burst 2000), so binding does not
+bound. Each profile starts on a settled machine (at least 70% of the cpu idle over 2 s, so none pays for the
+deletions of the one before). The local cluster lifts the scheduler's client limit (qps/burst 2000), so binding does not
 wait on it either. RLScore's share of the per-pod time comes from the scheduler's own metrics: the
 PreScore extension point of the profile (`scheduler_framework_extension_point_duration_seconds`,
 observed for every pod; RLScore's one call to the server happens there, the default PreScore plugins
@@ -33,7 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_SH = ROOT / "local-cluster" / "cluster.sh"
-PROFILES = ("default-scheduler", "rl-scheduler", "rl-scheduler-weighted")
+PROFILES = ("default-scheduler", "rl-scheduler", "rl-scheduler-weighted", "rl-scheduler-http")
 NAMESPACE = "bench"
 
 
@@ -120,6 +121,26 @@ def run_profile(core: client.CoreV1Api, pid: int, profile: str, pods: int, polic
     return final / elapsed, final
 
 
+def _cpu_times() -> tuple[float, float]:
+    """(idle, total) jiffies of the whole machine, from /proc/stat."""
+    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields)
+
+
+def wait_quiet(idle_share: float = 0.7, window_s: float = 2.0, limit_s: float = 90.0) -> float:
+    """Wait until the machine is mostly idle (the previous profile's deletions, kwok's status
+    updates and the watch caches have caught up), so no profile pays for the one before; returns
+    the seconds waited."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit_s:
+        idle0, total0 = _cpu_times()
+        time.sleep(window_s)
+        idle1, total1 = _cpu_times()
+        if total1 > total0 and (idle1 - idle0) / (total1 - total0) >= idle_share:
+            break
+    return time.monotonic() - start
+
+
 def wait_gone(core: client.CoreV1Api, profile: str) -> None:
     core.delete_collection_namespaced_pod(NAMESPACE, label_selector=f"bench={profile}", grace_period_seconds=0)
     deadline = time.monotonic() + 300
@@ -146,6 +167,9 @@ def bench_nodes(nodes: int, pods: int, policy: str, rounds: int) -> list[dict]:
         for r in range(rounds):
             order = PROFILES if r % 2 == 0 else tuple(reversed(PROFILES))  # no profile always goes first
             for profile in order:
+                quiet = wait_quiet()
+                if quiet > 60:
+                    print(f"   (the machine did not settle within {quiet:.0f} s; measuring anyway)", file=sys.stderr)
                 before = scheduler_metrics(metrics_url)
                 rate, bound = run_profile(core, pid, profile, pods, policy)
                 after = scheduler_metrics(metrics_url)

@@ -100,6 +100,24 @@ def test_default_scheduler_still_schedules_beside_rl_scheduler(cluster):
     assert requests_total() == before  # the default profile never asked the server
 
 
+def test_rl_scheduler_scores_in_process_and_rl_scheduler_http_asks_the_server(cluster):
+    """rl-scheduler scores from the plugin's copy of the models and node state (no request per
+    pod); rl-scheduler-http asks the server for each. Both pack EE pods."""
+    def server_requests() -> float:
+        return _counter(httpx.get(f"{cluster.server_url}/metrics", timeout=5).text, "rlscore_suggest_requests_total")
+
+    cluster.wait_idle(NODES)
+    scored, asked = _scheduler_counter(cluster, "rlscore_in_process_decisions_total", result="scored"), server_requests()
+    placed = place(cluster, 6, "EE")
+    assert len(set(placed.values())) == 1, placed
+    assert _scheduler_counter(cluster, "rlscore_in_process_decisions_total", result="scored") >= scored + 6
+    assert server_requests() == asked  # not one request for them
+    cleanup(cluster)
+    over_http = place(cluster, 6, "EE", scheduler="rl-scheduler-http")
+    assert len(set(over_http.values())) == 1, over_http
+    assert server_requests() >= asked + 6
+
+
 def test_scheduling_survives_the_server_going_away_and_follows_the_policy_when_it_returns(cluster):
     scheduler_pid = cluster.pid("kube-scheduler")
     cluster.sh("server-stop")

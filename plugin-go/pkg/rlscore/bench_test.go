@@ -5,13 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"math/rand"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
 
@@ -78,6 +83,77 @@ func BenchmarkPreScoreScore(b *testing.B) {
 			server := float64(serverNanos.Load()) / float64(b.N)
 			b.ReportMetric(server/1e6, "server-ms/op")
 			b.ReportMetric((total-server)/1e6, "plugin-ms/op")
+		})
+	}
+}
+
+// randomModel is a model of the shipped architecture with random weights: the forward pass costs
+// the same whatever the values.
+func randomModel(rng *rand.Rand, hidden ...int) *Model {
+	m := &Model{Policy: "EE", Version: "ee-random"}
+	in := numNodeFeatures + numPodFeatures
+	for _, out := range append(hidden, 1) {
+		mat := func() []float64 {
+			w := make([]float64, in*out)
+			for i := range w {
+				w[i] = rng.NormFloat64() / math.Sqrt(float64(in))
+			}
+			return w
+		}
+		m.layers = append(m.layers, layer{in: in, out: out, lambda: mat(), gamma: mat(), delta: mat(),
+			bias: make([]float64, out)})
+		in = out
+	}
+	return m
+}
+
+// BenchmarkInProcessPreScoreScore measures one scheduling cycle of the plugin scoring in process
+// (features, forward pass, scores; PreScore + Score for every node) on a random cluster.
+func BenchmarkInProcessPreScoreScore(b *testing.B) {
+	for _, n := range []int{100, 1000, 5000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			rng := rand.New(rand.NewSource(1))
+			args := &RLScoreArgs{SuggestionURL: "http://unused:8000/suggest", InProcess: true}
+			args.SetDefaults()
+			pl := &RLScore{args: args, client: NewClient(args)}
+			pl.local = NewLocalScorer(args, pl.client)
+			st := &scoringState{fetchedAt: time.Now(), snapshotAge: 0, staleAfter: time.Hour, defaultPolicy: "EE",
+				elSoft: 20, elHard: 30, index: map[string]int{}, models: map[string]*Model{"EE": randomModel(rng, 64, 64)}}
+			infos := make([]fwk.NodeInfo, n)
+			cols := &st.metrics
+			for i := range infos {
+				name := fmt.Sprintf("node-%05d", i)
+				st.index[name] = i
+				pod := requestsPod(name+"-p", int64(rng.Intn(3000)), int64(rng.Intn(4096))<<20, nil)
+				info := framework.NewNodeInfo(pod)
+				info.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+					v1.ResourceCPU: resource.MustParse("8"), v1.ResourceMemory: resource.MustParse("16Gi"),
+					v1.ResourcePods: resource.MustParse("110")}}})
+				infos[i] = info
+				for _, col := range []*nullFloats{&cols.CPUUtilization, &cols.MemoryUtilization, &cols.DiskUtilization} {
+					*col = append(*col, rng.Float64())
+				}
+				cols.LatencyMs = append(cols.LatencyMs, 1+rng.Float64()*80)
+				cols.NetworkReceiveBytesPerS = append(cols.NetworkReceiveBytesPerS, rng.Float64()*1e7)
+				cols.TCPEstablished = append(cols.TCPEstablished, float64(rng.Intn(500)))
+				cols.RequestedAt = append(cols.RequestedAt, 0)
+				cols.PowerIdleWatts = append(cols.PowerIdleWatts, 80+rng.Float64()*40)
+				cols.PowerMaxWatts = append(cols.PowerMaxWatts, 250+rng.Float64()*100)
+			}
+			pl.local.state.Store(st)
+			pod := testPod(map[string]string{AnnotationPolicy: "EE"})
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				state := framework.NewCycleState()
+				pl.PreScore(ctx, state, pod, infos)
+				for _, ni := range infos {
+					pl.Score(ctx, state, pod, ni)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "plugin-ms/op")
 		})
 	}
 }

@@ -229,6 +229,7 @@ func matmulShift(x []float64, n, inW int, w []float64, outW int, shift, out []fl
 				continue // ReLU leaves many zeros
 			}
 			wk := w[k*outW : (k+1)*outW]
+			row := row[:len(wk)] // one bounds check instead of one per element
 			for j, v := range wk {
 				row[j] += a * v
 			}

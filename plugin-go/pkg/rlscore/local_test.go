@@ -1,0 +1,186 @@
+package rlscore
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// exportModel writes m in the server's /v1/models format.
+func exportModel(m *Model) []byte {
+	e := exportedModel{Format: WeightsFormat, FeatureSpecVersion: FeatureSpecVersion, Policy: m.Policy,
+		Version: m.Version, NodeFeatures: numNodeFeatures, PodFeatures: numPodFeatures}
+	for _, l := range m.layers {
+		rows := func(flat []float64) [][]float64 {
+			out := make([][]float64, l.in)
+			for k := range out {
+				out[k] = flat[k*l.out : (k+1)*l.out]
+			}
+			return out
+		}
+		e.Layers = append(e.Layers, exportedLayer{Lambda: rows(l.lambda), Bias: l.bias, Gamma: rows(l.gamma),
+			Delta: rows(l.delta)})
+	}
+	data, _ := json.Marshal(e)
+	return data
+}
+
+func TestParseModelRefusesWhatItCannotServe(t *testing.T) {
+	good := exportModel(randomModel(rand.New(rand.NewSource(1)), 8, 8))
+	if _, err := ParseModel(good); err != nil {
+		t.Fatalf("a valid export: %v", err)
+	}
+	edit := func(f func(e map[string]any)) []byte {
+		var e map[string]any
+		_ = json.Unmarshal(good, &e)
+		f(e)
+		data, _ := json.Marshal(e)
+		return data
+	}
+	layer := func(e map[string]any, k int) map[string]any { return e["layers"].([]any)[k].(map[string]any) }
+	tests := []struct {
+		name, want string
+		data       []byte
+	}{
+		{"not json", "model weights", []byte("{")},
+		{"torch file", "format is", edit(func(e map[string]any) { e["format"] = "rlscore-deepsets-scorer" })},
+		{"other feature spec", "feature spec 1", edit(func(e map[string]any) { e["feature_spec_version"] = 1 })},
+		{"other feature count", "expects 30+3", edit(func(e map[string]any) { e["node_features"] = 30 })},
+		{"unknown policy", `unknown policy "XX"`, edit(func(e map[string]any) { e["policy"] = "XX" })},
+		{"one layer", "1 layers", edit(func(e map[string]any) { e["layers"] = e["layers"].([]any)[:1] })},
+		{"short lambda", "layer 0 lambda: 33 rows", edit(func(e map[string]any) {
+			layer(e, 0)["lambda"] = layer(e, 0)["lambda"].([]any)[1:]
+		})},
+		{"ragged gamma", "layer 1 gamma: a row of 7", edit(func(e map[string]any) {
+			row := layer(e, 1)["gamma"].([]any)[0].([]any)
+			layer(e, 1)["gamma"].([]any)[0] = row[1:]
+		})},
+		{"two outputs", "layer 2 has 2 outputs", edit(func(e map[string]any) {
+			layer(e, 2)["bias"] = []any{0.0, 0.0}
+		})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseModel(tt.data)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("want an error containing %q, got %v", tt.want, err)
+			}
+		})
+	}
+}
+
+// fakeServer answers /v1/node-metrics and /v1/models/EE like the suggestion server (the real one
+// is tested against in parity_test.go); metrics is the node-metrics body.
+func fakeServer(t *testing.T, metrics func() string, model []byte) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case nodeMetricsPath:
+			_, _ = w.Write([]byte(metrics()))
+		case modelsPath + "EE":
+			_, _ = w.Write(model)
+		default:
+			http.Error(w, `{"detail":"no model"}`, http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+const metricsBody = `{"feature_spec_version": 2, "default_policy": "EE", "el_default_latency_ms": {"soft": 20, "hard": 30},
+ "stale_after_s": 30, "snapshot_age_s": %AGE%, "model_versions": {"EE": "ee-random", "LB": null, "EL": null},
+ "nodes": {"names": ["a", "b"], "cpu_utilization": [0.5, null], "memory_utilization": [0.1, 0.2],
+  "latency_ms": [5, 50], "network_receive_bytes_per_s": [1, 2], "tcp_established": [3, 4],
+  "disk_utilization": [0.3, 0.4], "requested_at": [0, 0], "power_idle_watts": [null, 100],
+  "power_max_watts": [null, 300]}}`
+
+func TestLocalScorerScoresOrSaysWhyNot(t *testing.T) {
+	age := "1.5"
+	model := exportModel(randomModel(rand.New(rand.NewSource(2)), 16, 16))
+	srv := fakeServer(t, func() string { return strings.Replace(metricsBody, "%AGE%", age, 1) }, model)
+	args := &RLScoreArgs{SuggestionURL: srv.URL + "/suggest", InProcess: true}
+	args.SetDefaults()
+	ls := NewLocalScorer(args, NewClient(args))
+	nodes := nodeInfos("a", "b", "unknown")
+	if _, why := ls.Score(testPod(nil), nodes, ""); why != "no_snapshot" {
+		t.Fatalf("before the first refresh: %q", why)
+	}
+	if err := ls.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		requested   string
+		want        string
+	}{
+		{"server default policy", nil, "", ""},
+		{"annotated, any case", map[string]string{AnnotationPolicy: " ee "}, "", ""},
+		{"requested by the args", nil, "EE", ""},
+		{"heuristic-served policy", map[string]string{AnnotationPolicy: "LB"}, "", "no_model"},
+		{"unknown policy", map[string]string{AnnotationPolicy: "fast"}, "", "invalid_pod"},
+		{"latency not a number", map[string]string{AnnotationLatencySoft: "soon"}, "", "invalid_pod"},
+		{"hex latency (Python's float refuses it)", map[string]string{AnnotationLatencyHard: "0x10"}, "", "invalid_pod"},
+		{"soft above hard", map[string]string{ThesisLatencySoftAnnot: "40", ThesisLatencyHardAnnot: "30"}, "", "invalid_pod"},
+		{"latency with ms suffix", map[string]string{AnnotationLatencySoft: " 20ms"}, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, why := ls.Score(testPod(tt.annotations), nodes, tt.requested)
+			if why != tt.want {
+				t.Fatalf("got %q, want %q", why, tt.want)
+			}
+			if why == "" && (len(d.scores) != 3 || d.policy != "EE" || d.version != "ee-random") {
+				t.Fatalf("decision %+v", d)
+			}
+		})
+	}
+	if _, why := ls.Score(testPod(nil), []fwk.NodeInfo{}, ""); why != "no_nodes" {
+		t.Fatalf("no nodes: %q", why)
+	}
+	age = "29.9" // the server's snapshot is about to go stale; the copy's own age tips it over
+	if err := ls.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	if _, why := ls.Score(testPod(nil), nodes, ""); why != "stale" {
+		t.Fatalf("stale snapshot: %q", why)
+	}
+	age = "null"
+	_ = ls.Refresh(context.Background())
+	if _, why := ls.Score(testPod(nil), nodes, ""); why != "stale" {
+		t.Fatalf("a server that never refreshed: %q", why)
+	}
+}
+
+func TestLocalScorerRefreshRefusesBadAnswers(t *testing.T) {
+	model := exportModel(randomModel(rand.New(rand.NewSource(3)), 4, 4))
+	tests := []struct{ name, body, want string }{
+		{"not json", "{", "node-metrics"},
+		{"other feature spec", `{"feature_spec_version": 3}`, "feature spec 3"},
+		{"column too short", strings.Replace(strings.Replace(metricsBody, "%AGE%", "1", 1), `"tcp_established": [3, 4]`,
+			`"tcp_established": [3]`, 1), "nodes.tcp_established has 1 entries for 2 names"},
+		{"bad settings", strings.Replace(strings.Replace(metricsBody, "%AGE%", "1", 1), `"stale_after_s": 30`,
+			`"stale_after_s": -1`, 1), "invalid settings"},
+		{"broken model", strings.Replace(strings.Replace(metricsBody, "%AGE%", "1", 1), `"LB": null`, `"LB": "lb-x"`, 1),
+			"HTTP 404"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := fakeServer(t, func() string { return tt.body }, model)
+			args := &RLScoreArgs{SuggestionURL: srv.URL + "/suggest", InProcess: true}
+			args.SetDefaults()
+			ls := NewLocalScorer(args, NewClient(args))
+			err := ls.Refresh(context.Background())
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("want an error containing %q, got %v", tt.want, err)
+			}
+		})
+	}
+}
