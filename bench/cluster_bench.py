@@ -1,16 +1,21 @@
-"""Scheduling throughput on the local cluster (`make bench`): rl-scheduler (RLScore alone),
-rl-scheduler-weighted (RLScore beside the default score plugins) and the default profile, in the
-same run, at each node count. Printed, never asserted.
+"""Scheduling throughput on the local cluster (`make bench`): the default profile, rl-scheduler
+(RLScore alone, scoring in process), rl-scheduler-weighted (RLScore beside the default score
+plugins, in process) and rl-scheduler-http (RLScore alone, one request to the server per pod), in
+the same run, at each node count. Printed, never asserted.
 
 What is timed is scheduling, not pod creation: kube-scheduler is paused (SIGSTOP) while the pods of
 one profile are created, resumed (SIGCONT), and the clock runs from the resume until the last pod is
-bound. Each profile starts on a settled machine (at least 70% of the cpu idle over 2 s, so none pays for the
-deletions of the one before). The local cluster lifts the scheduler's client limit (qps/burst 2000), so binding does not
-wait on it either. RLScore's share of the per-pod time comes from the scheduler's own metrics: the
-PreScore extension point of the profile (`scheduler_framework_extension_point_duration_seconds`,
-observed for every pod; RLScore's one call to the server happens there, the default PreScore plugins
-add under 0.1 ms) over the scheduling algorithm's time (`scheduler_scheduling_algorithm_duration_seconds`:
-filter + score, without binding, which runs asynchronously and waits on the API server).
+bound. Each profile starts on a settled machine (at least 70% of the cpu idle over 2 s, so none pays
+for the deletions of the one before). The local cluster lifts the scheduler's client limit
+(qps/burst 2000), so binding does not wait on it either. On a 2-core machine shared with the API
+server, etcd, KWOK and Prometheus, pods/s also depends on what those do meanwhile, so the cpu time
+the scheduler and the suggestion server spent per pod is printed beside it.
+
+RLScore's share of the per-pod time comes from the scheduler's own metrics: the PreScore extension
+point of the profile (`scheduler_framework_extension_point_duration_seconds`, observed for every
+pod; RLScore does its work there, the default PreScore plugins add under 0.1 ms) over the
+scheduling algorithm's time (`scheduler_scheduling_algorithm_duration_seconds`: filter + score,
+without binding, which runs asynchronously and waits on the API server).
 `scheduler_plugin_execution_duration_seconds` for RLScore is printed beside it; the scheduler samples
 that metric in a tenth of the cycles, so it is noisier.
 
@@ -85,8 +90,19 @@ def scheduler_pid(cluster_dir: Path) -> int:
     return int((cluster_dir / "pids" / "kube-scheduler.pid").read_text().strip())
 
 
-def run_profile(core: client.CoreV1Api, pid: int, profile: str, pods: int, policy: str) -> tuple[float, int]:
-    """Pods/s from the scheduler's resume to the last binding."""
+def cpu_seconds(pid: int) -> float:
+    """User + system cpu time of a process so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (float(fields[11]) + float(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_profile(core: client.CoreV1Api, pid: int, profile: str, pods: int, policy: str,
+                cpu_of: dict[str, int]) -> tuple[float, int, dict[str, float]]:
+    """Pods/s from the scheduler's resume to the last binding, and the cpu seconds per pod each of
+    `cpu_of`'s processes spent meanwhile."""
     os.kill(pid, signal.SIGSTOP)
     try:
         with ThreadPoolExecutor(16) as pool:
@@ -95,6 +111,7 @@ def run_profile(core: client.CoreV1Api, pid: int, profile: str, pods: int, polic
         listed = core.list_namespaced_pod(NAMESPACE, label_selector=f"bench={profile}")
         bound = {p.metadata.name for p in listed.items if p.spec.node_name}
     finally:
+        cpu_before = {name: cpu_seconds(p) for name, p in cpu_of.items()}
         os.kill(pid, signal.SIGCONT)
     start = time.monotonic()
     deadline = start + 900
@@ -116,9 +133,10 @@ def run_profile(core: client.CoreV1Api, pid: int, profile: str, pods: int, polic
         bound |= {p.metadata.name for p in listed.items if p.spec.node_name}
         version = listed.metadata.resource_version
     elapsed = time.monotonic() - start
+    cpu = {name: (cpu_seconds(p) - cpu_before[name]) / pods * 1000 for name, p in cpu_of.items()}
     final = sum(1 for p in core.list_namespaced_pod(NAMESPACE, label_selector=f"bench={profile}").items
                 if p.spec.node_name)
-    return final / elapsed, final
+    return final / elapsed, final, cpu
 
 
 def _cpu_times() -> tuple[float, float]:
@@ -161,6 +179,7 @@ def bench_nodes(nodes: int, pods: int, policy: str, rounds: int) -> list[dict]:
         core = client.CoreV1Api(config.new_client_from_config(config_file=values["KUBECONFIG"]))
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
         pid = scheduler_pid(Path(values["RLSCORE_LOCAL_CLUSTER_DIR"]))
+        cpu_of = {"scheduler": pid, "server": int((Path(values["RLSCORE_LOCAL_DIR"]) / "server.pid").read_text())}
         metrics_url = values["RLSCORE_LOCAL_SCHEDULER_METRICS_URL"]
         time.sleep(10)  # one metrics refresh of the server with every node in it
         rows = []
@@ -171,13 +190,15 @@ def bench_nodes(nodes: int, pods: int, policy: str, rounds: int) -> list[dict]:
                 if quiet > 60:
                     print(f"   (the machine did not settle within {quiet:.0f} s; measuring anyway)", file=sys.stderr)
                 before = scheduler_metrics(metrics_url)
-                rate, bound = run_profile(core, pid, profile, pods, policy)
+                rate, bound, cpu = run_profile(core, pid, profile, pods, policy, cpu_of)
                 after = scheduler_metrics(metrics_url)
                 row = {"nodes": nodes, "round": r, "profile": profile, "pods_per_s": rate, "bound": bound,
+                       "scheduler_cpu_ms": cpu["scheduler"], "server_cpu_ms": cpu["server"],
                        **per_pod_ms(before, after, profile)}
                 rows.append(row)
                 print(f"   {profile}: {bound}/{pods} bound, {rate:.1f} pods/s, algorithm {row['algorithm_ms']:.2f} ms, "
-                      f"PreScore {row['prescore_ms']:.2f} ms, Score {row['score_ms']:.2f} ms per pod", file=sys.stderr)
+                      f"PreScore {row['prescore_ms']:.2f} ms, Score {row['score_ms']:.2f} ms per pod; cpu per pod: scheduler "
+                      f"{row['scheduler_cpu_ms']:.2f} ms, server {row['server_cpu_ms']:.2f} ms", file=sys.stderr)
                 wait_gone(core, profile)
         return rows
     finally:
@@ -199,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n## Scheduling throughput ({args.pods} pods per profile, {args.rounds} rounds, policy {args.policy}, "
           "scheduler paused while pods are created)\n")
     print("| nodes | profile | pods/s | x default (each round) | algorithm ms/pod | PreScore ms/pod | Score ms/pod "
-          "| RLScore share | RLScore PreScore (sampled) ms |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| RLScore share | RLScore PreScore (sampled) ms | scheduler cpu ms/pod | server cpu ms/pod |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     def ratio(nodes: int, rnd: int, profile: str) -> float:
         rate = {r["profile"]: r["pods_per_s"] for r in rows if r["nodes"] == nodes and r["round"] == rnd}
         return rate[profile] / rate["default-scheduler"]
@@ -217,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             each = ", ".join(f"{ratio(nodes, r, profile):.2f}" for r in rounds)
             share = prescore / algorithm if profile != "default-scheduler" and algorithm > 0 else 0.0
             print(f"| {nodes} | {profile} | {rate:.1f} | {rate / default:.2f} ({each}) | {algorithm:.2f} | {prescore:.2f} | "
-                  f"{score:.2f} | {share:.0%} | {mean(profile, 'rlscore_sampled_ms'):.2f} |")
+                  f"{score:.2f} | {share:.0%} | {mean(profile, 'rlscore_sampled_ms'):.2f} | "
+                  f"{mean(profile, 'scheduler_cpu_ms'):.2f} | {mean(profile, 'server_cpu_ms'):.2f} |")
     return 0
 
 

@@ -80,6 +80,11 @@ def test_el_meets_the_hard_limit_and_follows_a_latency_change(cluster):
             if max(scores, key=scores.get) != best:
                 break
             time.sleep(1)
+        # rl-scheduler scores in process from a copy of the server's state refreshed every 2 s
+        changed_at = time.time()
+        while time.monotonic() < deadline and _scheduler_counter(
+                cluster, "rlscore_in_process_last_refresh_timestamp_seconds") <= changed_at:
+            time.sleep(0.5)
         now = cluster.live.node_latencies()
         moved = place(cluster, 4, "EL")
         assert best not in moved.values(), moved

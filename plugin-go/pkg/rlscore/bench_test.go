@@ -110,13 +110,20 @@ func randomModel(rng *rand.Rand, hidden ...int) *Model {
 // BenchmarkInProcessPreScoreScore measures one scheduling cycle of the plugin scoring in process
 // (features, forward pass, scores; PreScore + Score for every node) on a random cluster.
 func BenchmarkInProcessPreScoreScore(b *testing.B) {
-	for _, n := range []int{100, 1000, 5000} {
-		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+	for _, bench := range []struct {
+		nodes    int
+		parallel bool
+	}{{100, false}, {1000, false}, {1000, true}, {5000, false}, {5000, true}} {
+		n := bench.nodes
+		b.Run(fmt.Sprintf("nodes=%d/parallel=%v", n, bench.parallel), func(b *testing.B) {
 			rng := rand.New(rand.NewSource(1))
 			args := &RLScoreArgs{SuggestionURL: "http://unused:8000/suggest", InProcess: true}
 			args.SetDefaults()
 			pl := &RLScore{args: args, client: NewClient(args)}
-			pl.local = NewLocalScorer(args, pl.client)
+			pl.local = NewLocalScorer(args, pl.client, nil)
+			if bench.parallel { // as in the scheduler: its parallelizer, 16 workers
+				pl.local.parallel = schedulerParallel(16).Until
+			}
 			st := &scoringState{fetchedAt: time.Now(), snapshotAge: 0, staleAfter: time.Hour, defaultPolicy: "EE",
 				elSoft: 20, elHard: 30, index: map[string]int{}, models: map[string]*Model{"EE": randomModel(rng, 64, 64)}}
 			infos := make([]fwk.NodeInfo, n)

@@ -96,6 +96,7 @@ type LocalScorer struct {
 	client   *Client
 	base     string // the server's root URL
 	interval time.Duration
+	parallel Parallel // nil: serial
 	state    atomic.Pointer[scoringState]
 	scratch  sync.Pool
 }
@@ -108,13 +109,21 @@ type localScratch struct {
 	scores   []int64
 }
 
-// NewLocalScorer does not fetch; call Run.
-func NewLocalScorer(args *RLScoreArgs, client *Client) *LocalScorer {
+// NewLocalScorer does not fetch; call Run. With a handle, large node sets are scored on the
+// scheduler's parallelizer.
+func NewLocalScorer(args *RLScoreArgs, client *Client, handle fwk.Handle) *LocalScorer {
 	u, _ := url.Parse(args.SuggestionURL) // validated
 	u.Path = strings.TrimSuffix(u.Path, suggestPath)
 	u.RawQuery = ""
-	return &LocalScorer{client: client, base: u.String(), interval: args.InProcessRefreshInterval.Duration,
+	ls := &LocalScorer{client: client, base: u.String(), interval: args.InProcessRefreshInterval.Duration,
 		scratch: sync.Pool{New: func() any { return &localScratch{} }}}
+	if handle != nil && handle.Parallelizer() != nil {
+		parallelizer := handle.Parallelizer()
+		ls.parallel = func(pieces int, piece func(int)) {
+			parallelizer.Until(context.Background(), pieces, piece, Name)
+		}
+	}
+	return ls
 }
 
 // Run refreshes until ctx ends.
@@ -228,6 +237,7 @@ func (ls *LocalScorer) Refresh(ctx context.Context) error {
 		klog.FromContext(ctx).Info("RLScore in-process scorer: model loaded", "policy", policy, "version", model.Version)
 	}
 	ls.state.Store(st)
+	inProcessRefreshed.Set(float64(st.fetchedAt.UnixNano()) / 1e9)
 	if len(problems) > 0 {
 		return fmt.Errorf("%s", strings.Join(problems, "; "))
 	}
@@ -327,7 +337,7 @@ func (ls *LocalScorer) Score(pod *v1.Pod, nodes []fwk.NodeInfo, requestedPolicy 
 	s.Resize(len(names))
 	NodeFeatures(s, request, &scratch.features)
 	scratch.values = grow(scratch.values, len(names))
-	model.QValues(&scratch.features, scratch.values, &scratch.forward)
+	model.QValues(&scratch.features, scratch.values, &scratch.forward, ls.parallel)
 	if cap(scratch.scores) < len(names) {
 		scratch.scores = make([]int64, len(names))
 	}

@@ -106,7 +106,7 @@ func TestLocalScorerScoresOrSaysWhyNot(t *testing.T) {
 	srv := fakeServer(t, func() string { return strings.Replace(metricsBody, "%AGE%", age, 1) }, model)
 	args := &RLScoreArgs{SuggestionURL: srv.URL + "/suggest", InProcess: true}
 	args.SetDefaults()
-	ls := NewLocalScorer(args, NewClient(args))
+	ls := NewLocalScorer(args, NewClient(args), nil)
 	nodes := nodeInfos("a", "b", "unknown")
 	if _, why := ls.Score(testPod(nil), nodes, ""); why != "no_snapshot" {
 		t.Fatalf("before the first refresh: %q", why)
@@ -176,7 +176,7 @@ func TestLocalScorerRefreshRefusesBadAnswers(t *testing.T) {
 			srv := fakeServer(t, func() string { return tt.body }, model)
 			args := &RLScoreArgs{SuggestionURL: srv.URL + "/suggest", InProcess: true}
 			args.SetDefaults()
-			ls := NewLocalScorer(args, NewClient(args))
+			ls := NewLocalScorer(args, NewClient(args), nil)
 			err := ls.Refresh(context.Background())
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("want an error containing %q, got %v", tt.want, err)

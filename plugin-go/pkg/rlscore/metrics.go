@@ -43,12 +43,18 @@ var (
 		Buckets:        []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05},
 		StabilityLevel: metrics.ALPHA,
 	})
+	inProcessRefreshed = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "in_process_last_refresh_timestamp_seconds",
+		Help:           "When the in-process scorer last stored a fresh copy of the server's node state (unix time).",
+		StabilityLevel: metrics.ALPHA,
+	})
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(suggestRequests, suggestFailures, suggestDuration, inProcessDecisions,
-			inProcessDuration)
+			inProcessDuration, inProcessRefreshed)
 	})
 }

@@ -127,8 +127,29 @@ func grow(s []float64, n int) []float64 {
 	return s[:n]
 }
 
+// rowsPerPiece is the share of a layer's rows one worker takes when the forward pass runs in parallel.
+const rowsPerPiece = 128
+
+// Parallel runs piece(0..pieces-1), possibly at once (the scheduler's Parallelizer); nil runs them
+// one after the other.
+type Parallel func(pieces int, piece func(i int))
+
+// matmul runs matmulShift over blocks of rows, in parallel when allowed: every row is computed
+// alone, so the result is the same bit for bit.
+func matmul(parallel Parallel, x []float64, n, inW int, w []float64, outW int, shift, out []float64) {
+	pieces := (n + rowsPerPiece - 1) / rowsPerPiece
+	if parallel == nil || pieces < 2 {
+		matmulShift(x, n, inW, w, outW, shift, out)
+		return
+	}
+	parallel(pieces, func(p int) {
+		lo, hi := p*rowsPerPiece, min((p+1)*rowsPerPiece, n)
+		matmulShift(x[lo*inW:hi*inW], hi-lo, inW, w, outW, shift, out[lo*outW:hi*outW])
+	})
+}
+
 // QValues writes one value per node (n = len(f.Nodes)/numNodeFeatures >= 1) into values.
-func (m *Model) QValues(f *Features, values []float64, scratch *forwardScratch) {
+func (m *Model) QValues(f *Features, values []float64, scratch *forwardScratch, parallel Parallel) {
 	const F = numNodeFeatures
 	n := len(f.Nodes) / F
 	first := m.layers[0]
@@ -153,7 +174,7 @@ func (m *Model) QValues(f *Features, values []float64, scratch *forwardScratch) 
 	}
 	scratch.a = grow(scratch.a, n*maxWidth(m))
 	x := scratch.a[:n*width]
-	matmulShift(f.Nodes, n, F, first.lambda[:F*width], width, shift, x)
+	matmul(parallel, f.Nodes, n, F, first.lambda[:F*width], width, shift, x)
 
 	scratch.b = grow(scratch.b, n*maxWidth(m))
 	next := scratch.b
@@ -173,7 +194,7 @@ func (m *Model) QValues(f *Features, values []float64, scratch *forwardScratch) 
 			axpy(-mean[k], l.delta[k*l.out:(k+1)*l.out], shift)
 		}
 		y := next[:n*l.out]
-		matmulShift(x, n, l.in, l.lambda, l.out, shift, y)
+		matmul(parallel, x, n, l.in, l.lambda, l.out, shift, y)
 		x, next = y, x[:cap(x)]
 	}
 	copy(values, x[:n])

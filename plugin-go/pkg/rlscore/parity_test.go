@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/parallelize"
+	schedulermetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 )
 
 // The files these tests read are written by tests/test_go_scorer_parity.py, from the Python code
@@ -55,6 +57,7 @@ func TestParityWithPython(t *testing.T) {
 		}
 		models[policy] = m
 	}
+	parallel := schedulerParallel(4)
 	var worstQ float64
 	var features Features
 	var scratch forwardScratch
@@ -78,7 +81,14 @@ func TestParityWithPython(t *testing.T) {
 			}
 		}
 		values := make([]float64, n)
-		models[c.Policy].QValues(&features, values, &scratch)
+		models[c.Policy].QValues(&features, values, &scratch, nil)
+		inParallel := make([]float64, n)
+		models[c.Policy].QValues(&features, inParallel, &forwardScratch{}, parallel.Until)
+		for i := range values {
+			if values[i] != inParallel[i] {
+				t.Fatalf("case %d: node %d: in parallel %v, serial %v", k, i, inParallel[i], values[i])
+			}
+		}
 		low, high := math.Inf(1), math.Inf(-1)
 		for i, want := range c.Q {
 			diff := math.Abs(values[i] - want)
@@ -102,6 +112,14 @@ func TestParityWithPython(t *testing.T) {
 	}
 	t.Logf("parity: %d cases, %d nodes: features and scores equal, largest |q difference| %.2g", len(file.Cases),
 		nodes, worstQ)
+}
+
+// schedulerParallel runs pieces on the scheduler's own parallelizer.
+type schedulerParallel int
+
+func (p schedulerParallel) Until(pieces int, piece func(int)) {
+	schedulermetrics.Register() // the parallelizer counts its goroutines there; registers once
+	parallelize.NewParallelizer(int(p)).Until(context.Background(), pieces, piece, Name)
 }
 
 func absInt(v int64) int64 {
@@ -189,7 +207,7 @@ func TestLocalScorerMatchesServer(t *testing.T) {
 	}
 	args := &RLScoreArgs{SuggestionURL: cluster.Server + "/suggest", InProcess: true}
 	args.SetDefaults()
-	scorer := NewLocalScorer(args, NewClient(args))
+	scorer := NewLocalScorer(args, NewClient(args), nil)
 	if err := scorer.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ type suggestion struct {
 func (s *suggestion) Clone() fwk.StateData { return s }
 
 // New is the plugin factory registered with the scheduler.
-func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error) {
+func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin, error) {
 	args, err := DecodeArgs(obj)
 	if err != nil {
 		return nil, err
@@ -56,7 +56,7 @@ func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, err
 	registerMetrics()
 	pl := &RLScore{args: args, client: NewClient(args)}
 	if args.InProcess {
-		pl.local = NewLocalScorer(args, pl.client)
+		pl.local = NewLocalScorer(args, pl.client, handle)
 		go pl.local.Run(ctx)
 	}
 	return pl, nil
