@@ -42,8 +42,8 @@ deps: ## Debian packages the tests use (Prometheus), installed with apt-get when
 
 test: py-test go-test e2e ## run the whole test suite: Python, Go, and end to end on a fresh local cluster
 
-py-test: install deps bin/kubectl bin/helm ## Python tests (agent, server with a real Prometheus and uvicorn)
-	$(PY) -m pytest --ignore=tests/e2e
+py-test: install deps check-go bin/kubectl bin/helm ## Python tests (agent, server with a real Prometheus and uvicorn; the Go scorer's parity)
+	GO=$(GO) $(PY) -m pytest --ignore=tests/e2e
 
 e2e: local-bin bin/helm install deps ## end-to-end tests on a fresh local cluster (builds the binaries first)
 	$(PY) -m pytest tests/e2e
