@@ -90,6 +90,14 @@ def run(scorer: Scorer, family_name: str, seed: int, policy: str, nodes: int | N
     scheduled by the scorer but not measured, so what is measured is the steady state the scorer's
     own placements lead to; then `arrivals` more, at least one fill, are measured."""
     sim = Simulation.of_family(family_name, seed, nodes, limits=policy == "EL")
+    return measure(scorer, sim, seed, policy, arrivals, keep_trace, burn_in, family_name)
+
+
+def measure(scorer: Scorer, sim: Simulation, seed: int, policy: str, arrivals: int = 300,
+            keep_trace: bool = False, burn_in: int | None = None, family_name: str | None = None
+            ) -> tuple[RunResult, Trace]:
+    """Run `scorer` on a fresh simulation (see `run`); `seed` breaks ties."""
+    family_name = family_name or sim.world.family
     tie_rng = np.random.default_rng(seed)
     trace = Trace()
     cvs, latencies, tiers_ok, soft, after_shift = [], [], [], [], []
