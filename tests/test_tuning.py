@@ -1,0 +1,169 @@
+"""Tuning kube-scheduler's score weights: cluster profiles, simulated trials, the optuna baselines,
+the RL tuner (learning on a table, save/load) and `rlscore-tune` end to end on a small cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from agent.sim.cluster_profile import ClusterProfile, ProfileError, load_profile, save_profile
+from agent.sim.families import FAMILIES
+from agent.tune import cli
+from agent.tune.baselines import METHODS, tune
+from agent.tune.clusters import draw
+from agent.tune.kube_scores import DEFAULT, ScoreConfig
+from agent.tune.rl_tuner import DOMAIN_FEATURES, RLTuner, TrainConfig, domain_features, evaluate_on_table, train_on_table
+from agent.tune.search_space import CATALOGUE
+from agent.tune.trials import TuningTask
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_profile_round_trip_gives_the_same_world(name, tmp_path):
+    world = FAMILIES[name].world(np.random.default_rng(4), None, True, False)
+    path = save_profile(ClusterProfile.of_world(world, name), tmp_path / "cluster.yaml")
+    assert load_profile(path).world() == world
+
+
+def _profile_doc() -> dict:
+    world = FAMILIES["poisson"].world(np.random.default_rng(1), 3, False, False)
+    return yaml.safe_load(ClusterProfile.of_world(world, "small").to_yaml())
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.pop("nodeTypes"), "nodeTypes"),
+    (lambda d: d["nodes"][0].update(type="gpu"), "undefined node types: gpu"),
+    (lambda d: d["nodeTypes"][0].update(powerMaxWatts=1.0), "below powerIdleWatts"),
+    (lambda d: d["nodes"][0].update(latencyMs=[-3.0]), "latencies"),
+    (lambda d: d["workload"]["podClasses"][0].update(usage=[0.9, 0.2]), "usage"),
+    (lambda d: d["workload"]["podClasses"][0].update(cpuMillicores=[0]), "cpu requests"),
+    (lambda d: d["workload"].update(arrivals="bursty"), "workload.arrivals"),
+    (lambda d: d.update(color="blue"), "color"),
+    (lambda d: d["workload"]["podClasses"][0].update(latencyLimitsMs=[[30, 20]]), "soft <= hard"),
+])
+def test_invalid_profiles_are_refused_with_the_field_named(change, message, tmp_path):
+    doc = _profile_doc()
+    change(doc)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ProfileError, match=message):
+        load_profile(path)
+
+
+def test_unreadable_profiles_are_refused(tmp_path):
+    with pytest.raises(ProfileError, match="cannot read"):
+        load_profile(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ProfileError, match="expected a mapping"):
+        load_profile(tmp_path / "list.yaml")
+    (tmp_path / "broken.yaml").write_text("nodes: [\n")
+    with pytest.raises(ProfileError, match="not valid YAML"):
+        load_profile(tmp_path / "broken.yaml")
+
+
+def _small_task(policy: str = "EE", arrivals: int = 60) -> TuningTask:
+    world = FAMILIES["poisson"].world(np.random.default_rng(2), 6, policy == "EL", False)
+    return TuningTask(world, policy, seed=5, arrivals=arrivals)
+
+
+def test_trials_are_deterministic_and_packing_saves_energy():
+    task = _small_task()
+    pack = ScoreConfig("MostAllocated", balanced_weight=0)
+    assert task.improvement(DEFAULT) == 0.0
+    first = task.objective(pack)
+    assert task.simulated == 2  # default and pack, each once
+    again = TuningTask(task.world, "EE", seed=5, arrivals=60).objective(pack)
+    assert first == again
+    assert task.improvement(pack) > 0.05, "packing should draw clearly less power than spreading"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_optuna_baselines_reproduce_with_a_seed(method):
+    task = _small_task()
+    a = tune(task, method, 3, seed=1)
+    b = tune(TuningTask(task.world, "EE", 5, 60), method, 3, seed=1)
+    assert a.configs == b.configs and len(a.configs) == 3
+    assert a.improvements == b.improvements
+
+
+def test_rl_tuner_learns_which_configuration_suits_which_domain():
+    """A table where the best entry depends on the policy: the trained tuner's first pick is the
+    right one, far better than picking at random."""
+    rng = np.random.default_rng(0)
+    k, n = len(CATALOGUE), 120
+    domains = np.zeros((n, len(DOMAIN_FEATURES)), dtype=np.float32)
+    table = rng.uniform(-0.3, 0.05, (n, k))
+    for i in range(n):
+        policy = i % 3
+        domains[i, policy] = 1.0
+        domains[i, 3] = rng.uniform(0.3, 0.8)
+        table[i, (7, 19, 28)[policy]] = rng.uniform(0.25, 0.35)
+    cfg = TrainConfig(trials=1, iterations=400, clusters_per_batch=32, seed=3)
+    net, history = train_on_table(domains[:90], table[:90], cfg)
+    learned = evaluate_on_table(net, domains[90:], table[90:], trials=1)
+    assert learned > 0.24, history
+    random_pick = float(np.mean(np.maximum(table[90:], 0).mean(axis=1)))
+    assert random_pick < 0.05
+
+
+def test_tuner_save_load_and_refusals(tmp_path):
+    net, _ = train_on_table(np.zeros((6, len(DOMAIN_FEATURES)), np.float32), np.zeros((6, len(CATALOGUE))),
+                            TrainConfig(iterations=2, clusters_per_batch=2))
+    path = RLTuner(net, CATALOGUE, {"note": "test"}).save(tmp_path / "tuner.pt")
+    loaded = RLTuner.load(path)
+    assert loaded.catalogue == CATALOGUE and loaded.metadata["note"] == "test"
+    with pytest.raises(ValueError, match="no such tuner file"):
+        RLTuner.load(tmp_path / "none.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a tuner")
+    with pytest.raises(ValueError, match="not a tuner file"):
+        RLTuner.load(tmp_path / "junk.pt")
+
+
+def test_domain_features_are_coarse_and_finite():
+    for policy in ("EE", "LB", "EL"):
+        for i in range(6):
+            cluster = draw(policy, i, held_out=True)
+            features = domain_features(cluster.world, policy)
+            assert features.shape == (len(DOMAIN_FEATURES),) and np.all(np.isfinite(features))
+
+
+def test_rlscore_tune_writes_a_profile_the_chosen_weights_reproduce(tmp_path, capsys):
+    world = FAMILIES["poisson"].world(np.random.default_rng(3), 5, False, False)
+    profile = save_profile(ClusterProfile.of_world(world, "five-nodes"), tmp_path / "in.yaml")
+    net, _ = train_on_table(np.zeros((6, len(DOMAIN_FEATURES)), np.float32), np.zeros((6, len(CATALOGUE))),
+                            TrainConfig(iterations=2, clusters_per_batch=2))
+    tuner = RLTuner(net, CATALOGUE).save(tmp_path / "tuner.pt")
+    out = tmp_path / "out"
+    code = cli.main(["--policy", "EE", "--profile", str(profile), "--trials", "2", "--arrivals", "40",
+                     "--method", "all", "--tuner", str(tuner), "--out", str(out)])
+    assert code == 0
+    record = json.loads((out / "tuning.json").read_text())
+    assert set(record["methods"]) == {"rl", "random", "bo", "tpe"}
+    assert all(len(m["trials"]) == 2 for m in record["methods"].values())
+    chosen = ScoreConfig.from_dict(record["chosen"])
+    assert record["improvement"] == max(m["best_improvement"] for m in record["methods"].values())
+    # the written profile carries the chosen weights
+    doc = yaml.safe_load((out / "rl-tuned.yaml").read_text())
+    tuned = next(p for p in doc["profiles"] if p["schedulerName"] == "rl-tuned")
+    strategy = tuned["pluginConfig"][0]["args"]["scoringStrategy"]
+    assert strategy["type"] == chosen.strategy
+    assert [r["weight"] for r in strategy["resources"]] == [chosen.cpu_weight, chosen.memory_weight]
+    assert load_profile(out / "cluster.yaml").world() == world
+    # the prediction in the record is the objective of a fresh replay with those weights
+    replay = TuningTask(world, "EE", record["replay_seed"], 40).objective(chosen)
+    assert replay == pytest.approx(record["predicted_objective"])
+    assert "rl-tuned" in capsys.readouterr().out
+
+
+def test_rlscore_tune_refuses_a_bad_profile(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: ClusterProfile\nname: x\n")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--policy", "LB", "--profile", str(bad), "--method", "random"])
+    assert exc.value.code == 2
+    assert "invalid cluster profile" in capsys.readouterr().err
