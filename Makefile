@@ -19,7 +19,7 @@ SCHEDULER_LDFLAGS := $(call K8S_VERSION_FLAGS,$(K8S_VERSION)-rlscore)
 KWOK_VERSION := v0.8.0
 LOCAL_BINARIES := bin/etcd bin/kube-apiserver bin/kube-controller-manager bin/kubectl bin/kwok bin/kwokctl bin/kube-scheduler
 
-.PHONY: local-bin local-up local-down local-status e2e images kind-up kind-down check-docker help install deps test py-test go-test check-go scheduler train eval bench demo clean
+.PHONY: local-bin local-up local-down local-status e2e images kind-up kind-down check-docker help install deps test py-test go-test check-go scheduler train eval tuner tune-compare bench demo clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help: ## list targets
@@ -133,6 +133,12 @@ train: install ## train PPO and DQN candidates per policy (one at a time, ~25 mi
 
 eval: install ## evaluate the shipped models against the baselines (tables and plots in eval/)
 	@for p in EE LB EL; do $(VENV)/bin/rlscore-eval --policy $$p --out eval/$$p || exit 1; done
+
+tuner: install ## train the RL tuner of score-plugin weights (~15 min on 2 cores) into models/tuner.pt
+	$(PY) -m agent.tune.train_tuner --clusters 100 --seed $(SEED) --out models/tuner.pt
+
+tune-compare: install ## the RL tuner vs random / BO / TPE / default weights / learned scorer on held-out clusters (eval/tune/)
+	$(PY) -m agent.tune.compare --clusters 12 --trials 5 --out eval/tune
 
 bench: install deps local-bin ## print figures: models, training, /suggest, plugin overhead, cluster throughput
 	PYTHONPATH=$(CURDIR) $(PY) bench/agent_bench.py

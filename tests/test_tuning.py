@@ -167,3 +167,23 @@ def test_rlscore_tune_refuses_a_bad_profile(tmp_path, capsys):
         cli.main(["--policy", "LB", "--profile", str(bad), "--method", "random"])
     assert exc.value.code == 2
     assert "invalid cluster profile" in capsys.readouterr().err
+
+
+def test_shipped_tuner_reproduces_its_record():
+    """models/tuner.pt: loads, was trained within 20 minutes, and on the validation clusters of its
+    table (the split its training made) the greedy tuner scores what the sidecar says, above picking
+    at random from the catalogue."""
+    tuner = RLTuner.load(ROOT / "models" / "tuner.pt")
+    meta = tuner.metadata
+    assert meta["wall_seconds"] < 20 * 60
+    hp = meta["hyperparameters"]
+    saved = np.load(ROOT / "models" / meta["table"])
+    domains, table = saved["domains"], saved["table"]
+    assert table.shape == (hp["clusters"], len(CATALOGUE))
+    order = np.random.default_rng(hp["seed"]).permutation(len(table))
+    val = order[:meta["validation_mean_best_improvement"]["clusters"]]
+    figures = meta["validation_mean_best_improvement"]
+    got = evaluate_on_table(tuner.net, domains[val], table[val], hp["trials"])
+    assert got == pytest.approx(figures["rl_tuner_greedy"], abs=1e-6)
+    assert got > figures["random_catalogue_picks"]
+    assert (ROOT / "models" / "tuner.pt").stat().st_size < 1_000_000

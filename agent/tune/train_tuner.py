@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         "oracle_best_in_catalogue": float(np.maximum(table[val].max(axis=1), 0).mean()),
     }
     metadata = {
-        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(["python -m agent.tune.train_tuner", *(argv if argv is not None else sys.argv[1:])]),
         "git_commit": git_commit(),
         "hyperparameters": train_config_dict(cfg),
         "table": table_path.name,
