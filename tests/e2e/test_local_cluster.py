@@ -312,3 +312,22 @@ def test_the_servers_watch_cache_follows_the_api(cluster):
     finally:
         core.patch_node(node, {"metadata": {"annotations": {"rlscore.io/power-idle-watts": None,
                                                             "rlscore.io/power-max-watts": None}}})
+
+
+def test_tuned_profile_on_the_cluster_matches_the_simulators_prediction(cluster, tmp_path):
+    """Sim-to-real (agent/tune/sim_to_real.py): the RL tuner tunes EE weights on a profile of these
+    nodes, a second stock kube-scheduler runs the rl-tuned profile, the same workload is replayed
+    live, and the objective the live placements lead to is within 10% of the simulator's prediction."""
+    import json
+
+    from agent.tune import sim_to_real
+
+    out = tmp_path / "s2r"
+    code = sim_to_real.main(["--policy", "EE", "--arrivals", "100", "--speed", "40", "--kubeconfig",
+                             cluster.kubeconfig, "--out", str(out)])
+    assert code == 0
+    result = json.loads((out / "result.json").read_text())
+    print(result)
+    assert result["pending_live"] == 0 and result["placements_not_replayable"] == 0, result
+    assert result["predicted_objective"] < result["default_objective"], "tuning found nothing better than the default"
+    assert abs(result["relative_gap"]) <= 0.10, result
