@@ -160,20 +160,17 @@ def live_events(scenario: str, rng: np.random.Generator, total_cpu_millicores: f
     return events(replace(world, nodes=tuple(NodeSpec(live, 0.0) for _ in range(nodes))), rng)
 
 
-def replay(cluster: LiveCluster, scenario: str, pods: int, scheduler: str, policy: str | None, speed: float = 10.0,
-           seed: int = 0, run: str | None = None, progress: bool = True, settle_s: float = 60.0) -> RunResult:
-    """Replay `pods` arrivals of `scenario`; wait for each pod to be scheduled before the next arrives."""
-    run = run or f"{scenario}-{(policy or 'default').lower()}-{int(time.time())}"
-    result = RunResult(run, scheduler, policy)
-    rng = np.random.default_rng(seed)
-    nodes = sorted(cluster.node_latencies())
-    stream = live_events(scenario, rng, cluster.total_cpu_millicores(), len(nodes))
+def drive(cluster: LiveCluster, stream: Iterator[Event], run: str, scheduler: str, policy: str | None, limit: int,
+          speed: float, settle_s: float, on_other=None) -> Iterator[tuple[Event, str, dict[str, str | None], set[str]]]:
+    """Play an event stream against the cluster, `speed` times faster than its clock: each arrival
+    becomes a Deployment and waits until its pod is placed (or `settle_s` passes), each departure
+    deletes it; other events go to `on_other`. Yields per arrival (event, deployment, the run's
+    placements, the deployments alive); stops at the first event after `limit` arrivals."""
     cluster.ensure_namespace()
     names: dict[int, str] = {}
-    alive: set[str] = set()
     t0, created = time.monotonic(), 0
     for event in stream:
-        if created >= pods:
+        if created >= limit:
             break
         delay = t0 + event.time / speed - time.monotonic()
         if delay > 0:
@@ -183,22 +180,35 @@ def replay(cluster: LiveCluster, scenario: str, pods: int, scheduler: str, polic
             names[event.pod.id] = name
             cluster.create_deployment(name, run, scheduler, policy, event.pod.cpu_millicores,
                                       event.pod.memory_bytes, event.pod.latency_soft_ms, event.pod.latency_hard_ms)
-            alive.add(name)
             created += 1
-            placed = cluster.wait_scheduled(run, {name}, settle_s)
-            latencies = cluster.node_latencies()
-            node = placed.get(name)
-            result.placements.append(Placement(name, node, latencies.get(node) if node else None))
-            live = {placed.get(n) for n in alive if placed.get(n)}
-            result.active_nodes.append(len(live))
-            if progress:
-                print(f"  {name} -> {node or 'PENDING'}", file=sys.stderr)
+            yield event, name, cluster.wait_scheduled(run, {name}, settle_s), set(names.values())
         elif event.kind == "depart" and event.pod_id in names:
-            cluster.delete_deployment(names[event.pod_id])
-            alive.discard(names[event.pod_id])
-        elif event.kind == "shift-latency":
+            cluster.delete_deployment(names.pop(event.pod_id))
+        elif on_other is not None:
+            on_other(event)
+
+
+def replay(cluster: LiveCluster, scenario: str, pods: int, scheduler: str, policy: str | None, speed: float = 10.0,
+           seed: int = 0, run: str | None = None, progress: bool = True, settle_s: float = 60.0) -> RunResult:
+    """Replay `pods` arrivals of `scenario`; wait for each pod to be scheduled before the next arrives."""
+    run = run or f"{scenario}-{(policy or 'default').lower()}-{int(time.time())}"
+    result = RunResult(run, scheduler, policy)
+    rng = np.random.default_rng(seed)
+    nodes = sorted(cluster.node_latencies())
+    stream = live_events(scenario, rng, cluster.total_cpu_millicores(), len(nodes))
+
+    def other(event: Event) -> None:
+        if event.kind == "shift-latency":
             shift_latencies(cluster, rng)
-            result.shifts.append(created)
+            result.shifts.append(len(result.placements))
+
+    for _, name, placed, alive in drive(cluster, stream, run, scheduler, policy, pods, speed, settle_s, other):
+        latencies = cluster.node_latencies()
+        node = placed.get(name)
+        result.placements.append(Placement(name, node, latencies.get(node) if node else None))
+        result.active_nodes.append(len({placed.get(n) for n in alive if placed.get(n)}))
+        if progress:
+            print(f"  {name} -> {node or 'PENDING'}", file=sys.stderr)
     return result
 
 

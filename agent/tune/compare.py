@@ -113,7 +113,7 @@ def summarize(results: list[dict]) -> dict:
 
 
 def markdown(summary: dict, trials: int) -> str:
-    lines = [f"| policy | clusters (room >= 20%) | mean room | RL tuner | random | BO | TPE | learned scorer | RL tuning time |",
+    lines = ["| policy | clusters (room >= 20%) | mean room | RL tuner | random | BO | TPE | learned scorer | RL tuning time |",
              "|---|---|---|---|---|---|---|---|---|"]
     for policy, s in summary.items():
         m = s["methods"]

@@ -18,7 +18,6 @@ is REINFORCE with a leave-one-out baseline over several episodes of the same clu
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,6 @@ from torch import nn
 from agent.sim.world import World
 from agent.state import POLICIES
 from agent.tune.kube_scores import ScoreConfig
-from agent.tune.search_space import CATALOGUE
 from agent.tune.trials import TrialLog, TuningTask
 
 TUNER_FORMAT = "rlscore-tuner-v1"
@@ -242,7 +240,3 @@ class RLTuner:
 
 def train_config_dict(cfg: TrainConfig) -> dict[str, Any]:
     return asdict(cfg)
-
-
-def now() -> float:
-    return time.perf_counter()

@@ -33,7 +33,7 @@ import yaml
 from kubernetes.utils.quantity import parse_quantity
 
 from agent.evaluate.compare import measure
-from agent.live.loadgen import LiveCluster
+from agent.live.loadgen import LiveCluster, drive
 from agent.sim import scenarios
 from agent.sim.cluster_profile import ClusterProfile, Dynamics, NodeGroup, NodeType, PodClassProfile, Workload
 from agent.sim.families import POISSON_CPU, POISSON_WEIGHTS
@@ -130,29 +130,14 @@ def replay_live(cluster: LiveCluster, profile: ClusterProfile, seed: int, arriva
     Deployments scheduled by `scheduler`."""
     world = profile.world()
     scenario_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(4)[0])  # as Simulation draws it
-    cluster.ensure_namespace()
-    names: dict[int, str] = {}
     placements: dict[int, str | None] = {}
     t0 = time.monotonic()
-    count = 0
-    for event in scenarios.events(world, scenario_rng):
-        if event.kind == "arrive" and count >= arrivals:
-            break
-        delay = t0 + event.time / speed - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        if event.kind == "arrive":
-            name = f"{run}-{count:04d}"
-            names[event.pod.id] = name
-            cluster.create_deployment(name, run, scheduler, None, event.pod.cpu_millicores, event.pod.memory_bytes,
-                                      None, None)
-            placements[event.pod.id] = cluster.wait_scheduled(run, {name}, 30.0).get(name)
-            count += 1
-            if progress and count % 25 == 0:
-                print(f"  {count}/{arrivals} pods placed live", file=sys.stderr)
-        elif event.kind == "depart" and event.pod_id in names:
-            cluster.delete_deployment(names.pop(event.pod_id))
-    return LiveRun(placements, count, time.monotonic() - t0)
+    for event, name, placed, _ in drive(cluster, scenarios.events(world, scenario_rng), run, scheduler, None,
+                                        arrivals, speed, 30.0):
+        placements[event.pod.id] = placed.get(name)
+        if progress and len(placements) % 25 == 0:
+            print(f"  {len(placements)}/{arrivals} pods placed live", file=sys.stderr)
+    return LiveRun(placements, len(placements), time.monotonic() - t0)
 
 
 @dataclass
