@@ -58,7 +58,10 @@ class FakeNodeExporter:
         self._thread.start()
 
     def collect(self):
-        elapsed = time.time() - self.start + 1000.0
+        # counters carry the time they were computed at, so rate() is exact however late the scrape
+        # that reads them is stamped (under load that jitter made irate() wrong by 20%)
+        now = time.time()
+        elapsed = now - self.start + 1000.0
         cpu = CounterMetricFamily("node_cpu_seconds_total", "cpu time", labels=["instance", "cpu", "mode"])
         avail = GaugeMetricFamily("node_memory_MemAvailable_bytes", "available", labels=["instance"])
         total = GaugeMetricFamily("node_memory_MemTotal_bytes", "total", labels=["instance"])
@@ -72,12 +75,12 @@ class FakeNodeExporter:
         for node, busy in self.busy.items():
             instance = f"{node}:9100"
             for c in range(self.cpus):
-                cpu.add_metric([instance, str(c), "idle"], elapsed * (1.0 - busy))
-                cpu.add_metric([instance, str(c), "user"], elapsed * busy)
+                cpu.add_metric([instance, str(c), "idle"], elapsed * (1.0 - busy), timestamp=now)
+                cpu.add_metric([instance, str(c), "user"], elapsed * busy, timestamp=now)
             avail.add_metric([instance], self.memory_bytes * (1.0 - busy))
             total.add_metric([instance], self.memory_bytes)
-            network.add_metric([instance, "eth0"], elapsed * busy * 1e6)
-            network.add_metric([instance, "lo"], elapsed * 5e7)  # loopback is not traffic
+            network.add_metric([instance, "eth0"], elapsed * busy * 1e6, timestamp=now)
+            network.add_metric([instance, "lo"], elapsed * 5e7, timestamp=now)  # loopback is not traffic
             tcp.add_metric([instance], 10.0 + 100.0 * busy)
             fs_size.add_metric([instance, "/"], 100.0 * 2**30)
             fs_avail.add_metric([instance, "/"], 100.0 * 2**30 * (1.0 - busy / 2))
