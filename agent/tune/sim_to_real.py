@@ -84,6 +84,22 @@ def live_profile(cluster: LiveCluster, load: float, name: str = "local-cluster")
     return profile, [n.metadata.name for n in nodes]
 
 
+def wait_nodes_empty(cluster: LiveCluster, nodes: list[str], timeout_s: float = 90.0) -> None:
+    """The profile starts from empty nodes, so the replay must too: wait for pods still on them to
+    go, and refuse with their names if they stay."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        busy = [f"{p.metadata.namespace}/{p.metadata.name} on {p.spec.node_name}"
+                for p in cluster.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=").items
+                if p.spec.node_name in nodes and p.status.phase not in ("Succeeded", "Failed")]
+        if not busy:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the nodes still run {len(busy)} pod(s) after {timeout_s:.0f} s; the replay "
+                               f"needs them empty: {', '.join(busy[:5])}")
+        time.sleep(1.0)
+
+
 class TunedScheduler:
     """A second kube-scheduler serving only the rl-tuned profile (the cluster's own keeps the rest)."""
 
@@ -171,6 +187,14 @@ def account(world, seed: int, policy: str, arrivals: int, live: LiveRun, index: 
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _run(argv)
+    except RuntimeError as exc:  # no tuner binary, busy nodes, a scheduler that would not start
+        print(f"sim_to_real: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agent.tune.sim_to_real", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--policy", default="EE", type=str.upper, choices=("EE", "LB"))
@@ -203,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     total = burn + max(args.arrivals, burn) + 10  # what `measure` consumes, plus a margin for the last departures
     args.out.mkdir(parents=True, exist_ok=True)
     run = f"s2r-{int(time.time())}"
+    wait_nodes_empty(cluster, live_names)
     with tempfile.TemporaryDirectory() as tmp, TunedScheduler(config, args.kubeconfig, Path(tmp)):
         try:
             live = replay_live(cluster, profile, args.seed, total, args.speed, PROFILE_NAME, run)
@@ -213,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     default_measured = None
     if args.default_too:  # the default profile of the cluster's own scheduler, same replay
         run = f"s2r-default-{int(time.time())}"
+        wait_nodes_empty(cluster, live_names)
         try:
             live_default = replay_live(cluster, profile, args.seed, total, args.speed, "default-scheduler", run)
         finally:

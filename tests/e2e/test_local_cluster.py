@@ -35,6 +35,7 @@ def place(c: E2ECluster, count: int, policy: str | None, scheduler: str = "rl-sc
 
 def cleanup(c: E2ECluster) -> None:
     c.live.apps.delete_collection_namespaced_deployment(c.live.namespace)
+    c.live.core.delete_collection_namespaced_pod(c.live.namespace, grace_period_seconds=0)  # bare pods too
     deadline = time.monotonic() + 60
     while c.live.core.list_namespaced_pod(c.live.namespace).items and time.monotonic() < deadline:
         time.sleep(0.3)
