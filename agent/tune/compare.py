@@ -40,14 +40,15 @@ from agent.tune.search_space import CATALOGUE
 ROOT = Path(__file__).resolve().parents[2]
 GOAL_IMPROVEMENT = 0.20
 _TUNER: RLTuner | None = None
+_MODELS: dict = {}  # policy -> the learned scorer's model; loaded once, before the workers fork
 
 
 def _improvement(default: float, value: float) -> float:
     return (default - value) / default if default > 1e-12 else 0.0
 
 
-def compare_cluster(cluster: Cluster, trials: int, sampler_seeds: tuple[int, ...], final_seeds: tuple[int, ...],
-                    model_dir: Path | None) -> dict:
+def compare_cluster(cluster: Cluster, trials: int, sampler_seeds: tuple[int, ...], final_seeds: tuple[int, ...]
+                    ) -> dict:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=UserWarning, module="optuna")
     task = cluster.task()
@@ -68,9 +69,8 @@ def compare_cluster(cluster: Cluster, trials: int, sampler_seeds: tuple[int, ...
             "out_of_sample": float(np.mean(final)),
             "chosen": [lg.best[0].label for lg in logs],
         }
-    if model_dir is not None:
-        model = load_model(model_dir / f"{cluster.policy.lower()}.pt", expected_policy=cluster.policy)
-        scorer = ModelScorer(model)
+    if cluster.policy in _MODELS:
+        scorer = ModelScorer(_MODELS[cluster.policy])
         seeds = [task.seed, *fresh]
         imps = []
         for seed in seeds:
@@ -154,9 +154,13 @@ def main(argv: list[str] | None = None) -> int:
         _TUNER = RLTuner.load(args.tuner)
     except ValueError as exc:
         parser.error(str(exc))
-    model_dir = None if str(args.models) == "none" else args.models
-    jobs = [(draw(p, i, held_out=True), args.trials, tuple(range(args.sampler_seeds)), tuple(range(args.final_seeds)),
-             model_dir) for p in policies for i in range(args.clusters)]
+    if str(args.models) != "none":
+        try:
+            _MODELS.update({p: load_model(args.models / f"{p.lower()}.pt", expected_policy=p) for p in policies})
+        except ValueError as exc:
+            parser.error(str(exc))
+    jobs = [(draw(p, i, held_out=True), args.trials, tuple(range(args.sampler_seeds)), tuple(range(args.final_seeds)))
+            for p in policies for i in range(args.clusters)]
     started = time.perf_counter()
     with multiprocessing.get_context("fork").Pool(args.workers) as pool:
         results = list(tqdm(pool.imap_unordered(_job, jobs), total=len(jobs), desc="held-out clusters", file=sys.stderr))

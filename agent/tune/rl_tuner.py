@@ -18,7 +18,7 @@ is REINFORCE with a leave-one-out baseline over several episodes of the same clu
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -236,7 +236,3 @@ class RLTuner:
         sidecar = path.with_suffix(".json")
         metadata = json.loads(sidecar.read_text()) if sidecar.exists() else {}
         return cls(net, catalogue, metadata)
-
-
-def train_config_dict(cfg: TrainConfig) -> dict[str, Any]:
-    return asdict(cfg)

@@ -3,7 +3,8 @@
 The profile starts from the scheduler's defaults and changes only the resource scoring: the
 NodeResourcesFit plugin weight and scoring strategy (with resource weights and, for
 RequestedToCapacityRatio, its shape), and the NodeResourcesBalancedAllocation weight, or disables it
-everywhere when its weight is 0. plugin-go's TestTunedProfiles loads the file with kube-scheduler's
+everywhere when its weight is 0. plugin-go's TestTunedExamplesLoad and TestTunedProfileScoresMatchPython
+load the file with kube-scheduler's
 own loader and checks the scores it gives against `kube_scores.node_scores`.
 """
 

@@ -17,7 +17,7 @@ import multiprocessing
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,8 @@ import torch
 from tqdm import tqdm
 
 from agent.tune.clusters import Cluster, training_clusters
-from agent.tune.rl_tuner import DOMAIN_FEATURES, RLTuner, TrainConfig, domain_features, train_config_dict, train_on_table
+from agent.tune.rl_tuner import (DOMAIN_FEATURES, RLTuner, TrainConfig, domain_features, evaluate_on_table,
+                                 train_on_table)
 from agent.tune.search_space import CATALOGUE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         try:
             saved = np.load(args.table)
-            domains, table, names = saved["domains"], saved["table"], list(saved["names"])
+            domains, table = saved["domains"], saved["table"]
         except (OSError, KeyError, ValueError) as exc:
             parser.error(f"--table {args.table}: {exc}")
         if domains.shape[1] != len(DOMAIN_FEATURES) or table.shape[1] != len(CATALOGUE):
@@ -104,11 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         simulate_s = 0.0
     else:
         clusters = training_clusters(cfg.clusters, cfg.seed, cfg.nodes)
-        names = [c.name for c in clusters]
         domains, table = build_table(clusters, cfg.arrivals, args.workers)
         simulate_s = time.perf_counter() - started
         table_path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(table_path, domains=domains, table=table, names=np.array(names))
+        np.savez_compressed(table_path, domains=domains, table=table, names=np.array([c.name for c in clusters]))
         print(f"simulated {len(clusters)} clusters x {len(CATALOGUE)} configurations in {simulate_s:.0f} s "
               f"-> {table_path}", file=sys.stderr)
     rng = np.random.default_rng(cfg.seed)
@@ -119,7 +119,6 @@ def main(argv: list[str] | None = None) -> int:
     net, history = train_on_table(domains[tr], table[tr], cfg, validation=(domains[val], table[val]),
                                   progress=lambda row: print(f"  {row}", file=sys.stderr))
     learn_s = time.perf_counter() - learn_started
-    from agent.tune.rl_tuner import evaluate_on_table
     validation = {
         "clusters": int(n_val),
         "rl_tuner_greedy": evaluate_on_table(net, domains[val], table[val], cfg.trials),
@@ -130,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     metadata = {
         "command": " ".join(["python -m agent.tune.train_tuner", *(argv if argv is not None else sys.argv[1:])]),
         "git_commit": git_commit(),
-        "hyperparameters": train_config_dict(cfg),
+        "hyperparameters": asdict(cfg),
         "table": table_path.name,
         "training_clusters": len(tr),
         "simulate_seconds": round(simulate_s, 1),
