@@ -151,7 +151,7 @@ EOF
     "SUGGEST_URL=http://127.0.0.1:$SERVER_PORT/suggest" "TLS_SUGGEST_URL=https://127.0.0.1:$TLS_SERVER_PORT/suggest" \
     "TLS_CA=$OURS/tls/ca.crt" "OTHER_CA=$OURS/tls-other/ca.crt"
   render "$ROOT/local-cluster/kwok.yaml.tmpl" "$OURS/kwok.yaml" "BIN=$BIN" \
-    "PROMETHEUS=$(command -v prometheus)" "KUBECTL=$BIN/kubectl" \
+    "PROMETHEUS=$(command -v prometheus)" "PROMETHEUS_DATA=$CLUSTER_DIR/prometheus-data" "KUBECTL=$BIN/kubectl" \
     "SCHEDULER_CONFIG=$OURS/scheduler-config.yaml" \
     "APISERVER_PORT=$APISERVER_PORT" "PROMETHEUS_PORT=$PROMETHEUS_PORT" "SCHEDULER_PORT=$SCHEDULER_PORT"
   log "creating cluster $NAME (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, prometheus)"
