@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", required=True, type=str.upper, choices=POLICIES)
     parser.add_argument("--families", type=_family_list, default=None,
                         help=f"comma-separated, from {', '.join(FAMILIES)}, or 'all' (default: the policy's)")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="evaluate on this cluster profile (rlscore-calibrate) instead of the families")
     parser.add_argument("--nodes", type=_int_list, default=None,
                         help="node counts (default: 3,10,100 for the thesis patterns, drawn per seed otherwise)")
     parser.add_argument("--model", type=Path, action="append", default=None,
@@ -59,6 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds < 1 or args.arrivals < 1:
         parser.error("--seeds and --arrivals must be >= 1")
     families = args.families or families_for(policy)
+    if args.profile is not None:
+        if args.families or args.nodes:
+            parser.error("--profile fixes the cluster: it excludes --families and --nodes")
+        from agent.sim.cluster_profile import ProfileError, load_profile, register_profile
+        try:
+            families = (register_profile(load_profile(args.profile)),)
+        except ProfileError as exc:
+            print(f"rlscore-eval: {exc}", file=sys.stderr)
+            return 2
 
     scorers = []
     if not args.no_model:

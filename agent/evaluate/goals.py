@@ -48,7 +48,7 @@ def check_goals(policy: str, rows: list[dict]) -> list[GoalCheck]:
         def add(goal: str, ok: bool, detail: str) -> None:
             checks.append(GoalCheck(goal, family_name, nodes, bool(ok), detail))
 
-        if family_name in families_for(policy):
+        if family_name in families_for(policy) or family_name.startswith("profile:"):
             best = best_baseline(rows, family_name, nodes, rl)
             add(f"objective <= best baseline x {1 + OBJECTIVE_TOLERANCE:g}",
                 me["objective"] <= best["objective"] * (1 + OBJECTIVE_TOLERANCE) + 1e-9,

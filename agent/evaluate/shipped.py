@@ -29,9 +29,9 @@ ARRIVALS = 300
 
 
 def shipped_evaluation(policy: str, scorers: list, seeds: int = SEEDS, arrivals: int = ARRIVALS,
-                       progress: bool = True) -> tuple[list[dict], list]:
-    """Summary rows and goal checks of the standard evaluation."""
-    results, _ = evaluate(policy, scorers, families_for(policy), seeds, arrivals, progress=progress)
+                       progress: bool = True, families: tuple[str, ...] | None = None) -> tuple[list[dict], list]:
+    """Summary rows and goal checks of the standard evaluation (or of the given families)."""
+    results, _ = evaluate(policy, scorers, families or families_for(policy), seeds, arrivals, progress=progress)
     rows = summarize(results)
     return rows, check_goals(policy, rows)
 
@@ -47,11 +47,13 @@ def relative_objective(policy: str, rows: list[dict]) -> float:
     return float(np.mean(ratios))
 
 
-def evaluate_shipped_model(path: Path, seeds: int = SEEDS, arrivals: int = ARRIVALS, progress: bool = True) -> list:
+def evaluate_shipped_model(path: Path, seeds: int = SEEDS, arrivals: int = ARRIVALS, progress: bool = True,
+                           families: tuple[str, ...] | None = None) -> list:
     """Evaluate a freshly trained model and record the table and goals in its sidecar."""
     model = load_model(path)
     policy = model.policy
-    rows, checks = shipped_evaluation(policy, [ModelScorer(model)], seeds, arrivals, progress)
+    families = families or families_for(policy)
+    rows, checks = shipped_evaluation(policy, [ModelScorer(model)], seeds, arrivals, progress, families)
     side = sidecar_path(path)
     meta = json.loads(side.read_text())
     meta["evaluation"] = {
@@ -59,7 +61,7 @@ def evaluate_shipped_model(path: Path, seeds: int = SEEDS, arrivals: int = ARRIV
         "seeds": seeds,
         "arrivals": arrivals,
         "seed_base": EVAL_SEED_BASE,
-        "families": list(families_for(policy)),
+        "families": list(families),
         "table": markdown_table(policy, rows).splitlines(),
         "goals": [asdict(c) for c in checks],
         "goals_met": sum(c.ok for c in checks),

@@ -51,6 +51,8 @@ class TrainConfig:
     """show a progress bar"""
     init: str = ""
     """start from this model's weights (fine-tuning) instead of random ones"""
+    profile: str = ""
+    """train on this cluster profile (rlscore-calibrate's output) instead of the scenario families"""
     extra_metadata: dict = field(default_factory=dict)
     """merged into the sidecar (e.g. the evaluation table)"""
 

@@ -64,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--families", type=_families, default=None,
                         help="comma-separated scenario families (default: every family of the policy)")
     parser.add_argument("--init", type=Path, default=None, help="fine-tune this model instead of starting afresh")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="train on this cluster profile (rlscore-calibrate) instead of the scenario families")
     parser.add_argument("--kickstart", type=float, default=None,
                         help="a2c/ppo: initial weight of the pull towards each family's best baseline, "
                              "decaying to 0 over --kickstart-fraction of the run (default 1.0 for a2c/ppo; 0 learns "
@@ -81,15 +83,35 @@ def _parser() -> argparse.ArgumentParser:
 # What fits the 15-minute budget on the 2-core reference machine (teacher picking included):
 # PPO/A2C ~330 decisions/s while kickstarting, DQN ~42 (one environment, an update per decision).
 DEFAULT_TIMESTEPS = {"dqn": 20_000, "a2c": 200_000, "ppo": 200_000}
+# Fine-tuning a trained model on one cluster's profile: a few minutes.
+FINE_TUNE_TIMESTEPS = {"dqn": 4_000, "a2c": 40_000, "ppo": 40_000}
 DEFAULT_KICKSTART = 1.0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    timesteps = args.timesteps if args.timesteps is not None else DEFAULT_TIMESTEPS[args.algo]
+    fine_tune = args.init is not None and args.profile is not None
+    timesteps = args.timesteps if args.timesteps is not None else (
+        FINE_TUNE_TIMESTEPS if fine_tune else DEFAULT_TIMESTEPS)[args.algo]
     if timesteps < 1:
         print("rlscore-train: --timesteps must be >= 1", file=sys.stderr)
         return 2
+    families, sizes, extra = args.families or (), {}, {}
+    if args.profile is not None:
+        if args.families:
+            print("rlscore-train: --profile and --families exclude each other", file=sys.stderr)
+            return 2
+        from agent.sim.cluster_profile import ProfileError, load_profile, register_profile
+        try:
+            profile = load_profile(args.profile)
+        except ProfileError as exc:
+            print(f"rlscore-train: --profile: {exc}", file=sys.stderr)
+            return 2
+        families = (register_profile(profile),)
+        size = len(profile.world().nodes)
+        sizes = {"min_nodes": size, "max_nodes": size}
+        # stored with the model: what it was trained for (the server's drift check compares with it)
+        extra = {"training_profile": profile.model_dump(by_alias=True, mode="json")}
     init = None
     if args.init is not None:
         try:
@@ -99,11 +121,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     cfg = config_for(args.algo, policy=args.policy, total_timesteps=timesteps, seed=args.seed, reward=args.reward,
                      shaping=not args.no_shaping, gamma=args.gamma,
-                     families=args.families or (), out=args.out, log_dir=args.log_dir,
-                     progress=not args.no_progress, init=str(args.init or ""),
-                     **({"hidden": tuple(init.hidden)} if init is not None else {}))
+                     families=families, out=args.out, log_dir=args.log_dir,
+                     progress=not args.no_progress, init=str(args.init or ""), profile=str(args.profile or ""),
+                     extra_metadata=extra, **sizes, **({"hidden": tuple(init.hidden)} if init is not None else {}))
     started = time.time()
-    kickstart = args.kickstart if args.kickstart is not None else (DEFAULT_KICKSTART if args.algo != "dqn" else 0.0)
+    # a trained model is already past what the teachers know: fine-tuning starts from it, not from them
+    default_kickstart = DEFAULT_KICKSTART if args.algo != "dqn" and args.init is None else 0.0
+    kickstart = args.kickstart if args.kickstart is not None else default_kickstart
     if kickstart > 0:
         if args.algo == "dqn":
             print("rlscore-train: --kickstart applies to a2c and ppo", file=sys.stderr)
@@ -111,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         from agent.learn.teachers import pick_teachers
         from agent.sim.families import families_for
         print("picking a teacher per family (every baseline on training seeds) ...", file=sys.stderr)
-        picked = pick_teachers(args.policy, args.families or families_for(args.policy))
+        picked = pick_teachers(args.policy, families or families_for(args.policy))
         cfg.kickstart, cfg.kickstart_fraction = kickstart, args.kickstart_fraction
         cfg.teachers = {family: p["teacher"] for family, p in picked.items()}
         print("teachers: " + ", ".join(f"{f}: {t}" for f, t in cfg.teachers.items()), file=sys.stderr)
@@ -124,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_eval:
         # Record how the policy does against the baselines on held-out seeds, in the sidecar.
         from agent.evaluate.shipped import evaluate_shipped_model
-        evaluate_shipped_model(path, progress=not args.no_progress)
+        evaluate_shipped_model(path, progress=not args.no_progress, families=families or None)
     print(f"wrote {path} ({record['training']['wall_seconds']} s, {record['training']['steps_per_second']} steps/s)")
     return 0
 

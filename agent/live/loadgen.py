@@ -31,6 +31,7 @@ RUN_LABEL = "rlscore.io/loadgen-run"
 # the simulator's families a live cluster can replay: their arrivals do not depend on node types
 SCENARIOS = ("test1", "test2", "poisson", "latency-shift")
 LATENCY_ANNOTATION = "rlscore.io/latency-ms"
+USAGE_ANNOTATION = "rlscore.io/usage-cpu"  # the cpu a KWOK pod uses (local-cluster/metrics.yaml)
 
 
 @dataclass
@@ -92,7 +93,9 @@ class LiveCluster:
         self.core.patch_node(node, {"metadata": {"annotations": {LATENCY_ANNOTATION: f"{latency_ms:g}"}}})
 
     def create_deployment(self, name: str, run: str, scheduler: str, policy: str | None, cpu_millicores: float,
-                          memory_bytes: float, soft_ms: float | None, hard_ms: float | None) -> None:
+                          memory_bytes: float, soft_ms: float | None, hard_ms: float | None,
+                          usage: float | None = None) -> None:
+        """A single-replica Deployment; `usage` (share of its cpu request) is what KWOK makes it use."""
         body = copy.deepcopy(self.template)
         body["metadata"] = {"name": name, "labels": {"app": "nginx", RUN_LABEL: run}}
         selector = {"app": "nginx", "rlscore.io/deployment": name}
@@ -106,6 +109,8 @@ class LiveCluster:
             annotations["rlscore.io/latency-soft-ms"] = f"{soft_ms:g}"
         if hard_ms is not None:
             annotations["rlscore.io/latency-hard-ms"] = f"{hard_ms:g}"
+        if usage is not None:
+            annotations[USAGE_ANNOTATION] = f"{max(1, int(round(cpu_millicores * usage)))}m"
         pod["metadata"]["annotations"] = annotations
         pod["spec"]["schedulerName"] = scheduler
         pod["spec"]["containers"][0]["resources"]["requests"] = {
@@ -161,11 +166,13 @@ def live_events(scenario: str, rng: np.random.Generator, total_cpu_millicores: f
 
 
 def drive(cluster: LiveCluster, stream: Iterator[Event], run: str, scheduler: str, policy: str | None, limit: int,
-          speed: float, settle_s: float, on_other=None) -> Iterator[tuple[Event, str, dict[str, str | None], set[str]]]:
+          speed: float, settle_s: float, on_other=None, usage_scale: float = 1.0,
+          ) -> Iterator[tuple[Event, str, dict[str, str | None], set[str]]]:
     """Play an event stream against the cluster, `speed` times faster than its clock: each arrival
-    becomes a Deployment and waits until its pod is placed (or `settle_s` passes), each departure
-    deletes it; other events go to `on_other`. Yields per arrival (event, deployment, the run's
-    placements, the deployments alive); stops at the first event after `limit` arrivals."""
+    becomes a Deployment (using its simulated share of its request, x `usage_scale`) and waits until
+    its pod is placed (or `settle_s` passes), each departure deletes it; other events go to
+    `on_other`. Yields per arrival (event, deployment, the run's placements, the deployments alive);
+    stops at the first event after `limit` arrivals."""
     cluster.ensure_namespace()
     names: dict[int, str] = {}
     t0, created = time.monotonic(), 0
@@ -179,7 +186,8 @@ def drive(cluster: LiveCluster, stream: Iterator[Event], run: str, scheduler: st
             name = f"{run}-{created:03d}"
             names[event.pod.id] = name
             cluster.create_deployment(name, run, scheduler, policy, event.pod.cpu_millicores,
-                                      event.pod.memory_bytes, event.pod.latency_soft_ms, event.pod.latency_hard_ms)
+                                      event.pod.memory_bytes, event.pod.latency_soft_ms, event.pod.latency_hard_ms,
+                                      event.pod.usage * usage_scale)
             created += 1
             yield event, name, cluster.wait_scheduled(run, {name}, settle_s), set(names.values())
         elif event.kind == "depart" and event.pod_id in names:

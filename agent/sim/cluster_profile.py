@@ -103,6 +103,17 @@ class Workload(_Strict):
     load: float = Field(default=0.5, gt=0, le=2.0, description="poisson: mean share of the cluster's cpu requested")
     mean_lifetime_s: float = Field(alias="meanLifetimeSeconds", default=120.0, gt=0, le=1e7)
     pod_classes: list[PodClassProfile] = Field(alias="podClasses", min_length=1)
+    hourly_rate: list[float] = Field(alias="hourlyRate", default=[],
+                                     description="poisson: 24 multipliers of the rate by hour of day; empty: flat")
+    start_hour: float = Field(alias="startHour", default=0.0, ge=0, lt=24,
+                              description="the hour of day (UTC) at which a replay starts")
+
+    @field_validator("hourly_rate")
+    @classmethod
+    def _hourly(cls, values: list[float]) -> list[float]:
+        if values and (len(values) != 24 or any(not 0 <= v <= 1000 for v in values) or max(values) <= 0):
+            raise ValueError(f"hourlyRate needs 24 multipliers within 0..1000, not all 0; got {len(values)} values")
+        return values
 
 
 class Dynamics(_Strict):
@@ -146,7 +157,8 @@ class ClusterProfile(_Strict):
         return World(self.family, nodes, classes, arrivals=self.workload.arrivals, load=self.workload.load,
                      mean_lifetime_s=self.workload.mean_lifetime_s, latency_shifts_s=tuple(d.latency_shifts_s),
                      churn=d.churn, churn_interval_s=d.churn_interval_s, metrics_interval_s=d.metrics_interval_s,
-                     power_visible=d.power_visible, latency_drift=d.latency_drift)
+                     power_visible=d.power_visible, latency_drift=d.latency_drift,
+                     hourly_rate=tuple(self.workload.hourly_rate), start_hour=self.workload.start_hour)
 
     @classmethod
     def of_world(cls, world: World, name: str) -> ClusterProfile:
@@ -166,6 +178,7 @@ class ClusterProfile(_Strict):
                                 powerMaxWatts=h.power_max_watts, diskBytes=h.disk_bytes) for h in types.values()],
             nodes=[NodeGroup(type=t, latencyMs=lat) for t, lat in groups],
             workload=Workload(arrivals=world.arrivals, load=world.load, meanLifetimeSeconds=world.mean_lifetime_s,
+                              hourlyRate=list(world.hourly_rate), startHour=world.start_hour,
                               podClasses=[PodClassProfile(
                                   name=c.name, weight=c.weight, cpuMillicores=list(c.cpu_millicores),
                                   memoryPerCpuGiB=list(c.memory_per_cpu_gib), usage=list(c.usage),
@@ -206,3 +219,28 @@ def save_profile(profile: ClusterProfile, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(profile.to_yaml())
     return path
+
+
+PROFILE_LOAD_JITTER = (0.8, 1.25)  # training draws vary the profile's load by this factor
+
+
+def register_profile(profile: ClusterProfile) -> str:
+    """Make the profile a scenario family, `profile:<name>`, so training, teachers and evaluation
+    draw from it like from any other: the same nodes and workload every time, new arrivals per seed;
+    training draws also vary the load (the workload a profile records is one sample of the cluster's).
+    No policy lists it among its own families, so the defaults elsewhere do not change."""
+    from dataclasses import replace
+
+    from agent.sim.families import FAMILIES, Family
+
+    world = profile.world()
+
+    def draw(rng, n, limits, training):
+        if not training:
+            return world
+        return replace(world, load=min(2.0, world.load * float(rng.uniform(*PROFILE_LOAD_JITTER))))
+
+    name = f"profile:{profile.name}"
+    FAMILIES[name] = Family(name, (), f"the cluster profile {profile.name} ({world.size} nodes)", draw,
+                            eval_nodes=(world.size,))
+    return name

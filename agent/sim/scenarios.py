@@ -105,12 +105,16 @@ def test2(maker: _EventMaker, pods: PodSampler, alive: int = 30) -> Iterator[Eve
 
 
 def poisson(maker: _EventMaker, pods: PodSampler, rng: np.random.Generator, rate: float,
-            mean_lifetime_s: float) -> Iterator[Event]:
-    """Poisson arrivals with exponential lifetimes (scaled per pod class)."""
+            mean_lifetime_s: float, hourly: tuple[float, ...] = (), start_hour: float = 0.0) -> Iterator[Event]:
+    """Poisson arrivals with exponential lifetimes (scaled per pod class). With `hourly` (24
+    multipliers by hour of day) the rate follows the day, drawn by thinning a process at the peak rate."""
     t = 0.0
     departures: list[tuple[float, int]] = []
+    peak = max(hourly) if hourly else 1.0
     while True:
-        t += float(rng.exponential(1.0 / rate))
+        t += float(rng.exponential(1.0 / (rate * peak)))
+        if hourly and rng.random() * peak >= hourly[int((start_hour + t / 3600.0) % 24.0)]:
+            continue
         while departures and departures[0][0] <= t:
             when, pod_id = heapq.heappop(departures)
             yield maker.event(when, "depart", pod_id=pod_id)
@@ -146,7 +150,8 @@ def events(world: World, rng: np.random.Generator) -> Iterator[Event]:
     elif world.arrivals == "test2":
         stream = test2(maker, pods)
     elif world.arrivals == "poisson":
-        stream = poisson(maker, pods, rng, world.arrival_rate, world.mean_lifetime_s)
+        stream = poisson(maker, pods, rng, world.arrival_rate, world.mean_lifetime_s, world.hourly_rate,
+                         world.start_hour)
     else:
         raise ValueError(f"unknown arrival process {world.arrivals!r}: expected one of {', '.join(ARRIVALS)}")
     streams = [stream]

@@ -88,6 +88,8 @@ class World:
     metrics_interval_s: float = 0.0  # 0: metrics are live; else a snapshot every so many seconds
     power_visible: bool = True
     latency_drift: bool = True
+    hourly_rate: tuple[float, ...] = ()  # poisson: 24 multipliers of the arrival rate by hour of day (mean 1)
+    start_hour: float = 0.0  # the hour of day at simulated time 0
     tags: dict = field(default_factory=dict, compare=False)
 
     @property

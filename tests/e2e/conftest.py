@@ -78,3 +78,18 @@ def cluster():
     yield c
     if os.environ.get("RLSCORE_E2E_KEEP") != "1":
         subprocess.run([str(CLUSTER_SH), "down"], env=env, timeout=300, stdout=subprocess.DEVNULL)
+
+
+def cleanup(c: E2ECluster) -> None:
+    c.live.apps.delete_collection_namespaced_deployment(c.live.namespace)
+    c.live.core.delete_collection_namespaced_pod(c.live.namespace, grace_period_seconds=0)  # bare pods too
+    deadline = time.monotonic() + 60
+    while c.live.core.list_namespaced_pod(c.live.namespace).items and time.monotonic() < deadline:
+        time.sleep(0.3)
+
+
+@pytest.fixture(autouse=True)
+def empty_namespace(cluster):
+    cleanup(cluster)
+    yield
+    cleanup(cluster)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import ROOT, E2ECluster
+from tests.e2e.conftest import ROOT, E2ECluster, cleanup
 
 NODES = [f"kwok-node-{i}" for i in range(4)]
 _runs = itertools.count()
@@ -31,21 +31,6 @@ def place(c: E2ECluster, count: int, policy: str | None, scheduler: str = "rl-sc
         assert result.get(name), f"{name} ({policy or 'default'} via {scheduler}) was not scheduled within 60 s"
         placed[name] = result[name]
     return placed
-
-
-def cleanup(c: E2ECluster) -> None:
-    c.live.apps.delete_collection_namespaced_deployment(c.live.namespace)
-    c.live.core.delete_collection_namespaced_pod(c.live.namespace, grace_period_seconds=0)  # bare pods too
-    deadline = time.monotonic() + 60
-    while c.live.core.list_namespaced_pod(c.live.namespace).items and time.monotonic() < deadline:
-        time.sleep(0.3)
-
-
-@pytest.fixture(autouse=True)
-def empty_namespace(cluster):
-    cleanup(cluster)
-    yield
-    cleanup(cluster)
 
 
 def test_ee_uses_the_fewest_nodes_that_fit(cluster):

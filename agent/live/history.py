@@ -1,0 +1,279 @@
+"""A live cluster's recent history, read from the Kubernetes API and Prometheus range queries.
+
+Nodes (sizes, power curves, instance types) come from the API as they are now; everything that
+happened over the window comes from Prometheus, because the API forgets a pod once it is deleted:
+kube-state-metrics' series give each pod's creation time, requests, app label and latency
+annotations, and how long it existed; cAdvisor's give what it used; the latency gauge and Kepler's
+series give each node's latency and power curve. What a series cannot tell is reported in
+`History.notes` and never guessed silently.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import numpy as np
+from kubernetes.utils.quantity import parse_quantity
+
+POWER_IDLE_KEYS = ("rlscore.io/power-idle-watts", "metrics.rlscore.io/power-idle-watts")
+POWER_MAX_KEYS = ("rlscore.io/power-max-watts", "metrics.rlscore.io/power-max-watts")
+LATENCY_ANNOTATION = "rlscore.io/latency-ms"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11,000 points per series
+
+# The series calibration reads, by what they give; names as kube-state-metrics, cAdvisor, Kepler and
+# rlscore's latency probe export them. Each can be replaced (rlscore-calibrate --query NAME=PROMQL).
+QUERIES = {
+    "pod_created": "max by (namespace, pod) (kube_pod_created)",
+    "pod_cpu_request": 'sum by (namespace, pod) (kube_pod_container_resource_requests{resource="cpu"})',
+    "pod_memory_request": 'sum by (namespace, pod) (kube_pod_container_resource_requests{resource="memory"})',
+    "pod_cpu_seconds": 'sum by (namespace, pod) (container_cpu_usage_seconds_total{container!=""})',
+    "pod_app": "max by (namespace, pod, label_app) (kube_pod_labels)",
+    "pod_owner": "max by (namespace, pod, owner_kind, owner_name) (kube_pod_owner)",
+    "pod_latency_limits": ("max by (namespace, pod, annotation_rlscore_io_latency_soft_ms, "
+                           "annotation_rlscore_io_latency_hard_ms) (kube_pod_annotations)"),
+    "node_latency": "avg by (node) (rlscore_node_user_latency_ms)",
+    "node_power_idle": "sum by (node_name) (kepler_node_cpu_idle_watts)",
+    "node_power_active": "sum by (node_name) (kepler_node_cpu_active_watts)",
+    "node_power_usage": "avg by (node_name) (kepler_node_cpu_usage_ratio)",
+}
+
+
+@dataclass
+class NodeRecord:
+    name: str
+    cpu_millicores: float
+    memory_bytes: float
+    max_pods: int
+    instance_type: str | None = None
+    power_idle_watts: float | None = None
+    power_max_watts: float | None = None
+    power_source: str | None = None  # labels | kepler | None (unknown)
+    latency_ms: float | None = None  # mean over the window
+    latency_std_ms: float | None = None
+
+
+@dataclass
+class PodRecord:
+    namespace: str
+    name: str
+    workload: str
+    created: float  # unix seconds
+    last_seen: float  # the last sample of its kube-state-metrics series
+    alive: bool  # still there at the end of the window: its lifetime is not known yet
+    cpu_millicores: float
+    memory_bytes: float
+    usage: float | None = None  # mean cpu used / cpu requested over its life
+    latency_limits_ms: tuple[float, float] | None = None
+    step_s: float = 0.0  # the sampling step its times were read at
+
+    @property
+    def ended(self) -> float:
+        """When it went: between its last sample and the next one that did not come."""
+        return self.last_seen + self.step_s / 2 if not self.alive else float("inf")
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+
+@dataclass
+class History:
+    start: float
+    end: float
+    step_s: float
+    nodes: list[NodeRecord]
+    pods: list[PodRecord]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+class HistoryError(RuntimeError):
+    """The history cannot be read (Prometheus unreachable, no pods at all); the message says why."""
+
+
+_HASH = re.compile(r"-[0-9a-f]{6,10}$")  # a ReplicaSet's pod-template-hash suffix
+_POD_SUFFIX = re.compile(r"(-[0-9a-f]{6,10})?-[a-z0-9]{5}$")  # ReplicaSet hash + random suffix
+
+
+def workload_name(pod: str, app: str | None, owner_kind: str | None, owner_name: str | None) -> str:
+    """Pods of one workload share a name: the app label, else the controller (a ReplicaSet's
+    Deployment), else the pod name without the suffixes its controller added."""
+    if app:
+        return app
+    if owner_name and owner_kind not in (None, "", "<none>"):
+        return _HASH.sub("", owner_name) if owner_kind == "ReplicaSet" else owner_name
+    return _POD_SUFFIX.sub("", pod) or pod
+
+
+def _float(text, default=None):
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return default
+    return value if math.isfinite(value) else default
+
+
+def node_records(core) -> list[NodeRecord]:
+    """The nodes as the API has them now; power curves from labels or annotations where set."""
+    out = []
+    for node in sorted(core.list_node().items, key=lambda n: n.metadata.name):
+        alloc = node.status.allocatable or {}
+        meta = {**(node.metadata.annotations or {}), **(node.metadata.labels or {})}
+        try:
+            cpu = float(parse_quantity(alloc.get("cpu", "0"))) * 1000.0
+            memory = float(parse_quantity(alloc.get("memory", "0")))
+            pods = int(parse_quantity(alloc.get("pods", "110")))
+        except ValueError as exc:
+            raise HistoryError(f"node {node.metadata.name}: unreadable allocatable resources: {exc}") from None
+        if cpu <= 0 or memory <= 0:
+            continue  # nothing can be scheduled there
+        idle = next((v for k in POWER_IDLE_KEYS if (v := _float(meta.get(k))) is not None), None)
+        peak = next((v for k in POWER_MAX_KEYS if (v := _float(meta.get(k))) is not None), None)
+        record = NodeRecord(node.metadata.name, cpu, memory, max(pods, 1), meta.get(INSTANCE_TYPE_LABEL))
+        if idle is not None and peak is not None and 0 <= idle <= peak:
+            record.power_idle_watts, record.power_max_watts, record.power_source = idle, peak, "labels"
+        record.latency_ms = _float((node.metadata.annotations or {}).get(LATENCY_ANNOTATION))
+        out.append(record)
+    return out
+
+
+class RangeReader:
+    """Range queries over the window, split so that no query asks for more than MAX_POINTS steps."""
+
+    def __init__(self, prometheus, start: float, end: float, step_s: float, timeout_s: float = 30.0):
+        self.prometheus, self.start, self.end, self.step_s, self.timeout_s = prometheus, start, end, step_s, timeout_s
+
+    def series(self, query: str) -> list[tuple[dict, np.ndarray, np.ndarray]]:
+        """(labels, times, values) per series; NaN and infinite samples dropped."""
+        merged: dict[tuple, tuple[dict, list, list]] = {}
+        chunk = self.step_s * MAX_POINTS
+        t = self.start
+        while t < self.end:
+            stop = min(t + chunk, self.end)
+            result = self.prometheus.custom_query_range(
+                query, start_time=datetime.fromtimestamp(t, timezone.utc),
+                end_time=datetime.fromtimestamp(stop, timezone.utc), step=f"{int(round(self.step_s * 1000))}ms",
+                params={"timeout": f"{int(self.timeout_s * 1000)}ms"})
+            for series in result:
+                labels = series.get("metric", {})
+                key = tuple(sorted(labels.items()))
+                entry = merged.setdefault(key, (labels, [], []))
+                for when, value in series.get("values", []):
+                    v = _float(value)
+                    if v is not None and (not entry[1] or float(when) > entry[1][-1]):
+                        entry[1].append(float(when))
+                        entry[2].append(v)
+            t = stop + self.step_s
+        return [(labels, np.array(times), np.array(values)) for labels, times, values in merged.values() if times]
+
+
+def read_history(core, prometheus, start: float, end: float, step_s: float = 5.0,
+                 queries: dict[str, str] | None = None) -> History:
+    """The nodes now and the pods that lived between `start` and `end` (unix seconds)."""
+    if not end > start:
+        raise HistoryError(f"the window is empty: start {start} is not before end {end}")
+    queries = {**QUERIES, **(queries or {})}
+    reader = RangeReader(prometheus, start, end, step_s)
+    notes: list[str] = []
+
+    def read(name: str) -> list[tuple[dict, np.ndarray, np.ndarray]]:
+        try:
+            return reader.series(queries[name])
+        except Exception as exc:  # connection refused, timeout, PromQL error
+            if name == "pod_created":
+                raise HistoryError(f"prometheus: {name} ({queries[name]}): {type(exc).__name__}: "
+                                   f"{str(exc)[:300]}") from None
+            notes.append(f"{name}: the query failed ({type(exc).__name__}: {str(exc)[:120]}); left out")
+            return []
+
+    nodes = node_records(core)
+    by_name = {n.name: n for n in nodes}
+    for labels, _, values in read("node_latency"):
+        if (node := by_name.get(labels.get("node", ""))) is not None:
+            node.latency_ms, node.latency_std_ms = float(values.mean()), float(values.std())
+    _kepler_power(read, by_name)
+
+    created = {(lab.get("namespace", ""), lab.get("pod", "")): (times, values)
+               for lab, times, values in read("pod_created") if lab.get("pod")}
+    if not created:
+        raise HistoryError("prometheus has no kube_pod_created series in the window: is kube-state-metrics "
+                           "scraped? (rlscore-calibrate reads pod history from it)")
+
+    def per_pod(name: str) -> dict[tuple[str, str], tuple[dict, np.ndarray, np.ndarray]]:
+        return {(lab.get("namespace", ""), lab.get("pod", "")): (lab, t, v) for lab, t, v in read(name)}
+
+    cpu, memory, usage = per_pod("pod_cpu_request"), per_pod("pod_memory_request"), per_pod("pod_cpu_seconds")
+    apps, owners, limits = per_pod("pod_app"), per_pod("pod_owner"), per_pod("pod_latency_limits")
+    pods, no_request = [], 0
+    for key, (times, values) in created.items():
+        if key not in cpu or float(cpu[key][2].max()) <= 0:
+            no_request += 1
+            continue
+        cpu_m = round(float(cpu[key][2].max()) * 1000.0, 1)
+        mem = float(memory[key][2].max()) if key in memory else 0.0
+        owner = owners.get(key, ({}, None, None))[0]
+        workload = workload_name(key[1], apps.get(key, ({}, None, None))[0].get("label_app"),
+                                 owner.get("owner_kind"), owner.get("owner_name"))
+        used = None
+        if key in usage and (cores := cpu_seconds_rate(usage[key][1], usage[key][2])) is not None:
+            used = cores * 1000.0 / cpu_m
+        pair = None
+        if key in limits:
+            lab = limits[key][0]
+            soft = _float(lab.get("annotation_rlscore_io_latency_soft_ms"))
+            hard = _float(lab.get("annotation_rlscore_io_latency_hard_ms"))
+            if soft is not None and hard is not None and 0 <= soft <= hard:
+                pair = (soft, hard)
+        last = float(times[-1])
+        pods.append(PodRecord(key[0], key[1], workload, created=float(values[-1]), last_seen=last,
+                              alive=last >= end - 2 * step_s, cpu_millicores=cpu_m, memory_bytes=mem,
+                              usage=used, latency_limits_ms=pair, step_s=step_s))
+    if no_request:
+        notes.append(f"{no_request} pod(s) without a cpu request (kube_pod_container_resource_requests) left out")
+    if not pods:
+        raise HistoryError("no pod with a cpu request in the window: nothing to calibrate the workload from")
+    if not usage:
+        notes.append("no per-pod cpu usage (container_cpu_usage_seconds_total): usage factors unknown")
+    return History(start, end, step_s, nodes, sorted(pods, key=lambda p: p.created), notes)
+
+
+def cpu_seconds_rate(times: np.ndarray, values: np.ndarray) -> float | None:
+    """Cores used on average between the first and the last scrape of a cpu-seconds counter; a drop
+    is a restart, after which the counter counts from 0. A range query with a step below the scrape
+    interval repeats each scrape's value: only the first sample of each run is a scrape. None when
+    fewer than two scrapes are left."""
+    fresh = np.concatenate(([True], np.diff(values) != 0))
+    times, values = times[fresh], values[fresh]
+    if len(times) < 2:
+        return None
+    steps = np.diff(values)
+    return float(np.where(steps >= 0, steps, values[1:]).sum() / (times[-1] - times[0]))
+
+
+def _kepler_power(read, by_name: dict[str, NodeRecord]) -> None:
+    """Power curves from Kepler where the API gave none: idle watts, and max = idle + active / usage
+    at the samples with enough usage to divide by."""
+    idle = {lab.get("node_name"): v for lab, _, v in read("node_power_idle")}
+    if not idle:
+        return
+    active = {lab.get("node_name"): (t, v) for lab, t, v in read("node_power_active")}
+    ratio = {lab.get("node_name"): (t, v) for lab, t, v in read("node_power_usage")}
+    for name, node in by_name.items():
+        if node.power_source is not None or name not in idle or name not in active or name not in ratio:
+            continue
+        (ta, va), (tr, vr) = active[name], ratio[name]
+        common, ia, ir = np.intersect1d(ta, tr, return_indices=True)
+        busy = vr[ir] > 0.05
+        if not len(common) or not busy.any():
+            continue
+        base = float(np.median(idle[name]))
+        node.power_idle_watts = base
+        node.power_max_watts = base + float(np.median(va[ia][busy] / vr[ir][busy]))
+        node.power_source = "kepler"
