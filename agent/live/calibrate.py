@@ -21,12 +21,9 @@ import numpy as np
 from agent.live.history import History, HistoryError, NodeRecord, PodRecord, read_history
 from agent.sim.cluster_profile import (ClusterProfile, Dynamics, NodeGroup, NodeType, PodClassProfile, Workload,
                                        save_profile)
+from agent.sim.outcomes import UNKNOWN_IDLE_W_PER_CORE, UNKNOWN_MAX_W_PER_CORE
 from agent.sim.world import GIB
 
-# Per core, what a node of unknown power is given (the simulator's "large" machine: 110 W idle,
-# 380 W at full load for 16 cores); the profile then says power is not visible to the scorer.
-UNKNOWN_IDLE_W_PER_CORE = 110.0 / 16
-UNKNOWN_MAX_W_PER_CORE = 380.0 / 16
 DEFAULT_USAGE = (0.6, 0.6)  # usage unknown: KWOK's default, and a middle guess for real pods
 LATENCY_DRIFT_MS = 2.0  # a node whose latency wandered more than this (std) counts as drifting
 MAX_LOAD = 2.0  # the profile schema's bound on the poisson load

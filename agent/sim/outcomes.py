@@ -11,11 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+import numpy as np
+
+from agent.state import NodeState, PodRequest
+
 HOT_UTILIZATION = 0.85  # measured cpu above this counts as a hot node
 # Objective weights. EE: a pod that finds no node costs one reference node at full power for a pod's
 # mean lifetime (as if a machine had to be started for it). LB: hot-node share dominates imbalance.
 # EL: a hard violation outweighs a soft one, both outweigh energy.
 LB_HOT_WEIGHT = 10.0
+# A node whose power curve is unknown counts as drawing this much per core (the "large" machine's).
+UNKNOWN_IDLE_W_PER_CORE = 110.0 / 16
+UNKNOWN_MAX_W_PER_CORE = 380.0 / 16
 EL_HARD_WEIGHT = 10.0
 EL_SOFT_WEIGHT = 3.0
 EL_ENERGY_WEIGHT = 0.1
@@ -91,3 +98,47 @@ def rate(policy: str, power_watts: float, hot_nodes: int, present_nodes: int, re
     if policy == "LB":
         return LB_HOT_WEIGHT * hot_nodes / max(present_nodes, 1) + request_cv
     return EL_ENERGY_WEIGHT * energy
+
+
+def cv(values: np.ndarray) -> float:
+    """Coefficient of variation (population std / mean); 0 for an empty or all-zero set."""
+    n = values.size
+    if n == 0:
+        return 0.0
+    total = float(values.sum())
+    if total <= 0:
+        return 0.0
+    mean = total / n
+    variance = max(float(np.dot(values, values)) / n - mean * mean, 0.0)
+    return variance**0.5 / mean
+
+
+def placement_cost(policy: str, nodes: NodeState, pod: PodRequest, index: int) -> float:
+    """What the policy's objective charges at once for placing `pod` on node `index`: the extra power
+    (a node's idle draw when it was empty, plus its share of the dynamic range) in units of the
+    candidates' mean full-load power; for LB whether the node turns hot (measured use plus the
+    request) over the node count, plus the change in the request shares' CV; for EL the pod's
+    latency violations, then EE's energy. The consequences that show later are not in it: it is
+    the common yardstick the server judges two models' live choices by (lower is better)."""
+    cores = nodes.cpu_capacity / 1000.0
+    idle = np.where(np.isfinite(nodes.power_idle_watts), nodes.power_idle_watts, UNKNOWN_IDLE_W_PER_CORE * cores)
+    peak = np.where(np.isfinite(nodes.power_max_watts), nodes.power_max_watts, UNKNOWN_MAX_W_PER_CORE * cores)
+    share = pod.cpu_millicores / max(float(nodes.cpu_capacity[index]), 1e-9)
+    used = float(nodes.cpu_utilization[index])
+    if not np.isfinite(used):
+        used = float(nodes.cpu_requested[index] / max(nodes.cpu_capacity[index], 1e-9))
+    energy = ((idle[index] if nodes.pods[index] == 0 else 0.0)
+              + (peak[index] - idle[index]) * max(0.0, min(share, 1.0 - used))) / max(float(peak.mean()), 1e-9)
+    if policy == "EE":
+        return float(energy)
+    if policy == "LB":
+        before = nodes.cpu_requested / np.maximum(nodes.cpu_capacity, 1e-9)
+        after = before.copy()
+        after[index] += share
+        hot = float(used + share > HOT_UTILIZATION)
+        return LB_HOT_WEIGHT * hot / len(nodes) + cv(after) - cv(before)
+    latency = float(nodes.latency_ms[index])
+    violations = 0.0
+    if pod.has_latency_limits and np.isfinite(latency):
+        violations = EL_HARD_WEIGHT * (latency > pod.hard_limit) + EL_SOFT_WEIGHT * (latency > pod.soft_limit)
+    return float(violations + EL_ENERGY_WEIGHT * energy)

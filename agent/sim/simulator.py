@@ -16,7 +16,7 @@ import numpy as np
 
 from agent.sim import scenarios
 from agent.sim.families import LATENCY_RANGE_MS, family
-from agent.sim.outcomes import EL_ENERGY_WEIGHT, HOT_UTILIZATION, Ledger, Units, rate
+from agent.sim.outcomes import EL_ENERGY_WEIGHT, HOT_UTILIZATION, Ledger, Units, cv as _cv, rate
 from agent.sim.scenarios import Event
 from agent.sim.world import SimPod, World
 from agent.state import NodeState, PodRequest
@@ -374,16 +374,3 @@ class Simulation:
         hot = int(np.count_nonzero(active & (util > HOT_UTILIZATION)))
         return rate(policy, float(c.power(util).sum()), hot, int(present.sum()),
                     _cv(c.cpu_requested[present] / c.cpu_capacity[present]), self.units)
-
-
-def _cv(values: np.ndarray) -> float:
-    """Coefficient of variation (population std / mean); 0 for an empty or all-zero set."""
-    n = values.size
-    if n == 0:
-        return 0.0
-    total = float(values.sum())
-    if total <= 0:
-        return 0.0
-    mean = total / n
-    variance = max(float(np.dot(values, values)) / n - mean * mean, 0.0)
-    return variance**0.5 / mean

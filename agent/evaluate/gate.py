@@ -1,0 +1,168 @@
+"""`rlscore-gate`: promote a retrained model only when it is better for the cluster it will serve.
+
+On held-out seeds of the cluster's profile (seeds training never draws), the candidate must pass the
+model loader's validation and beat both the serving model (or, when none is loaded, the heuristic
+the server falls back to) and the best hand-written scorer for the policy, on the policy's
+objective, by at least `--margin`. The verdict and the figures go into the candidate's sidecar, where
+the suggestion server reads them before it stages the candidate; `--promote-to` copies a passing
+candidate there. A refused candidate changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from agent.evaluate.compare import EVAL_SEED_BASE, baselines_for, evaluate
+from agent.heuristics import POLICY_HEURISTIC
+from agent.learn.model_io import ModelValidationError, load_model, sha256_of, sidecar_path
+from agent.scoring import ModelScorer
+from agent.sim.cluster_profile import ProfileError, load_profile, register_profile
+from agent.state import POLICIES
+
+CANDIDATE, SERVING = "candidate", "serving"
+
+
+@dataclass
+class Verdict:
+    promote: bool
+    reason: str
+    policy: str
+    profile: str
+    seeds: int
+    arrivals: int
+    margin: float
+    objective: dict[str, float] = field(default_factory=dict)  # scorer -> mean objective (lower is better)
+    wins: dict[str, int] = field(default_factory=dict)  # seeds on which the candidate beat serving / best baseline
+    best_baseline: str | None = None
+    serving: str | None = None  # the serving model's version, or heuristic:<name>
+    candidate_sha256: str | None = None
+    decided_at: float = field(default_factory=time.time)
+
+
+def judge(policy: str, candidate: Path, serving: Path | None, profile_path: Path, seeds: int = 6,
+          arrivals: int = 300, margin: float = 0.0, progress: bool = True) -> Verdict:
+    profile = load_profile(profile_path)
+    verdict = Verdict(False, "", policy, profile.name, seeds, arrivals, margin)
+    try:
+        digest = sha256_of(candidate)
+        model = load_model(candidate, expected_policy=policy)
+    except (OSError, ModelValidationError) as exc:
+        verdict.reason = f"the candidate fails the loader's validation: {exc}"
+        return verdict
+    verdict.candidate_sha256 = digest
+    scorers = [ModelScorer(model, name=CANDIDATE)]
+    serving_model = None
+    if serving is not None and serving.exists():
+        try:
+            serving_model = load_model(serving, expected_policy=policy)
+        except ModelValidationError:
+            serving_model = None  # the server serves the heuristic in its place: so is it judged
+    if serving_model is not None:
+        scorers.append(ModelScorer(serving_model, name=SERVING))
+        verdict.serving = serving_model.version
+    else:
+        verdict.serving = f"heuristic:{POLICY_HEURISTIC[policy]}"
+    family = register_profile(profile)
+    baselines = tuple(b for b in baselines_for(policy) if b != "random")
+    results, _ = evaluate(policy, scorers, (family,), seeds, arrivals, baselines=baselines, progress=progress)
+    by = {}
+    for r in results:
+        by.setdefault(r.scorer, {})[r.seed] = r.objective
+    verdict.objective = {name: round(float(np.mean(list(v.values()))), 6) for name, v in by.items()}
+    reference = SERVING if serving_model is not None else POLICY_HEURISTIC[policy]
+    best = min(baselines, key=lambda b: verdict.objective[b])
+    verdict.best_baseline = best
+    seeds_run = sorted(by[CANDIDATE])
+    verdict.wins = {"serving": sum(by[CANDIDATE][s] < by[reference][s] for s in seeds_run),
+                    "best_baseline": sum(by[CANDIDATE][s] < by[best][s] for s in seeds_run)}
+    mine = verdict.objective[CANDIDATE]
+    failures = [f"{label} {verdict.objective[name]:.4g}" for label, name in (("serving", reference), (best, best))
+                if not mine < verdict.objective[name] * (1.0 - margin)]
+    verdict.promote = not failures
+    verdict.reason = (f"candidate {mine:.4g} beats serving {verdict.objective[reference]:.4g} and the best "
+                      f"heuristic {best} {verdict.objective[best]:.4g}" if verdict.promote else
+                      f"candidate {mine:.4g} does not beat " + " and ".join(failures)
+                      + (f" by {margin:.0%}" if margin else ""))
+    return verdict
+
+
+def record(candidate: Path, verdict: Verdict, command: str) -> None:
+    """The verdict goes into the candidate's sidecar (the model file itself is untouched)."""
+    side = sidecar_path(candidate)
+    meta = json.loads(side.read_text())
+    meta["gate"] = {**asdict(verdict), "command": command, "seed_base": EVAL_SEED_BASE}
+    _write_atomically(side, (json.dumps(meta, indent=2) + "\n").encode())
+
+
+def promote(candidate: Path, target: Path) -> None:
+    """Copy a passing candidate to `target`: the sidecar first, then the model, each by an atomic
+    rename, so a reader sees the old pair, or the new sidecar beside the old model (which the loader
+    refuses on its checksum, keeping what it serves), or the new pair."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomically(sidecar_path(target), sidecar_path(candidate).read_bytes())
+    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", delete=False) as tmp:
+        with open(candidate, "rb") as src:
+            shutil.copyfileobj(src, tmp)
+        tmp.flush()
+        os.fsync(tmp.fileno())
+    os.replace(tmp.name, target)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
+        tmp.write(data)
+        tmp.flush()
+        os.fsync(tmp.fileno())
+    os.replace(tmp.name, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlscore-gate", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--policy", required=True, type=str.upper, choices=POLICIES)
+    parser.add_argument("--candidate", required=True, type=Path, help="the retrained model (.pt beside its .json)")
+    parser.add_argument("--serving", type=Path, default=None, help="the model serving now (default models/<policy>.pt)")
+    parser.add_argument("--profile", required=True, type=Path, help="the cluster profile to judge on")
+    parser.add_argument("--seeds", type=int, default=6, help="held-out seeds")
+    parser.add_argument("--arrivals", type=int, default=300, help="measured arrivals per seed")
+    parser.add_argument("--margin", type=float, default=0.0, help="required improvement, e.g. 0.02 for 2%%")
+    parser.add_argument("--promote-to", type=Path, default=None,
+                        help="copy a passing candidate (and its sidecar) to this path")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    if args.seeds < 1 or args.arrivals < 1 or not 0 <= args.margin < 1:
+        parser.error("--seeds and --arrivals must be >= 1, --margin within [0, 1)")
+    serving = args.serving or Path("models") / f"{args.policy.lower()}.pt"
+    try:
+        verdict = judge(args.policy, args.candidate, serving, args.profile, args.seeds, args.arrivals, args.margin,
+                        progress=not args.no_progress)
+    except ProfileError as exc:
+        print(f"rlscore-gate: {exc}", file=sys.stderr)
+        return 2
+    command = "rlscore-gate " + " ".join(argv if argv is not None else sys.argv[1:])
+    if verdict.candidate_sha256 is not None:  # a file the loader refused may have no sidecar to write to
+        record(args.candidate, verdict, command)
+    for name, value in sorted(verdict.objective.items(), key=lambda kv: kv[1]):
+        print(f"  {name:28s} {value:.4f}")
+    print(f"{'PROMOTE' if verdict.promote else 'REFUSED'}: {verdict.reason}")
+    if verdict.promote and args.promote_to is not None:
+        if sha256_of(args.candidate) != verdict.candidate_sha256:
+            print(f"rlscore-gate: {args.candidate} changed while it was judged; not promoted", file=sys.stderr)
+            return 1
+        promote(args.candidate, args.promote_to)
+        print(f"promoted to {args.promote_to}")
+    return 0 if verdict.promote else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
