@@ -31,6 +31,7 @@ from suggestion_server.node_table import NodeTable
 from suggestion_server.pods import RequestFieldError, pod_request, resolve_policy
 from suggestion_server.prometheus_source import PrometheusSource
 from suggestion_server.registry import ModelRegistry
+from suggestion_server.rollout import RolloutError, RolloutManager
 from suggestion_server.schemas import PATTERN_MESSAGES, PodIn, SuggestRequest, SuggestResponse
 from suggestion_server.scoring import score_nodes
 from suggestion_server.snapshot import FIELDS, StateCollector, assemble, export_metrics
@@ -94,6 +95,9 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
     """The app; `background=False` skips the refresh and watch loops (tests drive them)."""
     settings = settings or Settings()
     registry = ModelRegistry(settings.model_dir)
+    rollout = RolloutManager(registry, settings.model_dir, settings.candidate_dir, settings.canary_share,
+                             settings.rollout_auto, settings.shadow_decisions, settings.canary_decisions,
+                             settings.rollout_tolerance)
     table = NodeTable()
     kube = KubeState.from_settings(settings.kubernetes, settings.kubeconfig, table)
     prometheus = None
@@ -118,6 +122,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         torch.set_num_threads(1)
         threadpool_limits(1)
         await asyncio.to_thread(registry.load_all)
+        rollout.restore()
+        rollout.watch()
         # torch, pydantic and FastAPI leave millions of long-lived objects behind; freezing them
         # keeps full garbage collections from scanning them in the middle of a request.
         gc.collect()
@@ -147,6 +153,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
             await asyncio.sleep(settings.model_watch_interval_s)
             try:
                 await asyncio.to_thread(registry.reload_changed)
+                rollout.watch()
             except Exception:
                 log.exception("model watch failed")
 
@@ -156,6 +163,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
     app.add_middleware(BearerAuth, token=settings.api_token, open_read_endpoints=settings.open_read_endpoints,
                        on_reject=lambda: metrics.INVALID.labels("401").inc())
     app.state.settings, app.state.registry, app.state.collector = settings, registry, collector
+    app.state.rollout = rollout
     app.state.table = table
     rng = np.random.default_rng()
 
@@ -184,6 +192,13 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         nodes, reasons, notes = assemble(request_nodes, table, snapshot, settings.stale_after_s,
                                          need_latency=policy == "EL", need_power=policy != "LB")
         scores, source, version, fallback = score_nodes(policy, nodes, pod, registry, rng)
+        staged = None
+        if rollout.active(policy):
+            staged = rollout.consider(policy, nodes, pod, (pod_in.namespace, pod_in.name), scores, version)
+            scores, version = staged.scores, staged.version
+            source = "candidate" if staged.scored_by == "candidate" else source
+            if staged.reason:
+                fallback.append(staged.reason)
         for code in {code for code, _ in reasons}:
             metrics.DEGRADED.labels(code).inc()
         decision = Decision(policy, version, source, bool(reasons), [m for _, m in reasons + notes] + fallback,
@@ -192,10 +207,12 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         metrics.REQUESTS.labels(policy, source).inc()
         metrics.LATENCY.labels(policy, source).observe(elapsed)
         if decisions.isEnabledFor(logging.INFO):
-            decisions.info(json.dumps({"pod": f"{pod_in.namespace}/{pod_in.name}", "policy": policy,
-                                       "model_version": version, "source": source, "degraded": decision.degraded,
-                                       "top_node": nodes.names[int(np.argmax(scores))], "nodes": len(nodes.names),
-                                       "ms": round(elapsed * 1000, 3)}))
+            entry = {"pod": f"{pod_in.namespace}/{pod_in.name}", "policy": policy, "model_version": version,
+                     "source": source, "degraded": decision.degraded, "top_node": nodes.names[int(np.argmax(scores))],
+                     "nodes": len(nodes.names), "ms": round(elapsed * 1000, 3)}
+            if staged is not None:
+                entry["rollout"] = {"stage": staged.stage, "scored_by": staged.scored_by, "agreed": staged.agreed}
+            decisions.info(json.dumps(entry))
         return decision
 
     @app.post("/suggest", response_model=SuggestResponse,
@@ -311,12 +328,51 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
     async def policies() -> dict:
         snap = collector.snapshot
         return {"default_policy": settings.default_policy, "policies": registry.status(),
+                "rollout": rollout.status(),
                 "snapshot": {"age_s": snap.age() if snap.taken_at else None, "nodes": snap.nodes,
                              "problems": snap.problems}}
+
+    @app.get("/v1/rollout", summary="Each policy's rollout: stage, candidate, agreement, placement costs, history")
+    async def rollout_status() -> dict:
+        return rollout.status()
+
+    async def rollout_step(policy: str, step) -> JSONResponse:
+        if not settings.api_token:
+            return _error(403, ["header", "authorization"],
+                          "the rollout API changes what serves: set RLSCORE_API_TOKEN to enable it")
+        try:
+            name = normalize_policy(policy)
+        except ValueError as exc:
+            return _error(422, ["path", "policy"], str(exc))
+        try:
+            return JSONResponse(step(name))
+        except RolloutError as exc:
+            return _error(409, ["path", "policy"], str(exc))
+
+    rollout_responses = {401: {"description": "missing or wrong bearer token"},
+                         403: {"description": "no API token configured: the rollout API is off"},
+                         409: {"description": "the step cannot be taken now; the message says why"}}
+
+    @app.post("/v1/rollout/{policy}/candidate", responses=rollout_responses,
+              summary="Stage the candidate file now (shadow), if its gate verdict passes")
+    async def rollout_candidate(policy: str) -> JSONResponse:
+        return await rollout_step(policy, lambda p: rollout.stage_candidate(p, "api"))
+
+    @app.post("/v1/rollout/{policy}/promote", responses=rollout_responses,
+              summary="Advance one stage: shadow -> canary -> serving")
+    async def rollout_promote(policy: str) -> JSONResponse:
+        return await rollout_step(policy, lambda p: rollout.promote(p, "api"))
+
+    @app.post("/v1/rollout/{policy}/rollback", responses=rollout_responses,
+              summary="Drop the candidate; without one, put the previous serving model back")
+    async def rollout_rollback(policy: str) -> JSONResponse:
+        return await rollout_step(policy, lambda p: rollout.rollback(p, "api"))
 
     @app.post("/models/reload")
     async def reload_models() -> dict:
         await asyncio.to_thread(registry.load_all)
+        rollout.restore()
+        rollout.watch()
         return {"policies": registry.status()}
 
     return app

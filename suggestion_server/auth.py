@@ -15,7 +15,7 @@ import hmac
 from starlette.responses import JSONResponse
 
 PROBES = frozenset({"/healthz", "/readyz"})
-READ_ONLY = frozenset({"/policies", "/state", "/metrics", "/docs", "/docs/oauth2-redirect", "/openapi.json",
+READ_ONLY = frozenset({"/policies", "/state", "/metrics", "/v1/rollout", "/docs", "/docs/oauth2-redirect", "/openapi.json",
                        "/redoc"})
 
 

@@ -21,6 +21,18 @@ class Settings(BaseSettings):
     el_default_soft_ms: float = Field(DEFAULT_LATENCY_SOFT_MS, gt=0, description="EL limits for pods without annotations")
     el_default_hard_ms: float = Field(DEFAULT_LATENCY_HARD_MS, gt=0)
 
+    # Staged rollout of retrained models (suggestion_server/rollout.py)
+    candidate_dir: Path | None = Field(
+        None, description="where retrained candidates (<policy>.pt + sidecar with a gate verdict) arrive; "
+                          "default <model_dir>/candidates")
+    canary_share: float = Field(0.1, gt=0, le=1, description="share of pods the candidate decides for in canary")
+    rollout_auto: bool = Field(True, description="advance (or roll back) stages by themselves after enough requests")
+    shadow_decisions: int = Field(200, ge=1, description="compared requests before shadow -> canary")
+    canary_decisions: int = Field(500, ge=1, description="compared requests before canary -> serving")
+    rollout_tolerance: float = Field(
+        0.0, ge=0, le=1, description="auto-advance while the candidate's mean placement cost is at most "
+                                     "serving's x (1 + this); above it the candidate is rolled back")
+
     # Request limits
     max_nodes: int = Field(25_000, ge=1, description="more nodes in one request is a 413")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="larger bodies are a 413")

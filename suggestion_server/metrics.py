@@ -14,3 +14,18 @@ SNAPSHOT_NODES = Gauge("rlscore_snapshot_nodes", "Nodes in the state snapshot.")
 MODEL_INFO = Gauge("rlscore_model_info", "The serving model per policy (value 1).", ["policy", "version"])
 MODEL_LOAD_FAILURES = Counter("rlscore_model_load_failures_total", "Model files refused by validation.",
                               ["policy"])
+# Staged rollout (suggestion_server/rollout.py): mean placement cost = cost_total / compared_total.
+ROLLOUT_STAGE = Gauge("rlscore_rollout_stage", "1 for the rollout stage each policy is in (none, shadow, canary).",
+                      ["policy", "stage"])
+ROLLOUT_COMPARED = Counter("rlscore_rollout_compared_total", "Requests scored by both the serving model and "
+                           "the candidate.", ["policy", "stage"])
+ROLLOUT_AGREED = Counter("rlscore_rollout_agreed_total", "Compared requests on which both picked the same node.",
+                         ["policy", "stage"])
+ROLLOUT_COST = Counter("rlscore_rollout_placement_cost_total", "Sum of the placement cost (the policy's objective, "
+                       "one step) of each one's pick.", ["policy", "model"])
+ROLLOUT_DECIDED = Counter("rlscore_rollout_decisions_total", "Requests during a rollout, by who decided.",
+                          ["policy", "model"])
+ROLLOUT_TRANSITIONS = Counter("rlscore_rollout_transitions_total", "Rollout stage changes.",
+                              ["policy", "to", "trigger"])
+ROLLOUT_REFUSED = Counter("rlscore_rollout_refused_total", "Candidate files not staged (no passing gate verdict, "
+                          "invalid file).", ["policy"])

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,7 +21,8 @@ import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, baselines_for, evaluate
 from agent.heuristics import POLICY_HEURISTIC
-from agent.learn.model_io import ModelValidationError, load_model, sha256_of, sidecar_path
+from agent.learn.model_io import (ModelValidationError, install_model, load_model, sha256_of, sidecar_path,
+                                  write_atomically)
 from agent.scoring import ModelScorer
 from agent.sim.cluster_profile import ProfileError, load_profile, register_profile
 from agent.state import POLICIES
@@ -101,29 +99,7 @@ def record(candidate: Path, verdict: Verdict, command: str) -> None:
     side = sidecar_path(candidate)
     meta = json.loads(side.read_text())
     meta["gate"] = {**asdict(verdict), "command": command, "seed_base": EVAL_SEED_BASE}
-    _write_atomically(side, (json.dumps(meta, indent=2) + "\n").encode())
-
-
-def promote(candidate: Path, target: Path) -> None:
-    """Copy a passing candidate to `target`: the sidecar first, then the model, each by an atomic
-    rename, so a reader sees the old pair, or the new sidecar beside the old model (which the loader
-    refuses on its checksum, keeping what it serves), or the new pair."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(sidecar_path(target), sidecar_path(candidate).read_bytes())
-    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", delete=False) as tmp:
-        with open(candidate, "rb") as src:
-            shutil.copyfileobj(src, tmp)
-        tmp.flush()
-        os.fsync(tmp.fileno())
-    os.replace(tmp.name, target)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
-        tmp.write(data)
-        tmp.flush()
-        os.fsync(tmp.fileno())
-    os.replace(tmp.name, path)
+    write_atomically(side, (json.dumps(meta, indent=2) + "\n").encode())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         if sha256_of(args.candidate) != verdict.candidate_sha256:
             print(f"rlscore-gate: {args.candidate} changed while it was judged; not promoted", file=sys.stderr)
             return 1
-        promote(args.candidate, args.promote_to)
+        install_model(args.candidate, args.promote_to)
         print(f"promoted to {args.promote_to}")
     return 0 if verdict.promote else 1
 

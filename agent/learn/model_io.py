@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,3 +223,22 @@ def _probe(model: LoadedModel, path: Path) -> None:
             q = model.q_values(nodes, pod)
             _require(q.shape == (n,) and bool(np.all(np.isfinite(q))), path,
                      f"non-finite Q-values on a {n}-node probe input")
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` by a rename: a reader sees the old file or the new one, never half."""
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
+        tmp.write(data)
+        tmp.flush()
+        os.fsync(tmp.fileno())
+    os.replace(tmp.name, path)
+
+
+def install_model(source: Path, target: Path) -> None:
+    """Copy a model and its sidecar to `target`: the sidecar first, then the model, each atomically.
+    A reader (the server's model watch) sees the old pair, or the new sidecar beside the old model
+    (which the loader refuses on its checksum, keeping what it serves), or the new pair."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if sidecar_path(source).exists():
+        write_atomically(sidecar_path(target), sidecar_path(source).read_bytes())
+    write_atomically(target, Path(source).read_bytes())

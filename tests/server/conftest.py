@@ -1,9 +1,14 @@
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from fastapi.testclient import TestClient
 
+from agent.features import NODE_FEATURES
+from agent.learn.model_io import save_model
+from agent.learn.network import NodeScorer
 from suggestion_server.api import create_app
 from suggestion_server.config import Settings
 
@@ -58,3 +63,31 @@ def client(make_client):
 def post(client, body, headers=None):
     return client.post("/suggest", content=json.dumps(body).encode(),
                        headers={"content-type": "application/json", **(headers or {})})
+
+
+def copy_models(directory: Path) -> Path:
+    """The shipped models and sidecars, in a directory a test may change."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("ee", "lb", "el"):
+        for suffix in (".pt", ".json"):
+            shutil.copy(MODELS / f"{name}{suffix}", directory / f"{name}{suffix}")
+    return directory
+
+
+def overflowing_el_model(path: Path, metadata: dict | None = None) -> Path:
+    """An EL model that passes the loader's probes but overflows on a far-away node.
+
+    Seven hidden layers multiply latency_over_hard by 2.2e269 (sums over 64 nodes stay finite), the
+    output layer by 2.5e38: the loader's probes reach 2.7 (finite in float64), a node at 120 ms
+    against a 30 ms limit reaches 4.0 (over float64's 1.8e308)."""
+    torch.manual_seed(0)
+    net = NodeScorer((1,) * 8)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.zero_()
+        net.layers[0].Lambda.weight[0, NODE_FEATURES.index("latency_over_hard")] = 3e38
+        for layer in net.layers[1:7]:
+            layer.Lambda.weight[0, 0] = 3e38
+        net.layers[7].Lambda.weight[0, 0] = 1.0
+        net.layers[8].Lambda.weight[0, 0] = 2.5e38
+    return save_model(path, net, "EL", metadata or {})

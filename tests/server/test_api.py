@@ -120,8 +120,10 @@ def _routes(app) -> set[tuple[str, str]]:
     return out
 
 
-STATE_CHANGING = {("POST", "/v1/scores"), ("POST", "/suggest"), ("POST", "/models/reload")}
-READ_ONLY = {("GET", "/policies"), ("GET", "/state"), ("GET", "/metrics"), ("GET", "/openapi.json"),
+STATE_CHANGING = {("POST", "/v1/scores"), ("POST", "/suggest"), ("POST", "/models/reload"),
+                  ("POST", "/v1/rollout/{policy}/candidate"), ("POST", "/v1/rollout/{policy}/promote"),
+                  ("POST", "/v1/rollout/{policy}/rollback")}
+READ_ONLY = {("GET", "/policies"), ("GET", "/state"), ("GET", "/metrics"), ("GET", "/v1/rollout"), ("GET", "/openapi.json"),
              ("GET", "/docs"), ("GET", "/docs/oauth2-redirect"), ("GET", "/redoc")}
 PROBES = {("GET", "/healthz"), ("GET", "/readyz")}
 # reads that hand out the models and the cluster's measured state: the token even with open reads

@@ -1,21 +1,14 @@
 """Model registry: only validated models serve; a bad file never replaces a good one."""
 
 import os
-import shutil
 
 import torch
 
-from agent.features import FEATURE_SPEC_VERSION, NODE_FEATURES
+from agent.features import FEATURE_SPEC_VERSION
 from agent.learn.model_io import save_model, sidecar_path
 from agent.learn.network import NodeScorer
 from suggestion_server.registry import ModelRegistry
-from tests.server.conftest import MODELS, node, pod, post
-
-
-def _copy_models(tmp_path):
-    for name in ("ee", "lb", "el"):
-        for suffix in (".pt", ".json"):
-            shutil.copy(MODELS / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
+from tests.server.conftest import copy_models, node, overflowing_el_model, pod, post
 
 
 def _touch_later(path):
@@ -24,7 +17,7 @@ def _touch_later(path):
 
 
 def test_good_models_load_with_versions(tmp_path):
-    _copy_models(tmp_path)
+    copy_models(tmp_path)
     registry = ModelRegistry(tmp_path)
     registry.load_all()
     assert registry.ready()
@@ -33,7 +26,7 @@ def test_good_models_load_with_versions(tmp_path):
 
 
 def test_corrupted_file_keeps_the_previous_model_and_is_reported(tmp_path, make_client):
-    _copy_models(tmp_path)
+    copy_models(tmp_path)
     client = make_client(model_dir=tmp_path)
     before = post(client, {"pod": pod(), "nodes": [node("a"), node("b", cpu_req=1000, pods=2)], "policy": "EE"}).json()
 
@@ -60,7 +53,7 @@ def test_wrong_spec_version_is_refused(tmp_path):
 
 
 def test_hot_reload_on_file_change(tmp_path):
-    _copy_models(tmp_path)
+    copy_models(tmp_path)
     registry = ModelRegistry(tmp_path)
     registry.load_all()
     old = registry.get("LB").version
@@ -79,21 +72,8 @@ def test_hot_reload_on_file_change(tmp_path):
 
 def test_model_with_non_finite_output_at_serving_time_falls_back(tmp_path, make_client):
     """Weights that pass the loader's probe but overflow on a far-away node: the heuristic answers."""
-    _copy_models(tmp_path)
-    torch.manual_seed(0)
-    # seven hidden layers multiply latency_over_hard by 2.2e269 (sums over 64 nodes stay finite), the
-    # output layer by 2.5e38: the loader's probes reach 2.7 (finite in float64), a node at 120 ms
-    # against a 30 ms limit reaches 4.0 (over float64's 1.8e308)
-    net = NodeScorer((1,) * 8)
-    with torch.no_grad():
-        for p in net.parameters():
-            p.zero_()
-        net.layers[0].Lambda.weight[0, NODE_FEATURES.index("latency_over_hard")] = 3e38
-        for layer in net.layers[1:7]:
-            layer.Lambda.weight[0, 0] = 3e38
-        net.layers[7].Lambda.weight[0, 0] = 1.0
-        net.layers[8].Lambda.weight[0, 0] = 2.5e38
-    save_model(tmp_path / "el.pt", net, "EL", {})
+    copy_models(tmp_path)
+    overflowing_el_model(tmp_path / "el.pt")
     client = make_client(model_dir=tmp_path)
     body = {"pod": pod(), "nodes": [node("near", latency=10.0), node("far", latency=120.0)], "policy": "EL"}
     r = post(client, body).json()
