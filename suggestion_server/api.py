@@ -25,6 +25,7 @@ from agent.state import POLICIES, normalize_policy
 from suggestion_server import compact, metrics, tls
 from suggestion_server.auth import BearerAuth
 from suggestion_server.config import Settings
+from suggestion_server.drift import DriftMonitor
 from suggestion_server.kube_state import KubeState
 from suggestion_server.latency_source import ProbeLatencySource
 from suggestion_server.node_table import NodeTable
@@ -99,6 +100,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
                              settings.rollout_auto, settings.shadow_decisions, settings.canary_decisions,
                              settings.rollout_tolerance)
     table = NodeTable()
+    drift = DriftMonitor(registry, table, settings.drift_profile, settings.drift_window, settings.drift_confirmations,
+                         settings.drift_retrain_command, settings.drift_retrain_cooldown_s)
     kube = KubeState.from_settings(settings.kubernetes, settings.kubeconfig, table)
     prometheus = None
     if settings.prometheus_url:
@@ -138,6 +141,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
             tasks.append(asyncio.create_task(collector.run(), name="snapshot-refresh"))
             if settings.model_watch_interval_s > 0:
                 tasks.append(asyncio.create_task(_watch_models(), name="model-watch"))
+            tasks.append(asyncio.create_task(_watch_drift(), name="drift-check"))
             if tls.ACTIVE is not None:
                 tasks.append(asyncio.create_task(tls.ACTIVE.watch(settings.tls_reload_interval_s), name="tls-reload"))
         yield
@@ -157,13 +161,21 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
             except Exception:
                 log.exception("model watch failed")
 
+    async def _watch_drift():
+        while True:
+            await asyncio.sleep(settings.drift_interval_s)
+            try:
+                drift.check()
+            except Exception:
+                log.exception("drift check failed")
+
     app = FastAPI(title="rlscore suggestion server", version="0.1.0", lifespan=lifespan,
                   description="Scores feasible nodes for a pod with learned EE / LB / EL policies.")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(BearerAuth, token=settings.api_token, open_read_endpoints=settings.open_read_endpoints,
                        on_reject=lambda: metrics.INVALID.labels("401").inc())
     app.state.settings, app.state.registry, app.state.collector = settings, registry, collector
-    app.state.rollout = rollout
+    app.state.rollout, app.state.drift = rollout, drift
     app.state.table = table
     rng = np.random.default_rng()
 
@@ -188,6 +200,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
             loc = list(getattr(exc, "loc", ["body", "pod"]))
             return _error(422, loc, str(exc))
 
+        drift.observe(pod.cpu_millicores)
         snapshot = await collector.current()  # never waits: a stale one refreshes in the background
         nodes, reasons, notes = assemble(request_nodes, table, snapshot, settings.stale_after_s,
                                          need_latency=policy == "EL", need_power=policy != "LB")
@@ -328,7 +341,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
     async def policies() -> dict:
         snap = collector.snapshot
         return {"default_policy": settings.default_policy, "policies": registry.status(),
-                "rollout": rollout.status(),
+                "rollout": rollout.status(), "drift": drift.status(),
                 "snapshot": {"age_s": snap.age() if snap.taken_at else None, "nodes": snap.nodes,
                              "problems": snap.problems}}
 

@@ -33,6 +33,17 @@ class Settings(BaseSettings):
         0.0, ge=0, le=1, description="auto-advance while the candidate's mean placement cost is at most "
                                      "serving's x (1 + this); above it the candidate is rolled back")
 
+    # Drift (suggestion_server/drift.py)
+    drift_profile: Path | None = Field(
+        None, description="reference cluster profile for models without a training profile in their sidecar")
+    drift_interval_s: float = Field(15.0, gt=0, description="how often drift is checked")
+    drift_window: int = Field(500, ge=10, description="recent pods whose cpu requests are compared")
+    drift_confirmations: int = Field(2, ge=1, description="checks in a row a signal must be over its threshold")
+    drift_retrain_command: str | None = Field(
+        None, description="run on drift (split like a shell, no shell), with RLSCORE_DRIFT_POLICY and "
+                          "RLSCORE_DRIFT_REASON set, e.g. 'make retrain' or 'kubectl create job --from=...'")
+    drift_retrain_cooldown_s: float = Field(3600.0, ge=0, description="at most one retraining per policy per this")
+
     # Request limits
     max_nodes: int = Field(25_000, ge=1, description="more nodes in one request is a 413")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="larger bodies are a 413")

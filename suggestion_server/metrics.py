@@ -29,3 +29,11 @@ ROLLOUT_TRANSITIONS = Counter("rlscore_rollout_transitions_total", "Rollout stag
                               ["policy", "to", "trigger"])
 ROLLOUT_REFUSED = Counter("rlscore_rollout_refused_total", "Candidate files not staged (no passing gate verdict, "
                           "invalid file).", ["policy"])
+# Drift (suggestion_server/drift.py)
+DRIFT_SCORE = Gauge("rlscore_drift_signal", "Each drift signal's value against the serving model's training "
+                    "profile (usage: ratio; requests: PSI; latency: relative change).", ["policy", "signal"])
+DRIFT_FLAGGED = Gauge("rlscore_drift_flagged", "1 while drift is flagged for the policy.", ["policy"])
+DRIFT_EVENTS = Counter("rlscore_drift_events_total", "Times drift was flagged.", ["policy"])
+DRIFT_RETRAINS = Counter("rlscore_drift_retrains_total", "Retraining runs started on drift.", ["policy"])
+REALIZED = Gauge("rlscore_realized", "The realized objective from the node metrics: active nodes, power (W), "
+                 "hot-node share.", ["measure"])

@@ -94,8 +94,8 @@ def test_build_profile_describes_the_history(tmp_path):
     assert profile.name == "shop-prod-eu"
     # nodes: one type per size and power curve, named after the instance type where known
     assert [t.name for t in profile.node_types] == ["m5-2xlarge", "16cpu-32gi"]
-    assert [g.type for g in profile.nodes] == ["m5-2xlarge", "m5-2xlarge", "16cpu-32gi"]
-    assert [g.latency_ms for g in profile.nodes] == [[12.0], [40.0], [0.0]]
+    assert [(g.type, g.names) for g in profile.nodes] == [("m5-2xlarge", ["n0", "n1"]), ("16cpu-32gi", ["n2"])]
+    assert [g.latency_ms for g in profile.nodes] == [[12.0, 40.0], [0.0]]
     assert not profile.dynamics.power_visible  # one node's power is a guess
     assert profile.dynamics.latency_drift  # n1 wandered by 5 ms
     assert any("without a power curve" in n for n in notes) and any("without a latency" in n for n in notes)

@@ -61,7 +61,13 @@ def node_types(nodes: list[NodeRecord], notes: list[str]) -> tuple[list[NodeType
                 name, k = f"{base}-{k}", k + 1
             types[key] = NodeType(name=name, cpuMillicores=node.cpu_millicores, memoryBytes=node.memory_bytes,
                                   maxPods=node.max_pods, powerIdleWatts=key[3], powerMaxWatts=key[4])
-        groups.append(NodeGroup(type=types[key].name, latencyMs=[round(node.latency_ms or 0.0, 2)]))
+        if groups and groups[-1].type == types[key].name:  # runs of one type, in name order
+            last = groups.pop()
+            groups.append(NodeGroup(type=last.type, latencyMs=[*last.latency_ms, round(node.latency_ms or 0.0, 2)],
+                                    names=[*last.names, node.name]))
+        else:
+            groups.append(NodeGroup(type=types[key].name, latencyMs=[round(node.latency_ms or 0.0, 2)],
+                                    names=[node.name]))
     return list(types.values()), groups, not unknown_power
 
 

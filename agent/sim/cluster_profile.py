@@ -46,6 +46,15 @@ class NodeGroup(_Strict):
     type: str
     latency_ms: list[float] = Field(alias="latencyMs", min_length=1, max_length=100000,
                                     description="one entry per node: its latency to the users")
+    names: list[str] = Field(default=[], max_length=100000,
+                             description="the nodes' names, aligned with latencyMs (calibrated profiles); "
+                                         "the server's drift check compares each named node's latency")
+
+    @model_validator(mode="after")
+    def _names_aligned(self) -> NodeGroup:
+        if self.names and len(self.names) != len(self.latency_ms):
+            raise ValueError(f"names ({len(self.names)}) and latencyMs ({len(self.latency_ms)}) must align")
+        return self
 
     @field_validator("latency_ms")
     @classmethod

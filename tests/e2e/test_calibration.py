@@ -65,8 +65,8 @@ def test_calibration_reads_back_the_played_workload(cluster, tmp_path):
     notes_of = nodes["kwok-node-0"].metadata.annotations
     assert node_type.power_idle_watts == float(notes_of["metrics.rlscore.io/power-idle-watts"])
     assert node_type.power_max_watts == float(notes_of["metrics.rlscore.io/power-max-watts"])
-    assert [g.latency_ms[0] for g in profile.nodes] == [
-        float(nodes[n].metadata.annotations["rlscore.io/latency-ms"]) for n in sorted(nodes)]
+    assert [(name, lat) for g in profile.nodes for name, lat in zip(g.names, g.latency_ms)] == [
+        (n, float(nodes[n].metadata.annotations["rlscore.io/latency-ms"])) for n in sorted(nodes)]
     assert profile.dynamics.power_visible
 
     # the pod mix: one class per size, weighted by how many arrived
