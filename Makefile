@@ -19,7 +19,7 @@ SCHEDULER_LDFLAGS := $(call K8S_VERSION_FLAGS,$(K8S_VERSION)-rlscore)
 KWOK_VERSION := v0.8.0
 LOCAL_BINARIES := bin/etcd bin/kube-apiserver bin/kube-controller-manager bin/kubectl bin/kwok bin/kwokctl bin/kube-scheduler
 
-.PHONY: local-bin local-up local-down local-status e2e images kind-up kind-down check-docker help install deps test py-test go-test check-go scheduler train eval tuner tune-compare bench demo clean
+.PHONY: local-bin local-up local-down local-status e2e images kind-up kind-down check-docker help install deps test py-test go-test check-go scheduler train eval tuner tune-compare retrain bench demo clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help: ## list targets
@@ -139,6 +139,13 @@ tuner: install ## train the RL tuner of score-plugin weights (~15 min on 2 cores
 
 tune-compare: install ## the RL tuner vs random / BO / TPE / default weights / learned scorer on held-out clusters (eval/tune/)
 	$(PY) -m agent.tune.compare --clusters 12 --trials 5 --out eval/tune
+
+POLICY ?= EE
+WINDOW ?= 30m
+retrain: install ## on the local cluster: calibrate -> fine-tune -> gate -> hand the candidate to the server (POLICY=EE WINDOW=30m)
+	@env=$$(local-cluster/cluster.sh env) && eval "$$env" && $(VENV)/bin/rlscore-retrain --policy $(POLICY) \
+	  --prometheus "$$RLSCORE_LOCAL_PROMETHEUS_URL" --kubeconfig "$$KUBECONFIG" --window $(WINDOW) \
+	  --model-dir "$$RLSCORE_LOCAL_DIR/models" --work build/retrain/$(POLICY)
 
 bench: install deps local-bin ## print figures: models, training, /suggest, plugin overhead, cluster throughput
 	PYTHONPATH=$(CURDIR) $(PY) bench/agent_bench.py

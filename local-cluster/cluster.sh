@@ -99,9 +99,12 @@ server_start() {
     return 0
   fi
   log "starting the suggestion server on 127.0.0.1:$SERVER_PORT"
+  # The server serves (and a promoted candidate replaces) the cluster's own copy of the shipped
+  # models, never the repository's; retraining hands candidates to $OURS/models/candidates.
+  [ -d "$OURS/models" ] || { mkdir -p "$OURS/models" && cp "$ROOT"/models/{ee,lb,el}.{pt,json} "$OURS/models/"; }
   RLSCORE_PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT \
   RLSCORE_KUBERNETES=kubeconfig RLSCORE_KUBECONFIG=$KUBECONFIG_FILE \
-  RLSCORE_MODEL_DIR=$ROOT/models RLSCORE_REFRESH_INTERVAL_S=${RLSCORE_REFRESH_INTERVAL_S:-2} \
+  RLSCORE_MODEL_DIR=$OURS/models RLSCORE_REFRESH_INTERVAL_S=${RLSCORE_REFRESH_INTERVAL_S:-2} \
     nohup "$ROOT/.venv/bin/rlscore-server" --host 127.0.0.1 --port "$SERVER_PORT" \
     >>"$OURS/server.log" 2>&1 &
   echo $! >"$OURS/server.pid"

@@ -22,6 +22,8 @@ def pod_specs(objects: list[dict]):
     for obj in objects:
         if obj["kind"] in ("Deployment", "DaemonSet", "StatefulSet", "Job"):
             yield obj, obj["spec"]["template"]["spec"]
+        elif obj["kind"] == "CronJob":
+            yield obj, obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
 
 
 def test_overlays_exist():
@@ -157,3 +159,34 @@ def test_self_signed_script_makes_a_certificate_the_server_serves_for_its_servic
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_retraining_overlay_shares_the_models_and_needs_only_node_reads():
+    objects = render(ROOT / "deploy" / "overlays" / "retraining")
+    by = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    job = by[("CronJob", "rlscore-retrain")]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    server = by[("Deployment", "rlscore-suggestion-server")]["spec"]["template"]["spec"]
+    container = job["containers"][0]
+    assert container["command"] == ["rlscore-retrain"]
+    args = dict(a.removeprefix("--").split("=", 1) for a in container["args"])
+    assert args["model-dir"] == "/var/lib/rlscore/models" and args["token-file"] == "/etc/rlscore/token/token"
+    # one volume: the job writes candidates where the server looks for them
+    claim = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName") for v in job["volumes"]}
+    assert claim["models"] == "rlscore-models"
+    assert {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName") for v in server["volumes"]}["models"] \
+        == "rlscore-models"
+    env = {e["name"]: e for e in server["containers"][0]["env"]}
+    assert env["RLSCORE_MODEL_DIR"]["value"] == args["model-dir"]
+    assert env["RLSCORE_API_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "rlscore-api-token"
+    # least privilege: the job's account reads nodes, nothing else
+    role = by[("ClusterRole", "rlscore:retrain")]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]
+    binding = by[("ClusterRoleBinding", "rlscore:retrain")]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rlscore-retrain", "namespace": "rlscore-system"}]
+    assert job["serviceAccountName"] == "rlscore-retrain"
+    # the scheduler sends the token the server now requires; the job may reach the server
+    config = yaml.safe_load(by[("ConfigMap", next(n for k, n in by if k == "ConfigMap" and n.startswith("rl-scheduler-config")))]
+                            ["data"]["scheduler-config.yaml"])
+    assert config["profiles"][0]["pluginConfig"][0]["args"]["bearerTokenFile"] == "/etc/rlscore/token/token"
+    policy = by[("NetworkPolicy", "rlscore-suggestion-server")]["spec"]["ingress"][0]["from"]
+    assert {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "rlscore-retrain"}}} in policy

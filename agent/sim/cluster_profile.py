@@ -242,14 +242,14 @@ def register_profile(profile: ClusterProfile) -> str:
 
     from agent.sim.families import FAMILIES, Family
 
-    world = profile.world()
+    name = f"profile:{profile.name}"
+    world = replace(profile.world(), family=name)  # results and teachers are keyed by the family
 
     def draw(rng, n, limits, training):
         if not training:
             return world
         return replace(world, load=min(2.0, world.load * float(rng.uniform(*PROFILE_LOAD_JITTER))))
 
-    name = f"profile:{profile.name}"
     FAMILIES[name] = Family(name, (), f"the cluster profile {profile.name} ({world.size} nodes)", draw,
                             eval_nodes=(world.size,))
     return name

@@ -1,0 +1,127 @@
+"""`rlscore-retrain`: calibrate -> fine-tune -> gate -> hand over, for one policy.
+
+What the retraining CronJob (deploy/overlays/retraining) and `make retrain` run, and what the
+server's drift hook can start: a cluster profile from the window's history (rlscore-calibrate), the
+serving model fine-tuned on it (rlscore-train --profile --init; from scratch when no valid model
+serves), the promotion gate on held-out seeds of the profile (rlscore-gate), and, when the gate
+passes, the candidate installed in the server's candidate directory, where the server stages it
+(shadow, canary, serving). A refused candidate stays in the work directory and changes nothing.
+Every step's output and timing is written to <work>/retrain.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from agent.state import POLICIES
+
+
+def _step(name: str, record: dict, fn):
+    print(f"==> {name}", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    result = fn()
+    record["seconds"][name] = round(time.monotonic() - t0, 1)
+    print(f"    {name}: {record['seconds'][name]} s", file=sys.stderr, flush=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlscore-retrain", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--policy", required=True, type=str.upper, choices=POLICIES)
+    parser.add_argument("--prometheus", required=True, help="Prometheus base URL")
+    parser.add_argument("--kubeconfig", default=None, help="default: in-cluster, else KUBECONFIG or ~/.kube/config")
+    parser.add_argument("--window", default="1h", help="history to calibrate from, e.g. 30m, 6h")
+    parser.add_argument("--model-dir", type=Path, default=Path("models"), help="the server's model directory")
+    parser.add_argument("--candidate-dir", type=Path, default=None, help="default <model-dir>/candidates")
+    parser.add_argument("--work", type=Path, default=Path("retrain"), help="profile, candidate and record go here")
+    parser.add_argument("--algo", default="ppo", choices=("dqn", "a2c", "ppo"))
+    parser.add_argument("--timesteps", type=int, default=None, help="fine-tuning decisions (default per algorithm)")
+    parser.add_argument("--kickstart", type=float, default=None,
+                        help="a2c/ppo: pull towards the profile's best heuristic at first (default: none when "
+                             "fine-tuning)")
+    parser.add_argument("--seeds", type=int, default=6, help="held-out seeds the gate judges on")
+    parser.add_argument("--margin", type=float, default=0.0, help="improvement the gate requires")
+    parser.add_argument("--server", default=None, help="suggestion server URL: stage the candidate at once "
+                                                       "(otherwise the server's watch finds it)")
+    parser.add_argument("--token-file", type=Path, default=None, help="bearer token for the server's rollout API")
+    args = parser.parse_args(argv)
+
+    from agent.evaluate import gate
+    from agent.learn import train
+    from agent.learn.model_io import ModelValidationError, install_model, load_model
+    from agent.live import calibrate
+
+    policy, low = args.policy, args.policy.lower()
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    record: dict = {"policy": policy, "started": time.time(), "seconds": {}, "command": "rlscore-retrain " + " ".join(
+        argv if argv is not None else sys.argv[1:])}
+    profile = work / "cluster.yaml"
+    candidate = work / f"{low}.pt"
+    serving = args.model_dir / f"{low}.pt"
+    started = time.monotonic()
+
+    def finish(code: int, outcome: str) -> int:
+        record["outcome"], record["seconds"]["total"] = outcome, round(time.monotonic() - started, 1)
+        (work / "retrain.json").write_text(json.dumps(record, indent=2) + "\n")
+        print(f"{outcome} ({record['seconds']['total']} s; see {work / 'retrain.json'})")
+        return code
+
+    calibrate_args = ["--prometheus", args.prometheus, "--window", args.window, "--out", str(profile),
+                      "--name", f"retrain-{low}"] + (["--kubeconfig", args.kubeconfig] if args.kubeconfig else [])
+    if _step("calibrate", record, lambda: calibrate.main(calibrate_args)) != 0:
+        return finish(2, "calibration failed")
+
+    init = []
+    try:
+        load_model(serving, expected_policy=policy)
+        init = ["--init", str(serving)]
+    except ModelValidationError as exc:
+        record["init"] = f"from scratch: the serving model is not usable ({exc})"
+    train_args = ["--policy", policy, "--algo", args.algo, "--profile", str(profile), "--out", str(work),
+                  "--name", candidate.name, "--log-dir", "", "--no-eval", "--no-progress", *init]
+    if args.timesteps is not None:
+        train_args += ["--timesteps", str(args.timesteps)]
+    if args.kickstart is not None:
+        train_args += ["--kickstart", str(args.kickstart)]
+    if _step("train", record, lambda: train.main(train_args)) != 0:
+        return finish(2, "training failed")
+
+    verdict = _step("gate", record, lambda: gate.judge(policy, candidate, serving, profile, args.seeds,
+                                                         margin=args.margin, progress=False))
+    gate.record(candidate, verdict, "rlscore-retrain (gate)")
+    record["gate"] = {"promote": verdict.promote, "reason": verdict.reason, "objective": verdict.objective}
+    print(f"    gate: {'PROMOTE' if verdict.promote else 'REFUSED'}: {verdict.reason}", file=sys.stderr)
+    if not verdict.promote:
+        return finish(1, "refused by the gate; the serving model is untouched")
+
+    target = (args.candidate_dir or args.model_dir / "candidates") / f"{low}.pt"
+    install_model(candidate, target)
+    record["candidate"] = str(target)
+    if args.server:
+        record["staged"] = _stage(args.server, policy, args.token_file)
+    return finish(0, f"candidate handed over at {target}")
+
+
+def _stage(server: str, policy: str, token_file: Path | None) -> str:
+    import httpx
+
+    headers = {}
+    if token_file is not None:
+        headers["Authorization"] = f"Bearer {token_file.read_text().strip()}"
+    try:
+        r = httpx.post(f"{server.rstrip('/')}/v1/rollout/{policy}/candidate", headers=headers, timeout=30)
+    except httpx.HTTPError as exc:
+        return f"the server was not reached ({exc}); its candidate watch will stage it"
+    if r.status_code == 200:
+        return f"staged: {r.json().get('stage')}"
+    return f"the server answered {r.status_code}: {r.text[:300]}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
