@@ -197,8 +197,10 @@ def drive(cluster: LiveCluster, stream: Iterator[Event], run: str, scheduler: st
 
 
 def replay(cluster: LiveCluster, scenario: str, pods: int, scheduler: str, policy: str | None, speed: float = 10.0,
-           seed: int = 0, run: str | None = None, progress: bool = True, settle_s: float = 60.0) -> RunResult:
-    """Replay `pods` arrivals of `scenario`; wait for each pod to be scheduled before the next arrives."""
+           seed: int = 0, run: str | None = None, progress: bool = True, settle_s: float = 60.0,
+           usage_scale: float = 1.0) -> RunResult:
+    """Replay `pods` arrivals of `scenario`; wait for each pod to be scheduled before the next arrives.
+    `usage_scale` multiplies the cpu every pod uses (3: a workload that uses 3x what it did)."""
     run = run or f"{scenario}-{(policy or 'default').lower()}-{int(time.time())}"
     result = RunResult(run, scheduler, policy)
     rng = np.random.default_rng(seed)
@@ -210,7 +212,8 @@ def replay(cluster: LiveCluster, scenario: str, pods: int, scheduler: str, polic
             shift_latencies(cluster, rng)
             result.shifts.append(len(result.placements))
 
-    for _, name, placed, alive in drive(cluster, stream, run, scheduler, policy, pods, speed, settle_s, other):
+    for _, name, placed, alive in drive(cluster, stream, run, scheduler, policy, pods, speed, settle_s, other,
+                                        usage_scale):
         latencies = cluster.node_latencies()
         node = placed.get(name)
         result.placements.append(Placement(name, node, latencies.get(node) if node else None))
@@ -253,12 +256,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=30, help="arrivals to replay")
     parser.add_argument("--speed", type=float, default=10.0, help="scenario seconds per real second")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--usage-scale", type=float, default=1.0,
+                        help="x the cpu each pod uses (KWOK): e.g. 3 for a workload that starts using 3x its requests")
     parser.add_argument("--namespace", default="rlscore-loadgen")
     parser.add_argument("--kubeconfig", default=None)
     parser.add_argument("--keep", action="store_true", help="leave the deployments in place")
     args = parser.parse_args(argv)
-    if args.pods < 1 or args.speed <= 0:
-        parser.error("--pods must be >= 1 and --speed > 0")
+    if args.pods < 1 or args.speed <= 0 or not 0 < args.usage_scale <= 100:
+        parser.error("--pods must be >= 1, --speed > 0 and --usage-scale within (0, 100]")
     if args.policy:
         normalize_policy(args.policy)
     try:
@@ -266,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     except (config.ConfigException, OSError) as exc:
         print(f"rlscore-loadgen: no cluster to talk to: {exc}", file=sys.stderr)
         return 2
-    result = replay(cluster, args.scenario, args.pods, args.scheduler, args.policy, args.speed, args.seed)
+    result = replay(cluster, args.scenario, args.pods, args.scheduler, args.policy, args.speed, args.seed,
+                    usage_scale=args.usage_scale)
     print(summarize(result))
     if not args.keep:
         cluster.cleanup(result.run)

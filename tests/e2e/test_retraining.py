@@ -1,0 +1,170 @@
+"""The closed loop on the local cluster: a workload runs, its profile is calibrated, the workload
+shifts (pods use 3x their requests) and the server flags drift; rlscore-retrain calibrates,
+fine-tunes and gates a candidate (a refused one leaves the serving model untouched); and a candidate
+goes shadow -> canary -> serving while the real kube-scheduler keeps scheduling every pod, improving
+the live objective over the stale model it replaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import torch
+
+from agent.evaluate.gate import Verdict, record
+from agent.learn.model_io import load_model, save_model, sha256_of, sidecar_path
+from agent.learn.network import NodeScorer
+from agent.live import calibrate, retrain
+from agent.live.loadgen import replay
+from tests.e2e.conftest import ROOT, E2ECluster, cleanup
+
+SPEED = 4.0
+
+
+class Server:
+    """A suggestion server in place of the cluster's own (same port, so the scheduler asks it)."""
+
+    def __init__(self, cluster: E2ECluster, workdir: Path, **settings: str):
+        self.url = cluster.server_url
+        port = self.url.rsplit(":", 1)[1]
+        env = {**os.environ, "RLSCORE_KUBERNETES": "kubeconfig", "RLSCORE_KUBECONFIG": cluster.kubeconfig,
+               "RLSCORE_PROMETHEUS_URL": cluster.prometheus_url, "RLSCORE_REFRESH_INTERVAL_S": "1",
+               **{f"RLSCORE_{k.upper()}": v for k, v in settings.items()}}
+        self.log_path = workdir / "server.log"
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([str(Path(sys.executable).parent / "rlscore-server"), "--host", "127.0.0.1",
+                                      "--port", port], env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert self.proc.poll() is None and time.monotonic() < deadline, self.log_path.read_text()[-3000:]
+            time.sleep(0.3)
+
+    def policies(self) -> dict:
+        return httpx.get(f"{self.url}/policies", timeout=10).json()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(15)
+        self.log.close()
+
+
+def stale_model(path: Path) -> Path:
+    """The model serving before the loop: untrained, so a candidate can be seen to do better."""
+    torch.manual_seed(5)
+    return save_model(path, NodeScorer((64, 64)), "EE", {"training": {"steps": 0, "note": "e2e stale model"}})
+
+
+def wait_for(check, timeout_s: float, what: str, interval_s: float = 1.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(interval_s)
+    raise AssertionError(f"{what}: not within {timeout_s:.0f} s")
+
+
+def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_path):
+    live = cluster.live
+    figures: dict = {}
+
+    # 1. the workload the profile describes, scheduled by the default profile
+    start = time.time()
+    baseline = replay(live, "poisson", 40, "default-scheduler", None, SPEED, seed=1, run="base", progress=False)
+    assert all(p.node for p in baseline.placements)
+    time.sleep(3)
+    profile = tmp_path / "cluster.yaml"
+    assert calibrate.main(["--prometheus", cluster.prometheus_url, "--kubeconfig", cluster.kubeconfig, "--window",
+                           f"{time.time() - start:.3f}s", "--step", "1", "--out", str(profile)]) == 0
+    cleanup(cluster)
+
+    # 2. our server: a stale EE model, the profile as the drift reference, candidates staged by themselves
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("lb", "el"):
+        for suffix in (".pt", ".json"):
+            shutil.copy(ROOT / "models" / f"{name}{suffix}", models / f"{name}{suffix}")
+    stale_model(models / "ee.pt")
+    stale_version = load_model(models / "ee.pt").version
+    cluster.sh("server-stop")
+    server = None
+    try:
+        server = Server(cluster, tmp_path, model_dir=str(models), drift_profile=str(profile), drift_interval_s="3",
+                        model_watch_interval_s="1", shadow_decisions="10", canary_decisions="20")
+
+        # 3. the workload shifts: every pod uses 3x what it did; the server flags drift
+        shifted_at = time.monotonic()
+        stale = replay(live, "poisson", 40, "rl-scheduler-http", "EE", SPEED, seed=2, run="stale", progress=False,
+                       usage_scale=3.0)
+        assert all(p.node for p in stale.placements), "pods not scheduled while the stale model served"
+        drift = wait_for(lambda: (d := server.policies()["drift"]["policies"]["EE"])["flagged"] and d, 300,
+                         "drift flagged")
+        figures["drift_flagged_after_s"] = round(time.monotonic() - shifted_at, 1)
+        assert drift["signals"]["usage"]["over"], drift  # the first signal over its threshold: usage
+        figures["usage_ratio_at_flag"] = drift["signals"]["usage"]["value"]
+        cleanup(cluster)
+
+        # 4. retraining on the cluster's history; a refused candidate changes nothing
+        before = (models / "ee.pt").read_bytes()
+        work = tmp_path / "retrain"
+        code = retrain.main(["--policy", "EE", "--prometheus", cluster.prometheus_url, "--kubeconfig",
+                             cluster.kubeconfig, "--window", f"{time.time() - start:.3f}s", "--model-dir", str(models),
+                             "--work", str(work), "--timesteps", "3000", "--seeds", "2"])
+        outcome = json.loads((work / "retrain.json").read_text())
+        figures["retrain_seconds"] = outcome["seconds"]
+        figures["gate"] = outcome["gate"]["reason"]
+        assert code in (0, 1), outcome
+        assert (models / "ee.pt").read_bytes() == before  # nothing serves before the rollout says so
+        if code == 1:
+            assert not (models / "candidates" / "ee.pt").exists()
+            assert server.policies()["rollout"]["policies"]["EE"]["stage"] == "none"
+
+        # 5. a candidate with a passing verdict: here the shipped EE model, whose verdict stands in for
+        #    the gate's (tests/test_gate.py runs the gate itself); shadow -> canary -> serving by itself
+        candidates = models / "candidates"
+        candidates.mkdir(exist_ok=True)
+        target = candidates / "ee.pt"
+        shutil.copy(ROOT / "models" / "ee.pt", target)
+        shutil.copy(ROOT / "models" / "ee.json", sidecar_path(target))
+        record(target, Verdict(True, "stands in for the gate in this test", "EE", "e2e", 0, 0, 0.0,
+                               candidate_sha256=sha256_of(target)), "e2e")
+        candidate_version = load_model(target).version
+        wait_for(lambda: server.policies()["rollout"]["policies"]["EE"]["stage"] == "shadow", 30, "candidate staged")
+        rollout = replay(live, "poisson", 40, "rl-scheduler-http", "EE", SPEED, seed=3, run="roll", progress=False,
+                         usage_scale=3.0)
+        assert all(p.node for p in rollout.placements), "pods not scheduled during the rollout"
+        status = server.policies()["rollout"]["policies"]["EE"]
+        stages = [h["to"] for h in status["history"]]
+        assert stages[-3:] == ["shadow", "canary", "serving"], status["history"]
+        canary = status["history"][-1]
+        figures["rollout"] = {h["to"]: {"after": h["compared"], "agreement": h["agreement"]} for h in status["history"]}
+        assert canary["compared"] >= 20
+        cleanup(cluster)
+
+        # 6. the promoted model serves; the same shifted workload as under the stale one, measured live
+        assert httpx.post(f"{server.url}/suggest", json={"pod": {"name": "p"}, "nodes": ["kwok-node-0"],
+                                                         "policy": "EE"}).json()["model_version"] == candidate_version
+        promoted = replay(live, "poisson", 40, "rl-scheduler-http", "EE", SPEED, seed=2, run="new", progress=False,
+                          usage_scale=3.0)
+        assert all(p.node for p in promoted.placements)
+        figures["mean_active_nodes"] = {"stale": float(np.mean(stale.active_nodes)),
+                                        "promoted": float(np.mean(promoted.active_nodes))}
+        figures["stale_version"], figures["promoted_version"] = stale_version, candidate_version
+        print(json.dumps(figures, indent=2))
+        assert np.mean(promoted.active_nodes) <= 0.9 * np.mean(stale.active_nodes), figures
+    finally:
+        if server is not None:
+            server.stop()
+        cluster.sh("server-start")
