@@ -6,8 +6,10 @@ compares what it sees with it, on three signals, each with a documented threshol
 
 - usage: the cpu the cluster's pods use per cpu they request (measured utilization x capacity over
   the requests at the time of the metrics, all nodes with pods) against the profile's expectation
-  (its pod classes' mean usage, weighted by requested cpu-time). Drift when the ratio leaves
-  [1/USAGE_RATIO, USAGE_RATIO]: pods using 3x their requests is a ratio of 3 or more.
+  (its pod classes' mean usage, weighted by requested cpu-time), as the median of the last
+  USAGE_CHECKS checks: a burst of new pods is requested before their use shows in the metrics, which
+  alone would read as pods using less. Drift when the ratio leaves [1/USAGE_RATIO, USAGE_RATIO]:
+  pods using 3x their requests is a ratio of about 3.
 - requests: the population stability index (PSI) of the cpu requests of the last `window` pods
   scored against the profile's pod mix, in power-of-two bins. Drift above PSI_THRESHOLD (0.25, the
   usual "major shift").
@@ -41,6 +43,7 @@ from suggestion_server import metrics
 
 log = logging.getLogger("rlscore.drift")
 USAGE_RATIO = 1.5
+USAGE_CHECKS = 5  # the usage signal is the median of this many checks (at least 3)
 PSI_THRESHOLD = 0.25
 LATENCY_THRESHOLD = 0.25
 REQUEST_BINS = np.array([0.0, 75, 150, 300, 600, 1200, 2400, 4800, 9600, np.inf])  # millicores
@@ -119,6 +122,7 @@ class DriftMonitor:
         self.retrain_command = shlex.split(retrain_command) if retrain_command else None
         self.retrain_cooldown_s = retrain_cooldown_s
         self.requests: deque[float] = deque(maxlen=window)
+        self.usage_ratios: deque[float] = deque(maxlen=USAGE_CHECKS)  # live usage per request, per check
         self.policies = {p: PolicyDrift(p) for p in POLICIES}
         self.realized: dict[str, float | None] = {}
         self._fallback: Reference | None = None
@@ -186,7 +190,9 @@ class DriftMonitor:
         capacity = np.where(np.isnan(col["cpu_capacity"]), col["cpu_capacity_metrics"], col["cpu_capacity"])
         util, requested = col["cpu_utilization"], col["requested_at"]
         busy = in_api & (requested > 0) & np.isfinite(util) & np.isfinite(capacity)
-        usage = float((util[busy] * capacity[busy]).sum() / requested[busy].sum()) if busy.any() else None
+        if busy.any():
+            self.usage_ratios.append(float((util[busy] * capacity[busy]).sum() / requested[busy].sum()))
+        usage = float(np.median(self.usage_ratios)) if len(self.usage_ratios) >= 3 else None
         latency = {n: float(v) for n, v, ok in zip(names, col["latency_ms"], in_api) if ok and np.isfinite(v)}
         # the realized objective, as the metrics show it now
         active = in_api & (col["pods"] > 0)
@@ -206,7 +212,8 @@ class DriftMonitor:
         out = {}
         usage = live["usage"]
         if usage is None:
-            out["usage"] = Signal(None, f"ratio within 1/{USAGE_RATIO}..{USAGE_RATIO}", False, "no node with pods and metrics")
+            out["usage"] = Signal(None, f"ratio within 1/{USAGE_RATIO}..{USAGE_RATIO}", False,
+                                  f"fewer than 3 of the last {USAGE_CHECKS} checks saw nodes with pods and metrics")
         else:
             ratio = usage / max(ref.usage_factor, 1e-9)
             out["usage"] = Signal(ratio, f"ratio within 1/{USAGE_RATIO}..{USAGE_RATIO}",

@@ -72,3 +72,42 @@ def _probe():
     sim = Simulation.of_family("poisson", seed=0, nodes=7)
     sim.next_decision()
     return sim.candidate_state()
+
+
+def test_fine_tuning_on_a_cluster_profile_records_it_and_evaluates_on_it(tmp_path, capsys):
+    """rlscore-train --profile --init: the serving model fine-tuned on one cluster; the sidecar keeps
+    the profile (the server's drift reference) and the evaluation of that cluster."""
+    import json
+
+    from agent.learn.train import main
+    from agent.sim.cluster_profile import ClusterProfile, save_profile
+
+    world = _tiny_scarce_near(np.random.default_rng(0), 3, True, False)
+    profile = save_profile(ClusterProfile.of_world(world, "tiny-shop"), tmp_path / "cluster.yaml")
+    shipped = __import__("pathlib").Path(__file__).resolve().parents[1] / "models" / "el.pt"
+    args = ["--policy", "EL", "--profile", str(profile), "--init", str(shipped), "--timesteps", "600",
+            "--out", str(tmp_path), "--name", "el-shop.pt", "--log-dir", "", "--no-progress"]
+    assert main(args) == 0
+    model = load_model(tmp_path / "el-shop.pt", expected_policy="EL")
+    meta = model.metadata
+    assert meta["training_profile"]["name"] == "tiny-shop"
+    assert ClusterProfile.model_validate(meta["training_profile"]).world().nodes == world.nodes
+    assert meta["training"]["hyperparameters"]["profile"] == str(profile)
+    assert meta["training"]["hyperparameters"]["init"] == str(shipped)
+    assert meta["training"]["hyperparameters"]["kickstart"] == 0.0  # no teacher when fine-tuning
+    assert meta["evaluation"]["families"] == ["profile:tiny-shop"]
+    assert any(g["goal"].startswith("objective <= best baseline") for g in meta["evaluation"]["goals"])
+    json.dumps(meta)  # the sidecar stays plain JSON
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--families", "poisson"], "--profile and --families exclude each other"),
+    ([], "invalid cluster profile"),
+])
+def test_profile_training_refuses_bad_input(tmp_path, capsys, extra, message):
+    from agent.learn.train import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: ClusterProfile\nname: x\n")
+    assert main(["--policy", "EE", "--profile", str(bad), "--out", str(tmp_path), *extra]) == 2
+    assert message in capsys.readouterr().err

@@ -244,6 +244,30 @@ def read_history(core, prometheus, start: float, end: float, step_s: float = 5.0
     return History(start, end, step_s, nodes, sorted(pods, key=lambda p: p.created), notes)
 
 
+DEFAULT_USAGE = 0.6  # a pod without usage samples (KWOK's default share of its request)
+
+
+def trace_events(history: History) -> list:
+    """The window's pods as the simulator's events, in time order: each arrives when it was created
+    (pods created before the window arrive at its start) and leaves when its series ended."""
+    from agent.sim.scenarios import Event
+    from agent.sim.world import SimPod
+
+    events, seq = [], 0
+    for i, pod in enumerate(sorted(history.pods, key=lambda p: (p.created, p.name))):
+        soft, hard = pod.latency_limits_ms or (None, None)
+        arrive = max(pod.created, history.start) - history.start
+        leave = min(pod.ended, history.end) - history.start
+        sim_pod = SimPod(i, pod.cpu_millicores, max(pod.memory_bytes, 1.0), soft, hard,
+                         pod.usage if pod.usage is not None else DEFAULT_USAGE, pod.workload, depart_at=leave)
+        events.append(Event(arrive, seq, "arrive", pod=sim_pod))
+        seq += 1
+        if pod.ended <= history.end:
+            events.append(Event(leave, seq, "depart", pod_id=i))
+            seq += 1
+    return sorted(events)
+
+
 def cpu_seconds_rate(times: np.ndarray, values: np.ndarray) -> float | None:
     """Cores used on average between the first and the last scrape of a cpu-seconds counter; a drop
     is a restart, after which the counter counts from 0. A range query with a step below the scrape

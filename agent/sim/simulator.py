@@ -10,7 +10,7 @@ hot-node time, imbalance, pods that found no node, latency violations.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -175,14 +175,15 @@ class Simulation:
     streams spawned from `seed`, none of which the decisions touch: every scorer sees the same world.
     """
 
-    def __init__(self, world: World, seed: int):
+    def __init__(self, world: World, seed: int, events: Iterable[Event] | None = None):
+        """`events` replaces the world's own arrival process (a recorded trace, in time order)."""
         scenario_rng, cluster_rng, self._drift_rng, self._noise_rng = (
             np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4))
         self.world = world
         self.cluster = Cluster(world, cluster_rng)
         self.units = Units(world.reference_power_watts, world.mean_interarrival_s, world.mean_pod_lifetime_s)
         self.ledger = Ledger()
-        self._events: Iterator[Event] = scenarios.events(world, scenario_rng)
+        self._events: Iterator[Event] = iter(events) if events is not None else scenarios.events(world, scenario_rng)
         self._requeued: list[SimPod] = []
         self.time = 0.0
         self.decisions = 0

@@ -1,4 +1,5 @@
-"""The closed loop on the local cluster: a workload runs, its profile is calibrated, the workload
+"""The closed loop on the local cluster: a workload runs, its profile is calibrated (and its recorded
+pods replayed in the calibrated simulator match what was measured live), the workload
 shifts (pods use 3x their requests) and the server flags drift; rlscore-retrain calibrates,
 fine-tunes and gates a candidate (a refused one leaves the serving model untouched); and a candidate
 goes shadow -> canary -> serving while the real kube-scheduler keeps scheduling every pod, improving
@@ -12,17 +13,24 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import numpy as np
 import torch
+from kubernetes import client
+from prometheus_api_client import PrometheusConnect
 
 from agent.evaluate.gate import Verdict, record
 from agent.learn.model_io import load_model, save_model, sha256_of, sidecar_path
 from agent.learn.network import NodeScorer
 from agent.live import calibrate, retrain
+from agent.live.history import read_history
 from agent.live.loadgen import replay
+from agent.live.trace_replay import replay_history
+from agent.scoring import ModelScorer
+from agent.sim.cluster_profile import save_profile
 from tests.e2e.conftest import ROOT, E2ECluster, cleanup
 
 SPEED = 4.0
@@ -80,15 +88,31 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
     live = cluster.live
     figures: dict = {}
 
-    # 1. the workload the profile describes, scheduled by the default profile
+    # 1. the workload the profile describes, placed by rl-scheduler (the shipped EL model, in process:
+    #    latency limits, then packing, so both active nodes and violations depend on its choices)
+    cluster.wait_idle([f"kwok-node-{i}" for i in range(4)])
     start = time.time()
-    baseline = replay(live, "poisson", 40, "default-scheduler", None, SPEED, seed=1, run="base", progress=False)
+    baseline = replay(live, "poisson", 60, "rl-scheduler", "EL", SPEED, seed=1, run="base", progress=False)
     assert all(p.node for p in baseline.placements)
     time.sleep(3)
-    profile = tmp_path / "cluster.yaml"
-    assert calibrate.main(["--prometheus", cluster.prometheus_url, "--kubeconfig", cluster.kubeconfig, "--window",
-                           f"{time.time() - start:.3f}s", "--step", "1", "--out", str(profile)]) == 0
+    history = read_history(client.CoreV1Api(live.core.api_client),
+                           PrometheusConnect(cluster.prometheus_url, disable_ssl=True), start, time.time(), 1.0)
+    calibrated, _ = calibrate.build_profile(history, "e2e-baseline")
+    profile = save_profile(calibrated, tmp_path / "cluster.yaml")
     cleanup(cluster)
+
+    # sim-to-real: the recorded pods replayed in the calibrated simulator by the same model
+    simulated, sim_trace = replay_history(calibrated, history, ModelScorer(load_model(ROOT / "models" / "el.pt")), "EL")
+    live_active = float(np.mean(baseline.active_nodes))
+    live_hard = sum(1 for p in baseline.placements if p.latency_ms is not None and p.latency_ms > 30.0) / len(
+        baseline.placements)
+    figures["sim_to_real"] = {"pods_recorded": len(history.pods), "pods_played": len(baseline.placements),
+                              "mean_active_nodes": {"live": live_active, "simulated": float(np.mean(sim_trace.active_nodes))},
+                              "hard_violation_rate": {"live": live_hard, "simulated": simulated.hard_violation_rate},
+                              "hot_node_share_simulated": simulated.hot_node_share}
+    print(json.dumps(figures["sim_to_real"], indent=2))
+    assert abs(np.mean(sim_trace.active_nodes) - live_active) <= 0.10 * live_active, figures["sim_to_real"]
+    assert abs(simulated.hard_violation_rate - live_hard) <= 0.10, figures["sim_to_real"]
 
     # 2. our server: a stale EE model, the profile as the drift reference, candidates staged by themselves
     models = tmp_path / "models"
@@ -106,13 +130,16 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
 
         # 3. the workload shifts: every pod uses 3x what it did; the server flags drift
         shifted_at = time.monotonic()
-        stale = replay(live, "poisson", 40, "rl-scheduler-http", "EE", SPEED, seed=2, run="stale", progress=False,
-                       usage_scale=3.0)
+        with ThreadPoolExecutor(1) as pool:  # the shifted workload runs while the server is watched
+            running = pool.submit(replay, live, "poisson", 40, "rl-scheduler-http", "EE", SPEED, seed=2, run="stale",
+                                  progress=False, usage_scale=3.0)
+            drift = wait_for(lambda: (d := server.policies()["drift"]["policies"]["EE"])["flagged"] and d, 300,
+                             "drift flagged", interval_s=0.5)
+            figures["drift_flagged_after_s"] = round(time.monotonic() - shifted_at, 1)
+            stale = running.result()
         assert all(p.node for p in stale.placements), "pods not scheduled while the stale model served"
-        drift = wait_for(lambda: (d := server.policies()["drift"]["policies"]["EE"])["flagged"] and d, 300,
-                         "drift flagged")
-        figures["drift_flagged_after_s"] = round(time.monotonic() - shifted_at, 1)
-        assert drift["signals"]["usage"]["over"], drift  # the first signal over its threshold: usage
+        assert drift["signals"]["usage"]["over"], drift  # the first signal over its threshold: usage,
+        assert drift["signals"]["usage"]["value"] > 1.5, drift  # in the direction of the shift
         figures["usage_ratio_at_flag"] = drift["signals"]["usage"]["value"]
         cleanup(cluster)
 
