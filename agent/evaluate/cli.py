@@ -14,7 +14,7 @@ from agent.evaluate.goals import check_goals
 from agent.evaluate.report import markdown_table, write_outputs
 from agent.learn.model_io import ModelValidationError, load_model
 from agent.scoring import ModelScorer
-from agent.sim.families import FAMILIES, families_for
+from agent.sim.families import FAMILIES, families_for, family
 from agent.state import POLICIES
 
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"rlscore-eval: {exc}", file=sys.stderr)
                 return 2
     first = families[0]
-    trace_key = (first, (args.nodes or FAMILIES[first].eval_nodes or (None,))[0])
+    trace_key = (first, (args.nodes or family(first).eval_nodes or (None,))[0])
     results, traces = evaluate(policy, scorers, families, args.seeds, args.arrivals, node_counts=args.nodes,
                                progress=not args.no_progress, traces_for=trace_key)
     rows = summarize(results)

@@ -17,7 +17,7 @@ from gymnasium import spaces
 
 from agent.features import FEATURE_CLIP, NUM_NODE_FEATURES, NUM_POD_FEATURES, latency_tiers, node_features
 from agent.learn.rewards import INVALID_ACTION_REWARD, REWARD_VARIANTS, STEPWISE, OutcomeReward, thesis_reward
-from agent.sim.families import FAMILIES, TRAIN_NODES, families_for
+from agent.sim.families import TRAIN_NODES, families_for, family
 from agent.sim.simulator import Simulation
 from agent.state import normalize_policy
 
@@ -39,8 +39,7 @@ class SchedulingEnv(gym.Env):
         self.max_nodes, self.min_nodes = max_nodes, min_nodes
         self.families = tuple(families or families_for(self.policy))
         for name in self.families:
-            if name not in FAMILIES:
-                raise ValueError(f"unknown scenario family {name!r}: expected one of {', '.join(FAMILIES)}")
+            family(name)  # unknown: a ValueError naming the known ones
         self.episode_decisions = episode_decisions
         self.reward_variant = reward
         self.outcome = OutcomeReward(self.policy, gamma, shaping)

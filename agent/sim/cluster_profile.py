@@ -240,7 +240,7 @@ def register_profile(profile: ClusterProfile) -> str:
     No policy lists it among its own families, so the defaults elsewhere do not change."""
     from dataclasses import replace
 
-    from agent.sim.families import FAMILIES, Family
+    from agent.sim.families import PROFILE_FAMILIES, Family
 
     name = f"profile:{profile.name}"
     world = replace(profile.world(), family=name)  # results and teachers are keyed by the family
@@ -250,6 +250,6 @@ def register_profile(profile: ClusterProfile) -> str:
             return world
         return replace(world, load=min(2.0, world.load * float(rng.uniform(*PROFILE_LOAD_JITTER))))
 
-    FAMILIES[name] = Family(name, (), f"the cluster profile {profile.name} ({world.size} nodes)", draw,
+    PROFILE_FAMILIES[name] = Family(name, (), f"the cluster profile {profile.name} ({world.size} nodes)", draw,
                             eval_nodes=(world.size,))
     return name

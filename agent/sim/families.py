@@ -181,10 +181,17 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
 )}
 
 
+# Cluster profiles made families at run time (agent.sim.cluster_profile.register_profile), kept
+# apart so that FAMILIES stays the built-in set every policy is judged on.
+PROFILE_FAMILIES: dict[str, Family] = {}
+
+
 def family(name: str) -> Family:
-    if name not in FAMILIES:
-        raise ValueError(f"unknown scenario family {name!r}: expected one of {', '.join(FAMILIES)}")
-    return FAMILIES[name]
+    if name in FAMILIES:
+        return FAMILIES[name]
+    if name in PROFILE_FAMILIES:
+        return PROFILE_FAMILIES[name]
+    raise ValueError(f"unknown scenario family {name!r}: expected one of {', '.join(FAMILIES)}")
 
 
 def families_for(policy: str) -> tuple[str, ...]:
