@@ -180,7 +180,6 @@ def assemble(request_nodes: list[str | NodeIn], table: NodeTable, snapshot: Snap
     (power model, the extra metrics: the features encode them as unknown)."""
     names_only = all(map(str.__instancecheck__, request_nodes))
     names = request_nodes if names_only else [node if isinstance(node, str) else node.name for node in request_nodes]
-    n = len(names)
     col = table.gather(names)
     in_api = col["in_api"] == 1.0
     state = {
