@@ -100,9 +100,10 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
                              settings.rollout_auto, settings.shadow_decisions, settings.canary_decisions,
                              settings.rollout_tolerance)
     table = NodeTable()
-    drift = DriftMonitor(registry, table, settings.drift_profile, settings.drift_window, settings.drift_confirmations,
-                         settings.drift_retrain_command, settings.drift_retrain_cooldown_s)
     kube = KubeState.from_settings(settings.kubernetes, settings.kubeconfig, table)
+    drift = DriftMonitor(registry, table, settings.drift_profile, settings.drift_window, settings.drift_confirmations,
+                         settings.drift_retrain_command, settings.drift_retrain_cooldown_s,
+                         settings.drift_retrain_cronjob, kube.api if kube is not None else None)
     prometheus = None
     if settings.prometheus_url:
         queries = {"cpu_utilization": settings.cpu_query, "memory_utilization": settings.memory_query,

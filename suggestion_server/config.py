@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     drift_retrain_command: str | None = Field(
         None, description="run on drift (split like a shell, no shell), with RLSCORE_DRIFT_POLICY and "
                           "RLSCORE_DRIFT_REASON set, e.g. 'make retrain' or 'kubectl create job --from=...'")
+    drift_retrain_cronjob: str | None = Field(
+        None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="namespace/name of the retraining CronJob: on drift a Job is made from it (needs RBAC: get "
+                    "cronjobs, create jobs); wins over the command")
     drift_retrain_cooldown_s: float = Field(3600.0, ge=0, description="at most one retraining per policy per this")
 
     # Request limits

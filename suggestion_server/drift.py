@@ -17,10 +17,11 @@ compares what it sees with it, on three signals, each with a documented threshol
   latency (by distribution when the profile names no nodes). Drift above LATENCY_THRESHOLD (0.25).
 
 A signal must be over its threshold at `confirmations` checks in a row; then the policy is flagged
-(metric rlscore_drift_flagged, /policies, a log line) and, where configured, retraining starts: the
-`retrain_command` runs (at most once per cooldown), with RLSCORE_DRIFT_POLICY and
-RLSCORE_DRIFT_REASON set. The realized objective (active nodes, power, hot-node share) read back
-from the metrics is exported beside it.
+(metric rlscore_drift_flagged, /policies, a log line) and, where configured, retraining starts (at
+most once per cooldown): in a cluster a Job made from the retraining CronJob (`retrain_cronjob`,
+namespace/name, as `kubectl create job --from=cronjob/...` makes it), elsewhere `retrain_command`
+runs; both with RLSCORE_DRIFT_POLICY and RLSCORE_DRIFT_REASON set. The realized objective (active
+nodes, power, hot-node share) read back from the metrics is exported beside it.
 """
 
 from __future__ import annotations
@@ -115,8 +116,10 @@ class PolicyDrift:
 
 class DriftMonitor:
     def __init__(self, registry, table, profile_path: Path | None = None, window: int = 500,
-                 confirmations: int = 2, retrain_command: str | None = None, retrain_cooldown_s: float = 3600.0):
+                 confirmations: int = 2, retrain_command: str | None = None, retrain_cooldown_s: float = 3600.0,
+                 retrain_cronjob: str | None = None, api_client=None):
         self.registry, self.table = registry, table
+        self.retrain_cronjob, self.api_client = retrain_cronjob, api_client
         self.profile_path = profile_path
         self.confirmations = max(1, confirmations)
         self.retrain_command = shlex.split(retrain_command) if retrain_command else None
@@ -246,12 +249,23 @@ class DriftMonitor:
         return out
 
     def _retrain(self, d: PolicyDrift, reason: str) -> None:
-        if self.retrain_command is None:
-            d.retrain = "not configured (RLSCORE_DRIFT_RETRAIN_COMMAND)"
+        if self.retrain_command is None and self.retrain_cronjob is None:
+            d.retrain = "not configured (RLSCORE_DRIFT_RETRAIN_CRONJOB or RLSCORE_DRIFT_RETRAIN_COMMAND)"
             return
         now = time.time()
         if d.last_retrain is not None and now - d.last_retrain < self.retrain_cooldown_s:
             d.retrain = f"skipped: the last one started {now - d.last_retrain:.0f} s ago (cooldown)"
+            return
+        if self.retrain_cronjob is not None:
+            try:
+                job = job_from_cronjob(self.api_client, self.retrain_cronjob, d.policy, reason)
+            except Exception as exc:  # no API, no such CronJob, no permission
+                d.retrain = f"no Job created from {self.retrain_cronjob}: {type(exc).__name__}: {str(exc)[:200]}"
+                log.error("drift %s: %s", d.policy, d.retrain)
+                return
+            d.last_retrain, d.retrain = now, f"created Job {job} from CronJob {self.retrain_cronjob}"
+            metrics.DRIFT_RETRAINS.labels(d.policy).inc()
+            log.warning("drift %s: %s", d.policy, d.retrain)
             return
         env = {**os.environ, "RLSCORE_DRIFT_POLICY": d.policy, "RLSCORE_DRIFT_REASON": reason}
         try:
@@ -270,3 +284,30 @@ class DriftMonitor:
                 "thresholds": {"usage_ratio": USAGE_RATIO, "requests_psi": PSI_THRESHOLD,
                                "latency_change": LATENCY_THRESHOLD},
                 "realized": self.realized, "policies": {p: d.status() for p, d in self.policies.items()}}
+
+
+def job_from_cronjob(api_client, cronjob: str, policy: str, reason: str) -> str:
+    """A Job from the CronJob's template, owned by it (what `kubectl create job --from=cronjob/...`
+    does), with the drifted policy and the reason in its containers' environment; its name."""
+    from kubernetes import client
+
+    if api_client is None:
+        raise RuntimeError("the server has no Kubernetes API (RLSCORE_KUBERNETES)")
+    namespace, _, name = cronjob.partition("/")
+    batch = client.BatchV1Api(api_client)
+    cron = batch.read_namespaced_cron_job(name, namespace)
+    spec = cron.spec.job_template.spec
+    for container in spec.template.spec.containers:
+        container.env = [e for e in (container.env or []) if e.name not in ("RLSCORE_DRIFT_POLICY", "RLSCORE_DRIFT_REASON")]
+        container.env += [client.V1EnvVar(name="RLSCORE_DRIFT_POLICY", value=policy),
+                          client.V1EnvVar(name="RLSCORE_DRIFT_REASON", value=reason[:1000])]
+    job = client.V1Job(
+        metadata=client.V1ObjectMeta(
+            generate_name=f"{name[:40]}-drift-", namespace=namespace,
+            labels={**(cron.spec.job_template.metadata.labels or {} if cron.spec.job_template.metadata else {}),
+                    "rlscore.io/drift-policy": policy},
+            annotations={"cronjob.kubernetes.io/instantiate": "rlscore-drift", "rlscore.io/drift-reason": reason[:250]},
+            owner_references=[client.V1OwnerReference(api_version="batch/v1", kind="CronJob", name=name,
+                                                      uid=cron.metadata.uid)]),
+        spec=spec)
+    return batch.create_namespaced_job(namespace, job).metadata.name

@@ -127,6 +127,7 @@ class KubeState:
     """Follows nodes and the pods bound to them, writing what scoring needs into a NodeTable."""
 
     def __init__(self, api: client.ApiClient, table: NodeTable | None = None):
+        self.api = api
         self._core = client.CoreV1Api(api)
         self.table = table if table is not None else NodeTable()
         self._lock = threading.Lock()

@@ -188,5 +188,10 @@ def test_retraining_overlay_shares_the_models_and_needs_only_node_reads():
     config = yaml.safe_load(by[("ConfigMap", next(n for k, n in by if k == "ConfigMap" and n.startswith("rl-scheduler-config")))]
                             ["data"]["scheduler-config.yaml"])
     assert config["profiles"][0]["pluginConfig"][0]["args"]["bearerTokenFile"] == "/etc/rlscore/token/token"
+    # on drift the server may make a Job from that one CronJob, nothing more
+    assert env["RLSCORE_DRIFT_RETRAIN_CRONJOB"]["value"] == "rlscore-system/rlscore-retrain"
+    assert by[("Role", "rlscore:suggestion-server-retrain")]["rules"] == [
+        {"apiGroups": ["batch"], "resources": ["cronjobs"], "resourceNames": ["rlscore-retrain"], "verbs": ["get"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]
     policy = by[("NetworkPolicy", "rlscore-suggestion-server")]["spec"]["ingress"][0]["from"]
     assert {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "rlscore-retrain"}}} in policy

@@ -198,3 +198,37 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
         if server is not None:
             server.stop()
         cluster.sh("server-start")
+
+
+def test_drift_makes_a_job_from_the_retraining_cronjob(cluster):
+    """In a cluster, drift starts retraining as a Job made from the CronJob (owned by it, the policy
+    and reason in its environment), through the real API server."""
+    from suggestion_server.drift import job_from_cronjob
+
+    batch = client.BatchV1Api(cluster.live.core.api_client)
+    ns = cluster.live.namespace
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "retrain"},
+            "spec": {"schedule": "17 3 * * *", "suspend": True, "jobTemplate": {"spec": {
+                "backoffLimit": 0, "suspend": True,  # never runs here: only its making is checked
+                "template": {"spec": {"restartPolicy": "Never", "containers": [
+                    {"name": "retrain", "image": "rlscore/suggestion-server:0.1.0", "command": ["rlscore-retrain"],
+                     "env": [{"name": "HOME", "value": "/tmp"}]}]}}}}}}
+    batch.create_namespaced_cron_job(ns, cron)
+    try:
+        name = job_from_cronjob(cluster.live.core.api_client, f"{ns}/retrain", "LB", "usage: pods use x3.0")
+        job = batch.read_namespaced_job(name, ns)
+        assert name.startswith("retrain-drift-")
+        owner = job.metadata.owner_references[0]
+        assert (owner.kind, owner.name) == ("CronJob", "retrain")
+        assert job.metadata.labels["rlscore.io/drift-policy"] == "LB"
+        env = {e.name: e.value for e in job.spec.template.spec.containers[0].env}
+        assert env == {"HOME": "/tmp", "RLSCORE_DRIFT_POLICY": "LB", "RLSCORE_DRIFT_REASON": "usage: pods use x3.0"}
+        try:
+            job_from_cronjob(cluster.live.core.api_client, f"{ns}/missing", "LB", "x")
+            raise AssertionError("a missing CronJob made a Job")
+        except client.ApiException as exc:
+            assert exc.status == 404
+    finally:
+        batch.delete_collection_namespaced_job(ns, propagation_policy="Background")
+        batch.delete_namespaced_cron_job("retrain", ns, propagation_policy="Background")
+

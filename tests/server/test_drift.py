@@ -100,3 +100,22 @@ def test_a_reference_profile_file_that_is_invalid_is_reported_not_fatal(tmp_path
     client.app.state.drift.check()
     assert client.get("/policies").json()["drift"]["policies"]["EE"]["reference"] is None
     assert "invalid cluster profile" in caplog.text
+
+
+def test_a_cronjob_without_an_api_is_reported_and_a_bad_reference_refused(trained_on_shop, make_client):
+    from pydantic import ValidationError
+
+    from tests.server.conftest import settings
+
+    client = make_client(model_dir=trained_on_shop, drift_retrain_cronjob="rlscore-system/rlscore-retrain")
+    drift = client.app.state.drift
+    nodes = [node("a", latency=10.0), node("b", latency=30.0)]
+    for i in range(100):
+        post(client, {"pod": pod(name=f"big{i}", cpu=4000), "nodes": nodes, "policy": "EE"})
+    drift.check()
+    drift.check()
+    status = client.get("/policies").json()["drift"]["policies"]["EE"]
+    assert status["flagged"] and "no Job created from rlscore-system/rlscore-retrain" in status["retrain"]
+    assert "no Kubernetes API" in status["retrain"]
+    with pytest.raises(ValidationError, match="drift_retrain_cronjob"):
+        settings(drift_retrain_cronjob="not a reference")
