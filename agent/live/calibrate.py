@@ -87,7 +87,7 @@ def pod_classes(history: History, mean_life_s: float, notes: list[str]) -> list[
         groups[(pod.workload, pod.cpu_millicores)].append(pod)
     classes, unknown_usage = [], 0
     for (workload, cpu), pods in sorted(groups.items()):
-        arrived = sum(1 for p in pods if p.created >= history.start)
+        arrived = sum(1 for p in pods if history.arrived(p))
         ratios = [p.memory_bytes / GIB / (cpu / 1000.0) for p in pods]
         usages = [p.usage for p in pods if p.usage is not None]
         if usages:
@@ -124,7 +124,7 @@ def hourly_shape(history: History) -> tuple[list[float], float]:
         t += step
     counts = np.zeros(24)
     for pod in history.pods:
-        if pod.created >= history.start:
+        if history.arrived(pod):
             counts[int(pod.created % 86400.0 // 3600)] += 1
     seen = covered > 0.25
     rate = np.where(seen, counts / np.maximum(covered, 1e-9), 0.0)
@@ -139,7 +139,7 @@ def build_profile(history: History, name: str, metrics_interval_s: float = 5.0) 
     types, groups, power_known = node_types(history.nodes, notes)
     if not groups:
         raise HistoryError("the cluster has no node with allocatable cpu and memory")
-    arrived = [p for p in history.pods if p.created >= history.start]
+    arrived = [p for p in history.pods if history.arrived(p)]
     if not arrived:
         notes.append("no pod arrived in the window: the arrival rate is that of one pod per window")
     rate = max(len(arrived), 1) / history.seconds
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     path = save_profile(profile, args.out)
     world = profile.world()
     print(f"{len(history.nodes)} nodes in {len(profile.node_types)} type(s); {len(history.pods)} pods in the window, "
-          f"{sum(1 for p in history.pods if p.created >= history.start)} arrived; "
+          f"{sum(1 for p in history.pods if history.arrived(p))} arrived; "
           f"{len(profile.workload.pod_classes)} pod class(es); {world.arrival_rate * 60:.2f} arrivals/min, "
           f"mean lifetime {profile.workload.mean_lifetime_s:.0f} s, load {profile.workload.load:.2f}")
     for note in notes:

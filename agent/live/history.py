@@ -93,6 +93,11 @@ class History:
     def seconds(self) -> float:
         return self.end - self.start
 
+    def arrived(self, pod: PodRecord) -> bool:
+        """Created within the window. Creation timestamps are whole seconds: a pod created in the
+        second the window starts in carries a time up to a second before it."""
+        return pod.created + 1.0 > self.start
+
 
 class HistoryError(RuntimeError):
     """The history cannot be read (Prometheus unreachable, no pods at all); the message says why."""

@@ -129,7 +129,10 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
     server = None
     try:
         server = Server(cluster, tmp_path, model_dir=str(models), drift_profile=str(profile), drift_interval_s="3",
-                        model_watch_interval_s="1", shadow_decisions="10", canary_decisions="20")
+                        model_watch_interval_s="1", shadow_decisions="10", canary_decisions="20",
+                        # the stages, not the cost verdict (tests/server/test_rollout.py), are under test
+                        # here: 20-30 one-step costs of an untrained model can come out lower by chance
+                        rollout_tolerance="1")
 
         # 3. the workload shifts: every pod uses 3x what it did; the server flags drift
         shifted_at = time.monotonic()
