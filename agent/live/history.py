@@ -28,9 +28,14 @@ MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11,000 poin
 # rlscore's latency probe export them. Each can be replaced (rlscore-calibrate --query NAME=PROMQL).
 QUERIES = {
     "pod_created": "max by (namespace, pod) (kube_pod_created)",
-    "pod_cpu_request": 'sum by (namespace, pod) (kube_pod_container_resource_requests{resource="cpu"})',
-    "pod_memory_request": 'sum by (namespace, pod) (kube_pod_container_resource_requests{resource="memory"})',
-    "pod_cpu_seconds": 'sum by (namespace, pod) (container_cpu_usage_seconds_total{container!=""})',
+    # per container first (max: a series scraped twice, e.g. while a target is rediscovered, counts
+    # once), then summed over the pod's containers
+    "pod_cpu_request": ('sum by (namespace, pod) (max by (namespace, pod, container) '
+                        '(kube_pod_container_resource_requests{resource="cpu"}))'),
+    "pod_memory_request": ('sum by (namespace, pod) (max by (namespace, pod, container) '
+                           '(kube_pod_container_resource_requests{resource="memory"}))'),
+    "pod_cpu_seconds": ('sum by (namespace, pod) (max by (namespace, pod, container) '
+                        '(container_cpu_usage_seconds_total{container!=""}))'),
     "pod_app": "max by (namespace, pod, label_app) (kube_pod_labels)",
     "pod_owner": "max by (namespace, pod, owner_kind, owner_name) (kube_pod_owner)",
     "pod_latency_limits": ("max by (namespace, pod, annotation_rlscore_io_latency_soft_ms, "
@@ -218,11 +223,12 @@ def read_history(core, prometheus, start: float, end: float, step_s: float = 5.0
     apps, owners, limits = per_pod("pod_app"), per_pod("pod_owner"), per_pod("pod_latency_limits")
     pods, no_request = [], 0
     for key, (times, values) in created.items():
-        if key not in cpu or float(cpu[key][2].max()) <= 0:
+        # requests do not change over a pod's life: the median sample is the request
+        if key not in cpu or float(np.median(cpu[key][2])) <= 0:
             no_request += 1
             continue
-        cpu_m = round(float(cpu[key][2].max()) * 1000.0, 1)
-        mem = float(memory[key][2].max()) if key in memory else 0.0
+        cpu_m = round(float(np.median(cpu[key][2])) * 1000.0, 1)
+        mem = float(np.median(memory[key][2])) if key in memory else 0.0
         owner = owners.get(key, ({}, None, None))[0]
         workload = workload_name(key[1], apps.get(key, ({}, None, None))[0].get("label_app"),
                                  owner.get("owner_kind"), owner.get("owner_name"))
