@@ -165,8 +165,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
     async def _watch_drift():
         while True:
             await asyncio.sleep(settings.drift_interval_s)
-            try:
-                drift.check()
+            try:  # a Job or a command may be started: never on the request loop
+                await asyncio.to_thread(drift.check)
             except Exception:
                 log.exception("drift check failed")
 
@@ -385,7 +385,6 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
     @app.post("/models/reload")
     async def reload_models() -> dict:
         await asyncio.to_thread(registry.load_all)
-        rollout.restore()
         rollout.watch()
         return {"policies": registry.status()}
 

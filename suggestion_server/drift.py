@@ -100,7 +100,6 @@ class Signal:
 class PolicyDrift:
     policy: str
     reference: Reference | None = None
-    reference_key: str | None = None
     signals: dict[str, Signal] = field(default_factory=dict)
     streak: dict[str, int] = field(default_factory=dict)
     flagged: bool = False
@@ -129,25 +128,25 @@ class DriftMonitor:
         self.policies = {p: PolicyDrift(p) for p in POLICIES}
         self.realized: dict[str, float | None] = {}
         self._fallback: Reference | None = None
+        self._by_model: dict[str, Reference | None] = {}  # model version -> its training profile's
         self._fallback_error: str | None = None
 
     def observe(self, cpu_request_millicores: float) -> None:
         self.requests.append(float(cpu_request_millicores))
 
-    def _reference(self, policy: str) -> tuple[Reference | None, str | None]:
+    def _reference(self, policy: str) -> Reference | None:
+        """The serving model's training profile, else the configured profile file, else none."""
         model = self.registry.get(policy)
         if model is not None and isinstance(model.metadata.get("training_profile"), dict):
-            key = model.version
-            d = self.policies[policy]
-            if d.reference_key != key:
+            if model.version not in self._by_model:
                 try:
                     profile = ClusterProfile.model_validate(model.metadata["training_profile"])
-                    d.reference = Reference.of_profile(profile, f"training profile {profile.name} of {model.version}")
+                    self._by_model[model.version] = Reference.of_profile(
+                        profile, f"training profile {profile.name} of {model.version}")
                 except ValueError as exc:
                     log.error("drift %s: the training profile in %s is invalid: %s", policy, model.version, exc)
-                    d.reference = None
-                d.reference_key = key
-            return d.reference, key
+                    self._by_model[model.version] = None
+            return self._by_model[model.version]
         if self.profile_path is not None and self._fallback is None and self._fallback_error is None:
             try:
                 profile = load_profile(self.profile_path)
@@ -155,7 +154,7 @@ class DriftMonitor:
             except ProfileError as exc:
                 self._fallback_error = str(exc)
                 log.error("drift: %s", exc)
-        return self._fallback, "file"
+        return self._fallback
 
     def check(self) -> dict[str, PolicyDrift]:
         names, col = self.table.snapshot(("in_api", "cpu_capacity", "cpu_capacity_metrics", "cpu_utilization",
@@ -164,8 +163,7 @@ class DriftMonitor:
                                           "power_max_metrics"))
         live = self._live(names, col)
         for policy, d in self.policies.items():
-            reference, _ = self._reference(policy)
-            d.reference = reference
+            reference = d.reference = self._reference(policy)
             if reference is None:
                 d.signals = {}
                 continue

@@ -33,7 +33,7 @@ class PolicyModel:
                 "training": (self.model.metadata.get("training", {}).get("steps") if self.model else None)}
 
 
-def _stamp(path: Path) -> tuple[float, int] | None:
+def file_stamp(path: Path) -> tuple[float, int] | None:
     try:
         st = path.stat()
     except OSError:
@@ -52,7 +52,7 @@ class ModelRegistry:
 
     def load(self, policy: str) -> PolicyModel:
         entry = self.policies[policy]
-        stamp = _stamp(entry.path)
+        stamp = file_stamp(entry.path)
         try:
             model = load_model(entry.path, expected_policy=policy)
         except ModelValidationError as exc:
@@ -78,7 +78,7 @@ class ModelRegistry:
 
     def reload_changed(self) -> list[str]:
         """Reload the policies whose file changed (mtime or size) since the last attempt."""
-        changed = [p for p, e in self.policies.items() if _stamp(e.path) != e.file_stamp]
+        changed = [p for p, e in self.policies.items() if file_stamp(e.path) != e.file_stamp]
         for policy in changed:
             self.load(policy)
         return changed

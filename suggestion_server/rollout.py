@@ -32,6 +32,7 @@ from agent.scoring import to_node_scores
 from agent.sim.outcomes import placement_cost
 from agent.state import POLICIES, NodeState, PodRequest
 from suggestion_server import metrics
+from suggestion_server.registry import file_stamp
 
 log = logging.getLogger("rlscore.rollout")
 NONE, SHADOW, CANARY = "none", "shadow", "canary"
@@ -138,7 +139,7 @@ class RolloutManager:
                                      save=False)
                     continue
                 r.stage, r.since = entry["stage"], entry.get("since")
-                self._stamps[policy] = _stamp(self.candidate_path(policy))
+                self._stamps[policy] = file_stamp(self.candidate_path(policy))
                 self._export_stage(policy)
 
     def _save(self) -> None:
@@ -176,7 +177,7 @@ class RolloutManager:
         if r.stage != NONE:
             raise RolloutError(f"{policy} already has a candidate in {r.stage} "
                                f"({r.candidate.version if r.candidate else '?'}): promote or roll it back first")
-        self._stamps[policy] = _stamp(self.candidate_path(policy))
+        self._stamps[policy] = file_stamp(self.candidate_path(policy))
         model = self._verified_candidate(policy)
         serving = self.registry.get(policy)
         if serving is not None and serving.version == model.version:
@@ -318,7 +319,7 @@ class RolloutManager:
         """Stage new or changed candidate files (with a passing gate verdict) for policies without one."""
         staged = []
         for policy, r in self.policies.items():
-            stamp = _stamp(self.candidate_path(policy))
+            stamp = file_stamp(self.candidate_path(policy))
             if stamp is None or stamp == self._stamps[policy] or r.stage != NONE:
                 continue
             try:
@@ -335,11 +336,3 @@ class RolloutManager:
         return {"canary_share": self.canary_share, "auto": self.auto, "tolerance": self.tolerance,
                 "min_compared": self.min_compared, "candidate_dir": str(self.candidate_dir),
                 "policies": {p: r.status() for p, r in self.policies.items()}}
-
-
-def _stamp(path: Path) -> tuple | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size

@@ -77,8 +77,6 @@ def _probe():
 def test_fine_tuning_on_a_cluster_profile_records_it_and_evaluates_on_it(tmp_path, capsys):
     """rlscore-train --profile --init: the serving model fine-tuned on one cluster; the sidecar keeps
     the profile (the server's drift reference) and the evaluation of that cluster."""
-    import json
-
     from agent.learn.train import main
     from agent.sim.cluster_profile import ClusterProfile, save_profile
 
@@ -97,7 +95,6 @@ def test_fine_tuning_on_a_cluster_profile_records_it_and_evaluates_on_it(tmp_pat
     assert meta["training"]["hyperparameters"]["kickstart"] == 0.0  # no teacher when fine-tuning
     assert meta["evaluation"]["families"] == ["profile:tiny-shop"]
     assert any(g["goal"].startswith("objective <= best baseline") for g in meta["evaluation"]["goals"])
-    json.dumps(meta)  # the sidecar stays plain JSON
 
 
 @pytest.mark.parametrize("extra, message", [

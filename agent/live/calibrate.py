@@ -18,13 +18,13 @@ from collections import defaultdict
 
 import numpy as np
 
-from agent.live.history import History, HistoryError, NodeRecord, PodRecord, read_history
+from agent.live.history import (DEFAULT_USAGE, QUERIES, History, HistoryError, NodeRecord, PodRecord,
+                                 read_history)
 from agent.sim.cluster_profile import (ClusterProfile, Dynamics, NodeGroup, NodeType, PodClassProfile, Workload,
                                        save_profile)
 from agent.sim.outcomes import UNKNOWN_IDLE_W_PER_CORE, UNKNOWN_MAX_W_PER_CORE
 from agent.sim.world import GIB
 
-DEFAULT_USAGE = (0.6, 0.6)  # usage unknown: KWOK's default, and a middle guess for real pods
 LATENCY_DRIFT_MS = 2.0  # a node whose latency wandered more than this (std) counts as drifting
 MAX_LOAD = 2.0  # the profile schema's bound on the poisson load
 
@@ -93,7 +93,7 @@ def pod_classes(history: History, mean_life_s: float, notes: list[str]) -> list[
         if usages:
             usage = [round(float(np.percentile(usages, 10)), 3), round(float(np.percentile(usages, 90)), 3)]
         else:
-            usage, unknown_usage = list(DEFAULT_USAGE), unknown_usage + 1
+            usage, unknown_usage = [DEFAULT_USAGE, DEFAULT_USAGE], unknown_usage + 1
         limits = sorted({p.latency_limits_ms for p in pods if p.latency_limits_ms is not None})
         life, ended = mean_lifetime(pods, history.start, history.end)
         scale = life / mean_life_s if ended >= 3 else 1.0  # too few ends to tell it apart from the mean
@@ -103,7 +103,7 @@ def pod_classes(history: History, mean_life_s: float, notes: list[str]) -> list[
             usage=[min(max(u, 0.0), 100.0) for u in usage], latencyLimitsMs=[list(p) for p in limits],
             lifetimeScale=float(np.clip(scale, 1e-3, 1000.0))))
     if unknown_usage:
-        notes.append(f"{unknown_usage} class(es) without usage samples: usage {list(DEFAULT_USAGE)} assumed")
+        notes.append(f"{unknown_usage} class(es) without usage samples: usage {[DEFAULT_USAGE, DEFAULT_USAGE]} assumed")
     names = [c.name for c in classes]
     if len(set(names)) != len(names):  # two workloads that only differ in characters a name drops
         classes = [c.model_copy(update={"name": f"{c.name[:58]}-{i}"}) for i, c in enumerate(classes)]
@@ -195,7 +195,6 @@ def parse_duration(text: str) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from agent.live.history import QUERIES
     try:
         window = parse_duration(args.window)
         overrides = dict(q.split("=", 1) for q in args.query if "=" in q)

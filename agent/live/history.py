@@ -18,9 +18,11 @@ from datetime import datetime, timezone
 import numpy as np
 from kubernetes.utils.quantity import parse_quantity
 
+from agent.live.loadgen import LATENCY_ANNOTATION
+
 POWER_IDLE_KEYS = ("rlscore.io/power-idle-watts", "metrics.rlscore.io/power-idle-watts")
 POWER_MAX_KEYS = ("rlscore.io/power-max-watts", "metrics.rlscore.io/power-max-watts")
-LATENCY_ANNOTATION = "rlscore.io/latency-ms"
+DEFAULT_USAGE = 0.6  # share of its request a pod without usage samples is taken to use (KWOK's default)
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11,000 points per series
 
@@ -253,9 +255,6 @@ def read_history(core, prometheus, start: float, end: float, step_s: float = 5.0
     if not usage:
         notes.append("no per-pod cpu usage (container_cpu_usage_seconds_total): usage factors unknown")
     return History(start, end, step_s, nodes, sorted(pods, key=lambda p: p.created), notes)
-
-
-DEFAULT_USAGE = 0.6  # a pod without usage samples (KWOK's default share of its request)
 
 
 def trace_events(history: History) -> list:
