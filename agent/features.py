@@ -106,8 +106,17 @@ def node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.nda
     """Return (node matrix [N, NUM_NODE_FEATURES], pod vector [NUM_POD_FEATURES]), float32.
 
     `nodes` must be exactly the candidate set (the feasible nodes at serving time): set-level
-    features are computed over it.
+    features are computed over it. Training and serving use the compiled loop
+    (agent/features_kernel.py), equal bit for bit to `reference_node_features`.
     """
+    from agent.features_kernel import compiled_node_features  # it reads this module's constants
+
+    return compiled_node_features(nodes, pod)
+
+
+def reference_node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.ndarray]:
+    """The features as numpy expressions: the specification the compiled loop and the plugin's Go
+    port are tested against."""
     with np.errstate(all="ignore"):
         return _node_features(nodes, pod)
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from agent.features import (FEATURE_CLIP, FEATURE_SPEC_VERSION, NODE_FEATURES, NUM_NODE_FEATURES,
-                            NUM_POD_FEATURES, POD_FEATURES, node_features)
-from agent.state import NodeState, PodRequest
+                            NUM_POD_FEATURES, POD_FEATURES, node_features, reference_node_features)
+from agent.state import NODE_ARRAYS, NodeState, PodRequest
 from tests.conftest import make_nodes
 
 GIB = 2**30
@@ -85,3 +85,42 @@ def test_degenerate_inputs_stay_in_range():
     assert np.isfinite(f).all() and (f >= 0).all() and (f <= FEATURE_CLIP).all()
     f, p = node_features(make_nodes([]), PodRequest(1, 1))
     assert f.shape == (0, NUM_NODE_FEATURES) and p.shape == (NUM_POD_FEATURES,)
+
+
+def _awkward_state(n: int, rng: np.random.Generator) -> NodeState:
+    """Plausible values mixed with what broken metrics and objects produce: NaN, inf, zero, negative."""
+    columns = {}
+    for name in NODE_ARRAYS:
+        if rng.random() < 0.3:
+            values = rng.choice([0.0, 1.0, 250.0, 4000.0, 8e9, np.nan, np.inf, -np.inf, -1.0], n)
+        else:
+            values = rng.uniform(0, 100, n) * rng.choice([1.0, 1e3, 1e9])
+        values[rng.random(n) < rng.random() * 0.3] = np.nan
+        columns[name] = values
+    return NodeState(names=[f"n{i}" for i in range(n)], **columns)
+
+
+LIMITS = [(None, None), (20.0, 30.0), (None, 30.0), (25.0, None), (30.0, 30.0)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 64, 100, 1000, 5000])
+def test_the_compiled_features_equal_the_reference_bit_for_bit(n):
+    rng = np.random.default_rng(n)
+    for trial in range(60 if n <= 100 else 6):
+        nodes = _awkward_state(n, rng)
+        pod = PodRequest(float(rng.choice([0.0, 250.0, 1e4])), float(rng.choice([0.0, GIB])), *LIMITS[trial % 5])
+        compiled, compiled_pod = node_features(nodes, pod)
+        reference, reference_pod = reference_node_features(nodes, pod)
+        assert compiled.dtype == reference.dtype == np.float32 and compiled.shape == reference.shape
+        # as bits: -0.0 and 0.0 differ there, and NaN would not equal itself
+        assert np.array_equal(compiled.view(np.uint32), reference.view(np.uint32)), \
+            np.argwhere(compiled.view(np.uint32) != reference.view(np.uint32))[:5]
+        assert np.array_equal(compiled_pod.view(np.uint32), reference_pod.view(np.uint32))
+
+
+def test_the_compiled_features_take_any_numeric_arrays():
+    nodes = make_nodes([4000, 8000], cpu_req=[1000, 0])
+    strided = NodeState.trusted(nodes.names, **{name: np.repeat(getattr(nodes, name), 2)[::2]
+                                                for name in NODE_ARRAYS})  # views, not contiguous
+    pod = PodRequest(500, GIB, 20.0, 30.0)
+    assert np.array_equal(node_features(strided, pod)[0], reference_node_features(nodes, pod)[0])

@@ -52,6 +52,9 @@ def test_calibration_reads_back_the_played_workload(cluster, tmp_path):
     assert placed == ARRIVALS
     time.sleep(4)  # two scrapes past the last arrival
     end = time.time()
+    # a scrape that started before `end` can be stored after it: wait until every sample in the window
+    # is in, so this read and the command line's below see the same data
+    time.sleep(3)
     history = read_history(client.CoreV1Api(cluster.live.core.api_client),
                            PrometheusConnect(cluster.prometheus_url, disable_ssl=True), start, end, 1.0)
     everything, _ = build_profile(history, "e2e")  # what the command line writes (every pod in the window)
