@@ -107,9 +107,9 @@ def node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.nda
 
     `nodes` must be exactly the candidate set (the feasible nodes at serving time): set-level
     features are computed over it. Training and serving use the compiled loop
-    (agent/features_kernel.py), equal bit for bit to `reference_node_features`.
+    (agent/kernels.py), equal bit for bit to `reference_node_features`.
     """
-    from agent.features_kernel import compiled_node_features  # it reads this module's constants
+    from agent.kernels import compiled_node_features  # it reads this module's constants
 
     return compiled_node_features(nodes, pod)
 

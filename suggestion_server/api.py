@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 import torch
 from threadpoolctl import threadpool_limits
-from fastapi import FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -25,6 +25,7 @@ from agent.state import POLICIES, normalize_policy
 from suggestion_server import compact, metrics, tls
 from suggestion_server.auth import BearerAuth
 from suggestion_server.config import Settings
+from suggestion_server.direct_route import DirectDispatch, DirectRoute
 from suggestion_server.drift import DriftMonitor
 from suggestion_server.kube_state import KubeState
 from suggestion_server.latency_source import ProbeLatencySource
@@ -45,6 +46,15 @@ SWITCH_INTERVAL_S = 0.0005
 def _error(status: int, loc: list, message: str) -> JSONResponse:
     metrics.INVALID.labels(str(status)).inc()
     return JSONResponse({"detail": [{"loc": loc, "msg": message, "type": "value_error"}]}, status_code=status)
+
+
+def invalid_request(exc: RequestValidationError) -> JSONResponse:
+    """A 422 naming each field; the input itself is never echoed back."""
+    metrics.INVALID.labels("422").inc()
+    errors = [{"loc": list(e.get("loc", [])), "type": e.get("type", ""),
+               "msg": PATTERN_MESSAGES.get((e.get("ctx") or {}).get("pattern"), e.get("msg", ""))}
+              for e in exc.errors()]
+    return JSONResponse({"detail": errors}, status_code=422)
 
 
 class BodyLimit:
@@ -172,6 +182,10 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
 
     app = FastAPI(title="rlscore suggestion server", version="0.1.0", lifespan=lifespan,
                   description="Scores feasible nodes for a pod with learned EE / LB / EL policies.")
+    # innermost first: the scoring endpoints' dispatch runs after authentication and the body limit
+    # (middlewares are built at the first request, when the router below holds its routes)
+    scoring = APIRouter(route_class=DirectRoute)
+    app.add_middleware(DirectDispatch, routes=scoring.routes, invalid=invalid_request)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(BearerAuth, token=settings.api_token, open_read_endpoints=settings.open_read_endpoints,
                        on_reject=lambda: metrics.INVALID.labels("401").inc())
@@ -182,11 +196,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
-        metrics.INVALID.labels("422").inc()
-        errors = [{"loc": list(e.get("loc", [])), "type": e.get("type", ""),
-                   "msg": PATTERN_MESSAGES.get((e.get("ctx") or {}).get("pattern"), e.get("msg", ""))}
-                  for e in exc.errors()]  # the input itself is never echoed back
-        return JSONResponse({"detail": errors}, status_code=422)
+        return invalid_request(exc)
 
     async def decide(pod_in: PodIn, requested_policy: str | None, request_nodes: list) -> Decision | JSONResponse:
         """Scores for the nodes, shared by /suggest and /v1/scores; a JSONResponse is an error."""
@@ -229,7 +239,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
             decisions.info(json.dumps(entry))
         return decision
 
-    @app.post("/suggest", response_model=SuggestResponse,
+    @scoring.post("/suggest", response_model=SuggestResponse,
               responses={401: {"description": "missing or wrong bearer token"},
                          413: {"description": "body or node count over the limit"},
                          422: {"description": "invalid request; the message names the field"}})
@@ -242,7 +252,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
                    "scores": dict(zip(decision.names, decision.scores.tolist()))}
         return Response(orjson.dumps(payload), media_type="application/json")
 
-    @app.post("/v1/scores", response_class=Response,
+    @scoring.post("/v1/scores", response_class=Response,
               summary="Scores in the compact format (the scheduler plugin's hot path)",
               description=compact.__doc__,
               openapi_extra={"requestBody": {"required": True, "content": {compact.CONTENT_TYPE: {
@@ -265,6 +275,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         return Response(decision.scores.astype(np.uint8).tobytes(), media_type=compact.SCORES_CONTENT_TYPE,
                         headers=compact.headers(decision.policy, decision.version, decision.source,
                                                 decision.degraded, decision.reasons))
+
+    app.include_router(scoring)
 
     @app.get("/state")
     async def node_state(node: list[str] = Query(default=[], max_length=1000,

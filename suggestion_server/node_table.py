@@ -11,7 +11,9 @@ name without a row reads as all-unknown (the spare last row, which stays NaN).
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from itertools import repeat
 
 import numpy as np
@@ -37,15 +39,16 @@ class NodeTable:
         self._alloc(max(capacity, 1))
 
     def _alloc(self, capacity: int) -> None:
-        old = getattr(self, "columns", None)
-        self.columns = {name: np.full(capacity + 1, np.nan) for name in COLUMNS}  # +1: the unknown row
+        old = getattr(self, "data", None)
+        # one block, a row per column (+1 node: the unknown row), so a request's gather is one pass
+        self.data = np.full((len(COLUMNS), capacity + 1), np.nan)
         if old is not None:
-            for name, values in old.items():
-                self.columns[name][: len(self.names)] = values[: len(self.names)]
+            self.data[:, : len(self.names)] = old[:, : len(self.names)]
+        self.columns = {name: self.data[i] for i, name in enumerate(COLUMNS)}  # views
 
     @property
     def unknown_row(self) -> int:
-        return len(next(iter(self.columns.values()))) - 1
+        return self.data.shape[1] - 1
 
     def _row(self, name: str) -> int:
         """The row of `name`, created when missing (call with the lock held)."""
@@ -126,6 +129,12 @@ class NodeTable:
             cols["requested_at"][: self.unknown_row] = cols["cpu_requested"][: self.unknown_row]
 
     # --- readers ---------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[np.ndarray]:
+        """The block of columns under the lock: a row per COLUMNS entry, a column per node row."""
+        with self._lock:
+            yield self.data
 
     def rows(self, names: list[str]) -> np.ndarray:
         # map() keeps the per-name loop in C: at 5000 names this is most of a request's Python work

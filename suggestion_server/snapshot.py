@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from agent.kernels import compiled
 from agent.state import NodeState
 from suggestion_server.kube_state import KubeState
 from suggestion_server.latency_source import ProbeLatencySource
-from suggestion_server.node_table import NodeTable
+from suggestion_server.node_table import COLUMNS, NodeTable
 from suggestion_server.prometheus_source import PrometheusSource
 from suggestion_server.schemas import NodeIn
 
@@ -172,6 +173,72 @@ def _given(request_nodes: list[str | NodeIn]) -> dict[str, np.ndarray] | None:
     return columns
 
 
+# NodeState's arrays as `assemble` builds them: one row each of one block
+STATE = ("cpu_capacity", "memory_capacity", "max_pods", "cpu_requested", "memory_requested", "pods",
+         "power_idle_watts", "power_max_watts", "cpu_utilization", "memory_utilization", "latency_ms",
+         "network_receive_bytes_per_s", "tcp_established", "disk_utilization", "cpu_requested_since_metrics")
+_S = {name: i for i, name in enumerate(STATE)}
+(_S_CPU_CAP, _S_MEM_CAP, _S_MAX_PODS, _S_CPU_REQ, _S_MEM_REQ, _S_PODS, _S_IDLE, _S_PEAK, _S_CPU_UTIL, _S_MEM_UTIL,
+ _S_LATENCY, _S_NET, _S_TCP, _S_DISK, _S_SINCE) = range(len(STATE))
+# the node table's rows (compiled code reads plain integers)
+(_T_IN_API, _T_CPU_CAP, _T_MEM_CAP, _T_MAX_PODS, _T_IDLE, _T_PEAK, _T_CPU_REQ, _T_MEM_REQ, _T_PODS, _T_CPU_UTIL,
+ _T_MEM_UTIL, _T_LATENCY, _T_NET, _T_TCP, _T_DISK, _T_CPU_CAP_M, _T_MEM_CAP_M, _T_IDLE_M, _T_PEAK_M,
+ _T_REQUESTED_AT) = map(COLUMNS.index, (
+    "in_api", "cpu_capacity", "memory_capacity", "max_pods", "power_idle_watts", "power_max_watts", "cpu_requested",
+    "memory_requested", "pods", "cpu_utilization", "memory_utilization", "latency_ms", "network_receive_bytes_per_s",
+    "tcp_established", "disk_utilization", "cpu_capacity_metrics", "memory_capacity_metrics", "power_idle_metrics",
+    "power_max_metrics", "requested_at"))
+# what can be missing, counted per node by `_check`, in the order the reasons are given
+MISSING = ("cpu capacity", "memory capacity", "max pods", "cpu requests", "memory requests", "pods", "utilization",
+           "latency", "power model", "network/tcp/disk metrics")
+
+
+@compiled
+def _resolve(data, rows, state):  # pragma: no cover (compiled)
+    """Each node's state from its table row: the API's sizes and power model, else the metrics';
+    requests only where the API has the node (NaN: unknown); requests bound since the metrics were
+    read. Returns (the API knows some node, some node has measured utilization)."""
+    in_api_any, measured_any = False, False
+    for k in range(rows.shape[0]):
+        r = rows[k]
+        in_api = data[_T_IN_API, r] == 1.0
+        for s_row, api_row, metrics_row in ((_S_CPU_CAP, _T_CPU_CAP, _T_CPU_CAP_M), (_S_MEM_CAP, _T_MEM_CAP, _T_MEM_CAP_M),
+                                            (_S_IDLE, _T_IDLE, _T_IDLE_M), (_S_PEAK, _T_PEAK, _T_PEAK_M)):
+            value = data[api_row, r]
+            state[s_row, k] = data[metrics_row, r] if np.isnan(value) else value
+        state[_S_MAX_PODS, k] = data[_T_MAX_PODS, r]
+        for s_row, t_row in ((_S_CPU_REQ, _T_CPU_REQ), (_S_MEM_REQ, _T_MEM_REQ), (_S_PODS, _T_PODS)):
+            state[s_row, k] = data[t_row, r] if in_api else np.nan
+        for s_row, t_row in ((_S_CPU_UTIL, _T_CPU_UTIL), (_S_MEM_UTIL, _T_MEM_UTIL), (_S_LATENCY, _T_LATENCY),
+                             (_S_NET, _T_NET), (_S_TCP, _T_TCP), (_S_DISK, _T_DISK)):
+            state[s_row, k] = data[t_row, r]
+        since = state[_S_CPU_REQ, k] - data[_T_REQUESTED_AT, r]
+        state[_S_SINCE, k] = since if (since >= 0.0 or np.isnan(since)) else 0.0  # as np.maximum(since, 0)
+        in_api_any = in_api_any or in_api
+        measured_any = measured_any or not np.isnan(data[_T_CPU_UTIL, r])
+    return in_api_any, measured_any
+
+
+@compiled
+def _check(state, missing):  # pragma: no cover (compiled)
+    """A half-known power model (idle only, or max below idle from mixed sources) becomes unknown;
+    counts what is missing, per MISSING."""
+    for k in range(state.shape[1]):
+        idle, peak = state[_S_IDLE, k], state[_S_PEAK, k]
+        if np.isnan(idle) or np.isnan(peak) or peak < idle:
+            state[_S_IDLE, k] = state[_S_PEAK, k] = np.nan
+            missing[8] += 1
+        for i, s_row in enumerate((_S_CPU_CAP, _S_MEM_CAP, _S_MAX_PODS, _S_CPU_REQ, _S_MEM_REQ, _S_PODS)):
+            if np.isnan(state[s_row, k]):
+                missing[i] += 1
+        if np.isnan(state[_S_CPU_UTIL, k]) or np.isnan(state[_S_MEM_UTIL, k]):
+            missing[6] += 1
+        if np.isnan(state[_S_LATENCY, k]):
+            missing[7] += 1
+        if np.isnan(state[_S_NET, k]) or np.isnan(state[_S_TCP, k]) or np.isnan(state[_S_DISK, k]):
+            missing[9] += 1
+
+
 def assemble(request_nodes: list[str | NodeIn], table: NodeTable, snapshot: Snapshot, stale_after_s: float,
              need_latency: bool, need_power: bool = False
              ) -> tuple[NodeState, list[tuple[str, str]], list[tuple[str, str]]]:
@@ -180,85 +247,75 @@ def assemble(request_nodes: list[str | NodeIn], table: NodeTable, snapshot: Snap
     (power model, the extra metrics: the features encode them as unknown)."""
     names_only = all(map(str.__instancecheck__, request_nodes))
     names = request_nodes if names_only else [node if isinstance(node, str) else node.name for node in request_nodes]
-    col = table.gather(names)
-    in_api = col["in_api"] == 1.0
-    state = {
-        "cpu_capacity": np.where(np.isnan(col["cpu_capacity"]), col["cpu_capacity_metrics"], col["cpu_capacity"]),
-        "memory_capacity": np.where(np.isnan(col["memory_capacity"]), col["memory_capacity_metrics"],
-                                    col["memory_capacity"]),
-        "max_pods": col["max_pods"],
-        # requests are known exactly when the API knows the node; else estimated below
-        "cpu_requested": np.where(in_api, col["cpu_requested"], np.nan),
-        "memory_requested": np.where(in_api, col["memory_requested"], np.nan),
-        "pods": np.where(in_api, col["pods"], np.nan),
-        "power_idle_watts": np.where(np.isnan(col["power_idle_watts"]), col["power_idle_metrics"],
-                                     col["power_idle_watts"]),
-        "power_max_watts": np.where(np.isnan(col["power_max_watts"]), col["power_max_metrics"],
-                                    col["power_max_watts"]),
-        **{key: col[key] for key in ("cpu_utilization", "memory_utilization", "latency_ms",
-                                     "network_receive_bytes_per_s", "tcp_established", "disk_utilization")},
-    }
-    # requests bound since the metrics were read: the utilization cannot show them yet
-    since = np.maximum(state["cpu_requested"] - col["requested_at"], 0.0)  # NaN stays NaN: unknown
-    used_table = bool(np.any(in_api) or np.any(~np.isnan(col["cpu_utilization"])))
+    state = np.empty((len(STATE), len(names)))
+    with table.reading() as data:
+        in_api_any, measured_any = _resolve(data, table.rows(names), state)
+    used_table = in_api_any or measured_any
     given = None if names_only else _given(request_nodes)
     if given is not None:
         # fields given in the request win; where it gives the utilization, that is "now"
         for attr, values in given.items():
+            row = state[_S[attr]]
             has = ~np.isnan(values)
-            state[attr] = np.where(has, values, state[attr])
-        since[~np.isnan(given["cpu_utilization"])] = np.nan
+            row[has] = values[has]
+        state[_S["cpu_requested_since_metrics"], ~np.isnan(given["cpu_utilization"])] = np.nan
         used_table = used_table and bool(np.any(np.isnan(np.stack(list(given.values())))))
+    missing = np.zeros(len(MISSING), dtype=np.int64)
+    _check(state, missing)
+    columns = {name: state[i] for i, name in enumerate(STATE)}
+    reasons = _fill_missing(columns, missing, names, need_latency, need_power) if missing.any() else []
+    notes = [reason for reason in reasons if reason[0] in ("power", "metrics")]
+    reasons = [reason for reason in reasons if reason[0] not in ("power", "metrics")]
+    if used_table and snapshot.age() > stale_after_s and snapshot.taken_at:
+        reasons.append(("stale", f"node metrics are {snapshot.age():.0f} s old"))
+    if used_table or reasons:
+        reasons += [("source", problem) for problem in snapshot.problems]
+    return NodeState.trusted(names, **columns), reasons, notes
 
-    cpu_cap, mem_cap, max_pods = state["cpu_capacity"], state["memory_capacity"], state["max_pods"]
-    cpu_req, mem_req, pods = state["cpu_requested"], state["memory_requested"], state["pods"]
-    cpu_util, mem_util = state["cpu_utilization"], state["memory_utilization"]
-    power_idle, power_max = state["power_idle_watts"], state["power_max_watts"]
-    # a half-known power model (idle only, or max below idle from mixed sources) counts as unknown
-    broken = np.isnan(power_idle) | np.isnan(power_max) | (power_max < power_idle)
-    power_idle[broken] = power_max[broken] = np.nan
 
+def _fill_missing(state: dict[str, np.ndarray], missing: np.ndarray, names: list[str], need_latency: bool,
+                  need_power: bool) -> list[tuple[str, str]]:
+    """Guesses for unknown sizes and requests, in place; what was missing, as (code, message)."""
     reasons: list[tuple[str, str]] = []
 
     def note(mask: np.ndarray, code: str, what: str) -> None:
         if mask.any():
             count = int(mask.sum())
-            missing = [names[k] for k in np.flatnonzero(mask)[:3]]
+            shown = [names[k] for k in np.flatnonzero(mask)[:3]]
             more = f" and {count - 3} more" if count > 3 else ""
-            reasons.append((code, f"{what} unknown for {count} node(s) ({', '.join(missing)}{more})"))
+            reasons.append((code, f"{what} unknown for {count} node(s) ({', '.join(shown)}{more})"))
 
+    cpu_cap, mem_cap, max_pods = state["cpu_capacity"], state["memory_capacity"], state["max_pods"]
+    cpu_req, mem_req, pods = state["cpu_requested"], state["memory_requested"], state["pods"]
+    cpu_util, mem_util = state["cpu_utilization"], state["memory_utilization"]
     for cap, fallback, label in ((cpu_cap, FALLBACK_CPU_MILLICORES, "cpu capacity"),
                                  (mem_cap, FALLBACK_MEMORY_BYTES, "memory capacity")):
-        missing = np.isnan(cap)
-        if missing.any():
-            note(missing, "capacity", label)
-            known = cap[~missing]
-            cap[missing] = np.median(known) if known.size else fallback
+        unknown = np.isnan(cap)
+        if unknown.any():
+            note(unknown, "capacity", label)
+            known = cap[~unknown]
+            cap[unknown] = np.median(known) if known.size else fallback
     max_pods[np.isnan(max_pods)] = FALLBACK_MAX_PODS
     # Requests unknown (no Kubernetes API): estimate them from measured utilization.
     for req, util, cap, label in ((cpu_req, cpu_util, cpu_cap, "cpu requests"),
                                   (mem_req, mem_util, mem_cap, "memory requests")):
-        missing = np.isnan(req)
-        if missing.any():
-            note(missing, "requests", label + " (estimated from utilization)")
-            req[missing] = np.nan_to_num(util[missing], nan=0.0) * cap[missing]
-    missing = np.isnan(pods)
-    pods[missing] = (cpu_req[missing] > 0).astype(float)
-    note(np.isnan(cpu_util) | np.isnan(mem_util), "utilization", "utilization")
-    if need_latency:
+        unknown = np.isnan(req)
+        if unknown.any():
+            note(unknown, "requests", label + " (estimated from utilization)")
+            req[unknown] = np.nan_to_num(util[unknown], nan=0.0) * cap[unknown]
+    unknown = np.isnan(pods)
+    pods[unknown] = (cpu_req[unknown] > 0).astype(float)
+    if missing[MISSING.index("utilization")]:
+        note(np.isnan(cpu_util) | np.isnan(mem_util), "utilization", "utilization")
+    if need_latency and missing[MISSING.index("latency")]:
         note(np.isnan(state["latency_ms"]), "latency", "latency")
-    degrading = len(reasons)
     # Optional state: the model knows what "unknown" means here, so the answer is not degraded.
-    if need_power:
-        note(np.isnan(power_idle) | np.isnan(power_max), "power", "power model")
-    note(np.isnan(state["network_receive_bytes_per_s"]) | np.isnan(state["tcp_established"])
-         | np.isnan(state["disk_utilization"]), "metrics", "network/tcp/disk metrics")
-    notes, reasons = reasons[degrading:], reasons[:degrading]
-    if used_table and snapshot.age() > stale_after_s and snapshot.taken_at:
-        reasons.append(("stale", f"node metrics are {snapshot.age():.0f} s old"))
-    if used_table or reasons:
-        reasons += [("source", problem) for problem in snapshot.problems]
-    return NodeState.trusted(names, cpu_requested_since_metrics=since, **state), reasons, notes
+    if need_power and missing[MISSING.index("power model")]:
+        note(np.isnan(state["power_idle_watts"]) | np.isnan(state["power_max_watts"]), "power", "power model")
+    if missing[MISSING.index("network/tcp/disk metrics")]:
+        note(np.isnan(state["network_receive_bytes_per_s"]) | np.isnan(state["tcp_established"])
+             | np.isnan(state["disk_utilization"]), "metrics", "network/tcp/disk metrics")
+    return reasons
 
 
 # What an in-process scorer needs beside the Kubernetes objects it already has (sizes and requests

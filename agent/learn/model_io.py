@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from agent.features import FEATURE_SPEC_VERSION, NUM_NODE_FEATURES, NUM_POD_FEATURES, node_features
+from agent.kernels import equivariant_layer
 from agent.learn.network import NodeScorer
 from agent.state import POLICIES, NodeState, PodRequest
 
@@ -28,6 +29,7 @@ MODEL_FORMAT = "rlscore-deepsets-scorer"
 WEIGHTS_FORMAT = "rlscore-deepsets-weights"  # the plain-JSON export an in-process scorer reads
 MAX_MODEL_BYTES = 64 * 1024 * 1024
 MAX_HIDDEN_UNITS = 4096
+_NO_EXTRA = np.zeros(0)
 
 
 class ModelValidationError(ValueError):
@@ -35,8 +37,9 @@ class ModelValidationError(ValueError):
 
 
 class NumpyScorer:
-    """The NodeScorer's forward pass in numpy, float64, for serving: no torch dispatch per call
-    (a request scores one small set), and the same numbers as the float64 torch reference."""
+    """The NodeScorer's forward pass in float64 for serving (compiled layers, agent/kernels.py): no
+    torch dispatch per call (a request scores one small set), and the float64 torch reference's
+    numbers to ~1e-14."""
 
     def __init__(self, network: NodeScorer):
         def weights(linear) -> np.ndarray:
@@ -48,17 +51,11 @@ class NumpyScorer:
 
     def __call__(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
         """features [N, F] of N >= 1 candidates, pod_vec [P] -> one value per candidate."""
-        nodes = features.astype(np.float64)
-        pod = pod_vec.astype(np.float64)
         # The first layer sees [node features, pod features]; the pod part is the same for every node.
         lam, bias, gam, delta = self.layers[0]
-        f = self.node_features
-        top = np.concatenate([nodes.max(axis=0), pod])
-        mean = np.concatenate([nodes.mean(axis=0), pod])
-        x = nodes @ lam[:f] + (pod @ lam[f:] + bias - top @ gam - mean @ delta)
+        x = equivariant_layer(features.astype(np.float64), pod_vec.astype(np.float64), lam, bias, gam, delta, False)
         for lam, bias, gam, delta in self.layers[1:]:
-            np.maximum(x, 0.0, out=x)
-            x = x @ lam + (bias - x.max(axis=0) @ gam - x.mean(axis=0) @ delta)
+            x = equivariant_layer(x, _NO_EXTRA, lam, bias, gam, delta, True)
         return x[:, 0]
 
 
