@@ -27,11 +27,13 @@ CLIP = FEATURE_CLIP
 
 def compiled(function):
     """Compiled on first use and cached on disk where numba finds a writable place (next to this
-    file, NUMBA_CACHE_DIR or the user's cache); a read-only image compiles once per process."""
+    file, NUMBA_CACHE_DIR or the user's cache); a read-only image compiles once per process.
+    Division by zero gives inf/NaN as in numpy (numba's default raises, as Python does)."""
+    options = {"nogil": True, "error_model": "numpy"}
     try:
-        return numba.njit(nogil=True, cache=True)(function)
+        return numba.njit(cache=True, **options)(function)
     except RuntimeError:  # numba: "cannot cache function ...: no locator available"
-        return numba.njit(nogil=True)(function)
+        return numba.njit(**options)(function)
 
 
 @compiled
@@ -198,3 +200,22 @@ def equivariant_layer(x, extra, lam, bias, gam, delta, relu_input):  # pragma: n
         for j in range(out_width):
             y[r, j] += pooled[j]
     return y
+
+
+@compiled
+def node_scores(values, top_score):  # pragma: no cover (compiled)
+    """(integer scores 0..top_score, every value finite): best top_score, worst 0, linear between,
+    rounded half to even as np.rint; all top_score when the finite values are equal; non-finite 0.
+    The same operations in the same order as agent.scoring's numpy form."""
+    low, high, finite = np.inf, -np.inf, 0
+    for v in values:
+        if np.isfinite(v):
+            finite += 1
+            low, high = min(low, v), max(high, v)
+    scores = np.zeros(values.shape[0], dtype=np.int64)
+    if finite:
+        for i in range(values.shape[0]):
+            v = values[i]
+            if np.isfinite(v):
+                scores[i] = top_score if high - low < 1e-12 else np.int64(np.rint((v - low) / (high - low) * top_score))
+    return scores, finite == values.shape[0]

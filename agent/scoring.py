@@ -9,6 +9,7 @@ from typing import Protocol
 import numpy as np
 
 from agent.heuristics import HEURISTICS, MAX_NODE_SCORE
+from agent.kernels import node_scores
 from agent.learn.model_io import LoadedModel
 from agent.state import NodeState, PodRequest
 
@@ -55,8 +56,13 @@ def choose(values: np.ndarray, rng: np.random.Generator) -> int:
 def to_node_scores(values: np.ndarray) -> np.ndarray:
     """Map values onto integer scores 0..100 (best 100, worst 0, linear between; all 100 when equal).
 
-    Non-finite values score 0, so a broken entry can never win.
+    Non-finite values score 0, so a broken entry can never win. (Compiled: agent.kernels.node_scores;
+    `reference_node_scores` is the same in numpy.)
     """
+    return node_scores(np.asarray(values, dtype=np.float64), MAX_NODE_SCORE)[0]
+
+
+def reference_node_scores(values: np.ndarray) -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     finite = np.isfinite(values)
     scores = np.zeros(values.shape, dtype=np.int64)

@@ -6,6 +6,7 @@ tens of thousands of nodes per request, and every feature is a vectorised expres
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,11 +38,11 @@ class PodRequest:
     def __post_init__(self) -> None:
         for name in ("cpu_millicores", "memory_bytes"):
             value = getattr(self, name)
-            if not np.isfinite(value) or value < 0:
+            if not math.isfinite(value) or value < 0:
                 raise ValueError(f"pod {name} must be a finite number >= 0, got {value!r}")
         for name in ("latency_soft_ms", "latency_hard_ms"):
             value = getattr(self, name)
-            if value is not None and (not np.isfinite(value) or value <= 0):
+            if value is not None and (not math.isfinite(value) or value <= 0):
                 raise ValueError(f"pod {name} must be a finite number > 0, got {value!r}")
         soft, hard = self.latency_soft_ms, self.latency_hard_ms
         if soft is not None and hard is not None and soft > hard:

@@ -54,8 +54,8 @@ def parse(body: bytes) -> tuple[ScoresHeader, list[str]]:
         seen: set[str] = set()
         duplicate = next(n for n in names if n in seen or seen.add(n))
         raise CompactError(["body", "nodes"], f"duplicate node name {duplicate!r}")
-    longest = max(names, key=len)
-    if len(longest) > MAX_NAME:
+    if max(map(len, names)) > MAX_NAME:
+        longest = max(names, key=len)
         raise CompactError(["body", "nodes"], f"node name {longest[:40]!r}... is longer than {MAX_NAME} characters")
     return header, names
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.heuristics import POLICY_HEURISTIC
+from agent.heuristics import MAX_NODE_SCORE, POLICY_HEURISTIC
+from agent.kernels import node_scores
 from agent.scoring import HeuristicScorer, to_node_scores
 from agent.state import NodeState, PodRequest
 from suggestion_server import metrics
@@ -25,8 +26,9 @@ def score_nodes(policy: str, nodes: NodeState, pod: PodRequest, registry: ModelR
             reasons.append(f"model {model.version} failed: {exc}")
             metrics.FALLBACKS.labels(policy, "model_error").inc()
         if values is not None:
-            if np.all(np.isfinite(values)):
-                return to_node_scores(values), "model", model.version, reasons
+            scores, all_finite = node_scores(values, MAX_NODE_SCORE)
+            if all_finite:
+                return scores, "model", model.version, reasons
             reasons.append(f"model {model.version} gave non-finite Q-values")
             metrics.FALLBACKS.labels(policy, "non_finite").inc()
     else:

@@ -222,7 +222,7 @@ def _resolve(data, rows, state):  # pragma: no cover (compiled)
 @compiled
 def _check(state, missing):  # pragma: no cover (compiled)
     """A half-known power model (idle only, or max below idle from mixed sources) becomes unknown;
-    counts what is missing, per MISSING."""
+    counts what is missing, per MISSING. Returns whether anything is."""
     for k in range(state.shape[1]):
         idle, peak = state[_S_IDLE, k], state[_S_PEAK, k]
         if np.isnan(idle) or np.isnan(peak) or peak < idle:
@@ -237,6 +237,7 @@ def _check(state, missing):  # pragma: no cover (compiled)
             missing[7] += 1
         if np.isnan(state[_S_NET, k]) or np.isnan(state[_S_TCP, k]) or np.isnan(state[_S_DISK, k]):
             missing[9] += 1
+    return missing.sum() > 0
 
 
 def assemble(request_nodes: list[str | NodeIn], table: NodeTable, snapshot: Snapshot, stale_after_s: float,
@@ -261,9 +262,8 @@ def assemble(request_nodes: list[str | NodeIn], table: NodeTable, snapshot: Snap
         state[_S["cpu_requested_since_metrics"], ~np.isnan(given["cpu_utilization"])] = np.nan
         used_table = used_table and bool(np.any(np.isnan(np.stack(list(given.values())))))
     missing = np.zeros(len(MISSING), dtype=np.int64)
-    _check(state, missing)
     columns = {name: state[i] for i, name in enumerate(STATE)}
-    reasons = _fill_missing(columns, missing, names, need_latency, need_power) if missing.any() else []
+    reasons = _fill_missing(columns, missing, names, need_latency, need_power) if _check(state, missing) else []
     notes = [reason for reason in reasons if reason[0] in ("power", "metrics")]
     reasons = [reason for reason in reasons if reason[0] not in ("power", "metrics")]
     if used_table and snapshot.age() > stale_after_s and snapshot.taken_at:

@@ -92,7 +92,7 @@ def _awkward_state(n: int, rng: np.random.Generator) -> NodeState:
     columns = {}
     for name in NODE_ARRAYS:
         if rng.random() < 0.3:
-            values = rng.choice([0.0, 1.0, 250.0, 4000.0, 8e9, np.nan, np.inf, -np.inf, -1.0], n)
+            values = rng.choice([0.0, 5e-324, 1e-300, 1.0, 250.0, 4000.0, 8e9, 1e308, np.nan, np.inf, -np.inf, -1.0], n)
         else:
             values = rng.uniform(0, 100, n) * rng.choice([1.0, 1e3, 1e9])
         values[rng.random(n) < rng.random() * 0.3] = np.nan

@@ -3,7 +3,7 @@ import pytest
 
 from agent.heuristics import (balanced_allocation, default_scheduler, latency_greedy, latency_pack,
                               least_allocated, most_allocated)
-from agent.scoring import choose, to_node_scores
+from agent.scoring import choose, reference_node_scores, to_node_scores
 from agent.state import PodRequest
 from tests.conftest import make_nodes
 
@@ -50,6 +50,17 @@ def test_choose_breaks_ties_at_random_and_to_node_scores_maps_to_0_100():
     assert to_node_scores(np.array([5.0, 5.0])).tolist() == [100, 100]
     assert to_node_scores(np.array([np.nan, 1.0, -np.inf, 3.0])).tolist() == [0, 0, 0, 100]
     assert to_node_scores(np.array([np.nan])).tolist() == [0]
+    assert to_node_scores(np.array([0.0, 0.5, 1.5, 2.5, 200.0])).tolist() == [0, 0, 1, 1, 100]  # half to even
+
+
+def test_the_compiled_scores_equal_the_numpy_reference():
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 5, 100, 5000):
+        for _ in range(50):
+            values = rng.normal(0, 10 ** rng.uniform(-14, 6), n)
+            if rng.random() < 0.5:  # ties, halves, non-finite values
+                values[rng.random(n) < 0.3] = rng.choice([np.nan, np.inf, -np.inf, values[0], values[0] + 0.5])
+            assert to_node_scores(values).tolist() == reference_node_scores(values).tolist(), values
 
 
 def test_pod_request_validation():
