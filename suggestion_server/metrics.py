@@ -1,10 +1,21 @@
 """The server's Prometheus metrics (GET /metrics)."""
 
+import functools
+
 from prometheus_client import Counter, Gauge, Histogram
 
 REQUESTS = Counter("rlscore_suggest_requests_total", "Answered /suggest requests.", ["policy", "source"])
 LATENCY = Histogram("rlscore_suggest_duration_seconds", "Time to answer /suggest.", ["policy", "source"],
                     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0))
+
+
+@functools.cache
+def answered(policy: str, source: str) -> tuple[Counter, Histogram]:
+    """The answered-requests counter and latency histogram of one (policy, source): looked up once,
+    not per request (labels() takes a lock and builds a key)."""
+    return REQUESTS.labels(policy, source), LATENCY.labels(policy, source)
+
+
 INVALID = Counter("rlscore_suggest_invalid_requests_total", "Rejected /suggest requests.", ["status"])
 FALLBACKS = Counter("rlscore_fallbacks_total", "Answers from the heuristic instead of the model.",
                     ["policy", "reason"])

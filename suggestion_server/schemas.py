@@ -119,12 +119,11 @@ class SuggestRequest(BaseModel):
     @field_validator("nodes")
     @classmethod
     def _unique_names(cls, nodes: list) -> list:
-        seen: set[str] = set()
-        for node in nodes:
-            name = node if isinstance(node, str) else node.name
-            if name in seen:
-                raise ValueError(f"duplicate node name {name!r}")
-            seen.add(name)
+        names = [node if isinstance(node, str) else node.name for node in nodes]
+        if len(set(names)) != len(names):
+            seen: set[str] = set()
+            duplicate = next(name for name in names if name in seen or seen.add(name))
+            raise ValueError(f"duplicate node name {duplicate!r}")
         return nodes
 
     def node_names(self) -> list[str]:

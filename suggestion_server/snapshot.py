@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import time
 from dataclasses import dataclass, field
 
@@ -155,22 +156,17 @@ class StateCollector:
             await asyncio.sleep(self.refresh_interval_s)
 
 
+_READ_FIELDS = operator.attrgetter(*(key for key, _ in FIELDS))
+_NAME_ONLY = (None,) * len(FIELDS)
+
+
 def _given(request_nodes: list[str | NodeIn]) -> dict[str, np.ndarray] | None:
     """The fields the request's node objects carry, as columns (NaN where left out); None when the
     request names nodes only."""
-    objects = [(i, node) for i, node in enumerate(request_nodes) if not isinstance(node, str)]
-    if not objects:
-        return None
-    n = len(request_nodes)
-    columns = {}
-    for key, attr in FIELDS:
-        column = np.full(n, np.nan)
-        for i, node in objects:
-            value = getattr(node, key)
-            if value is not None:
-                column[i] = value
-        columns[attr] = column
-    return columns
+    # one tuple per node, then one conversion: None becomes NaN
+    rows = [_NAME_ONLY if isinstance(node, str) else _READ_FIELDS(node) for node in request_nodes]
+    block = np.array(rows, dtype=np.float64).reshape(len(request_nodes), len(FIELDS))
+    return {attr: np.ascontiguousarray(block[:, j]) for j, (_, attr) in enumerate(FIELDS)}
 
 
 # NodeState's arrays as `assemble` builds them: one row each of one block
