@@ -21,8 +21,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from agent.features import FEATURE_SPEC_VERSION
-from agent.state import POLICIES, normalize_policy
+from agent.features import FEATURE_SPEC_VERSION, node_features
+from agent.heuristics import MAX_NODE_SCORE
+from agent.kernels import node_scores
+from agent.state import POLICIES, PodRequest, normalize_policy
 from suggestion_server import compact, metrics, tls
 from suggestion_server.auth import BearerAuth
 from suggestion_server.config import Settings
@@ -37,7 +39,7 @@ from suggestion_server.registry import ModelRegistry
 from suggestion_server.rollout import RolloutError, RolloutManager
 from suggestion_server.schemas import PATTERN_MESSAGES, PodIn, SuggestRequest, SuggestResponse
 from suggestion_server.scoring import score_nodes
-from suggestion_server.snapshot import FIELDS, StateCollector, assemble, export_metrics
+from suggestion_server.snapshot import FIELDS, Snapshot, StateCollector, assemble, export_metrics
 
 log = logging.getLogger("rlscore.server")
 decisions = logging.getLogger("rlscore.decisions")
@@ -51,6 +53,17 @@ NO_OPENTELEMETRY = ({"telemetry": {"tracing": False, "metrics": False, "logs": F
 def _error(status: int, loc: list, message: str) -> JSONResponse:
     metrics.INVALID.labels(str(status)).inc()
     return JSONResponse({"detail": [{"loc": loc, "msg": message, "type": "value_error"}]}, status_code=status)
+
+
+def warm_up(settings: Settings) -> None:
+    """Compile (or load from numba's cache) the hot path's loops before the first request: compiling
+    takes seconds, and readiness waits for this."""
+    table = NodeTable()
+    table.set_node("warm-up", cpu_capacity=1000.0, memory_capacity=1.0, max_pods=1.0)
+    nodes, _, _ = assemble(["warm-up", "unknown"], table, Snapshot(), settings.stale_after_s, need_latency=True,
+                           need_power=True)
+    features, _ = node_features(nodes, PodRequest(1.0, 1.0))
+    node_scores(features[:, 0].astype(np.float64), MAX_NODE_SCORE)  # the forward pass compiled in load_all's probe
 
 
 def invalid_request(exc: RequestValidationError) -> JSONResponse:
@@ -141,6 +154,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         torch.set_num_threads(1)
         threadpool_limits(1)
         await asyncio.to_thread(registry.load_all)
+        await asyncio.to_thread(warm_up, settings)
         rollout.restore()
         rollout.watch()
         # torch, pydantic and FastAPI leave millions of long-lived objects behind; freezing them

@@ -12,7 +12,9 @@ RUN pip install --no-cache-dir --prefix=/install .
 FROM python:3.11-slim
 COPY --from=build /install /usr/local
 COPY models /opt/rlscore/models
-ENV RLSCORE_MODEL_DIR=/opt/rlscore/models PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# numba caches the compiled hot path where it can write: /tmp (an emptyDir under deploy/), so the
+# server's workers compile it once per pod
+ENV RLSCORE_MODEL_DIR=/opt/rlscore/models PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 NUMBA_CACHE_DIR=/tmp/numba-cache
 USER 10001:10001
 EXPOSE 8000
 ENTRYPOINT ["rlscore-server", "--host", "0.0.0.0", "--port", "8000"]
