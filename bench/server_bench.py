@@ -161,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="per throughput run")
     parser.add_argument("--sections", default="state,names,throughput",
                         help="comma-separated: state (state in the request), names (warm snapshot, memory), throughput")
+    parser.add_argument("--refresh-interval", type=float, default=2.0,
+                        help="the server's snapshot refresh in the names section, seconds")
     parser.add_argument("--memory-requests", type=int, default=100_000,
                         help="compact requests between the two memory readings (0: skip)")
     args = parser.parse_args(argv)
@@ -181,14 +183,16 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
 
     if "names" in sections:
-        print("\n## Node names only, warm snapshot from a real Prometheus (1 worker, 1 keep-alive connection)\n")
+        print(f"\n## Node names only, warm snapshot from a real Prometheus of 1000 nodes, refreshed every "
+              f"{args.refresh_interval:g} s (1 worker, 1 keep-alive connection)\n")
         print("/suggest takes JSON; /v1/scores is the plugin's compact format (names one per line, one byte per score).\n")
         sizes = (100, 500, 1000)
         names = [f"node-{i:05d}" for i in range(max(sizes))]
         exporter, exporter_port = exporter_process({name: float(rng.uniform(0.05, 0.9)) for name in names})
         with tempfile.TemporaryDirectory() as tmp:
             prometheus = PrometheusServer(Path(tmp), [f"127.0.0.1:{exporter_port}"])
-            server = Server(workers=1, env={"RLSCORE_PROMETHEUS_URL": prometheus.url, "RLSCORE_REFRESH_INTERVAL_S": "2"})
+            server = Server(workers=1, env={"RLSCORE_PROMETHEUS_URL": prometheus.url,
+                                            "RLSCORE_REFRESH_INTERVAL_S": str(args.refresh_interval)})
             try:
                 wait_for(lambda: httpx.get(f"{server.url}/policies").json()["snapshot"]["nodes"] == len(names), 90,
                          "warm snapshot")
