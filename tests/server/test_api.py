@@ -233,3 +233,23 @@ def test_state_shows_what_the_server_would_score_with(client):
     assert [row["name"] for row in body["nodes"]] == ["w1", "w2"]
     assert body["nodes"][0]["power_idle_watts"] is None  # nothing known: no Kubernetes, no Prometheus
     assert any("capacity unknown for 2 node(s)" in reason for reason in body["reasons"])
+
+
+def test_validation_errors_locate_the_field_under_body_and_never_echo_the_input(client):
+    body = {"pod": pod(), "nodes": [node("a"), node("b")]}
+    body["nodes"][1]["cpu_utilization"] = 1.25
+    r = post(client, body)
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["detail"]
+    assert error["loc"][:3] == ["body", "nodes", 1] and error["loc"][-1] == "cpu_utilization", error
+    assert "1.25" not in r.text and set(error) == {"loc", "msg", "type"}
+    r = client.post("/v1/scores", content=b'{"pod":{"name":"Bad_Name"}}\na',
+                    headers={"content-type": "application/x-rlscore-names"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][:3] == ["body", "header", "pod"], r.text
+
+
+def test_the_scoring_endpoints_answer_only_post(client):
+    # DirectDispatch takes POST /suggest and /v1/scores before the router; anything else still
+    # goes through FastAPI's routing
+    assert client.get("/suggest").status_code == 405
+    assert client.get("/v1/scores").status_code == 405
