@@ -34,7 +34,10 @@ def test_calibration_reads_back_the_played_workload(cluster, tmp_path):
     world = played_world()
     run = f"cal-{int(time.time()) % 100000}"
     time.sleep(5)  # the series of an earlier test's pods end before the window starts
-    start = time.time()
+    # the window's ends are whole seconds, so the command line's --window/--end below name exactly
+    # the same window (a start off by a microsecond moved the censored lifetimes and the rate)
+    time.sleep(1.0 - time.time() % 1.0)
+    start = float(round(time.time()))
     arrivals, departures = {}, {}
     stream = events(world, np.random.default_rng(7))
 
@@ -51,10 +54,10 @@ def test_calibration_reads_back_the_played_workload(cluster, tmp_path):
         placed += bool(result.get(name))
     assert placed == ARRIVALS
     time.sleep(4)  # two scrapes past the last arrival
-    end = time.time()
+    end = float(int(time.time()) + 1)
     # a scrape that started before `end` can be stored after it: wait until every sample in the window
     # is in, so this read and the command line's below see the same data
-    time.sleep(3)
+    time.sleep(end - time.time() + 3)
     history = read_history(client.CoreV1Api(cluster.live.core.api_client),
                            PrometheusConnect(cluster.prometheus_url, disable_ssl=True), start, end, 1.0)
     everything, _ = build_profile(history, "e2e")  # what the command line writes (every pod in the window)
@@ -108,9 +111,10 @@ def test_calibration_reads_back_the_played_workload(cluster, tmp_path):
     # the command line writes the same profile from the same window
     out = tmp_path / "cluster.yaml"
     assert calibrate.main(["--prometheus", cluster.prometheus_url, "--kubeconfig", cluster.kubeconfig, "--window",
-                           f"{end - start:.6f}s", "--end", repr(end), "--step", "1", "--name", "e2e",
+                           f"{end - start:.0f}s", "--end", repr(end), "--step", "1", "--name", "e2e",
                            "--out", str(out)]) == 0
-    assert load_profile(out) == everything
+    written = load_profile(out)
+    assert written == everything, (written.to_yaml(), everything.to_yaml())
 
 
 def test_calibration_without_prometheus_says_so(cluster, tmp_path, capsys):
