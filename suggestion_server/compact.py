@@ -17,7 +17,7 @@ import re
 
 from pydantic import ValidationError
 
-from suggestion_server.schemas import DNS_SUBDOMAIN, PATTERN_MESSAGES, ScoresHeader
+from suggestion_server.schemas import DNS_SUBDOMAIN, PATTERN_MESSAGES, ScoresHeader, first_duplicate
 
 CONTENT_TYPE = "application/x-rlscore-names"
 SCORES_CONTENT_TYPE = "application/octet-stream"
@@ -50,9 +50,8 @@ def parse(body: bytes) -> tuple[ScoresHeader, list[str]]:
     if _NAMES.fullmatch(rest) is None:
         raise CompactError(["body", "nodes"], _first_bad_name(rest))
     names = rest.decode("ascii").split("\n")
-    if len(set(names)) != len(names):
-        seen: set[str] = set()
-        duplicate = next(n for n in names if n in seen or seen.add(n))
+    duplicate = first_duplicate(names)
+    if duplicate is not None:
         raise CompactError(["body", "nodes"], f"duplicate node name {duplicate!r}")
     if max(map(len, names)) > MAX_NAME:
         longest = max(names, key=len)

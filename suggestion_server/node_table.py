@@ -2,8 +2,8 @@
 
 The Kubernetes watch writes sizes, power annotations and pod requests as events arrive; the metrics
 refresh writes utilization, latency, power from Kepler and the extra metrics for all rows at once.
-A request only maps its node names to rows and gathers them (numpy fancy indexing), so its cost
-is a dictionary lookup per node plus vector work, never per-field Python loops or I/O.
+A request only maps its node names to rows and reads them in one compiled pass over the block
+(snapshot.assemble), so its cost is a dictionary lookup per node, never per-field Python loops or I/O.
 
 Rows are created only for names the API or Prometheus report, so requests cannot grow the table; a
 name without a row reads as all-unknown (the spare last row, which stays NaN).
@@ -40,7 +40,7 @@ class NodeTable:
 
     def _alloc(self, capacity: int) -> None:
         old = getattr(self, "data", None)
-        # one block, a row per column (+1 node: the unknown row), so a request's gather is one pass
+        # one block, a row per column (+1 node: the unknown row), so a request reads it in one pass
         self.data = np.full((len(COLUMNS), capacity + 1), np.nan)
         if old is not None:
             self.data[:, : len(self.names)] = old[:, : len(self.names)]
@@ -140,12 +140,6 @@ class NodeTable:
         # map() keeps the per-name loop in C: at 5000 names this is most of a request's Python work
         return np.fromiter(map(self.index.get, names, repeat(self.unknown_row, len(names))), dtype=np.intp,
                            count=len(names))
-
-    def gather(self, names: list[str]) -> dict[str, np.ndarray]:
-        """Every column for `names`, as fresh arrays (NaN where unknown)."""
-        with self._lock:
-            rows = self.rows(names)
-            return {key: values[rows] for key, values in self.columns.items()}
 
     def snapshot(self, keys: tuple[str, ...]) -> tuple[list[str], dict[str, np.ndarray]]:
         """Every row's name and a copy of `keys`, in row order."""

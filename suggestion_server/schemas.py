@@ -80,6 +80,14 @@ class NodeIn(BaseModel):
         return self
 
 
+def first_duplicate(names: list[str]) -> str | None:
+    """The first name that occurs twice (a set decides whether to look: the common case is none)."""
+    if len(set(names)) == len(names):
+        return None
+    seen: set[str] = set()
+    return next(name for name in names if name in seen or seen.add(name))
+
+
 def _node_kind(value) -> str | None:
     if isinstance(value, str):
         return "name"
@@ -119,10 +127,8 @@ class SuggestRequest(BaseModel):
     @field_validator("nodes")
     @classmethod
     def _unique_names(cls, nodes: list) -> list:
-        names = [node if isinstance(node, str) else node.name for node in nodes]
-        if len(set(names)) != len(names):
-            seen: set[str] = set()
-            duplicate = next(name for name in names if name in seen or seen.add(name))
+        duplicate = first_duplicate([node if isinstance(node, str) else node.name for node in nodes])
+        if duplicate is not None:
             raise ValueError(f"duplicate node name {duplicate!r}")
         return nodes
 

@@ -184,11 +184,6 @@ _S = {name: i for i, name in enumerate(STATE)}
     "memory_requested", "pods", "cpu_utilization", "memory_utilization", "latency_ms", "network_receive_bytes_per_s",
     "tcp_established", "disk_utilization", "cpu_capacity_metrics", "memory_capacity_metrics", "power_idle_metrics",
     "power_max_metrics", "requested_at"))
-# what can be missing, counted per node by `_check`, in the order the reasons are given
-MISSING = ("cpu capacity", "memory capacity", "max pods", "cpu requests", "memory requests", "pods", "utilization",
-           "latency", "power model", "network/tcp/disk metrics")
-
-
 @compiled
 def _resolve(data, rows, state):  # pragma: no cover (compiled)
     """Each node's state from its table row: the API's sizes and power model, else the metrics';
@@ -216,24 +211,21 @@ def _resolve(data, rows, state):  # pragma: no cover (compiled)
 
 
 @compiled
-def _check(state, missing):  # pragma: no cover (compiled)
-    """A half-known power model (idle only, or max below idle from mixed sources) becomes unknown;
-    counts what is missing, per MISSING. Returns whether anything is."""
+def _check(state, need_latency, need_power):  # pragma: no cover (compiled)
+    """A half-known power model (idle only, or max below idle from mixed sources) becomes unknown.
+    Returns whether anything `_fill_missing` guesses or reports is missing (usually nothing: then
+    the request skips it)."""
+    missing = False
     for k in range(state.shape[1]):
         idle, peak = state[_S_IDLE, k], state[_S_PEAK, k]
         if np.isnan(idle) or np.isnan(peak) or peak < idle:
             state[_S_IDLE, k] = state[_S_PEAK, k] = np.nan
-            missing[8] += 1
-        for i, s_row in enumerate((_S_CPU_CAP, _S_MEM_CAP, _S_MAX_PODS, _S_CPU_REQ, _S_MEM_REQ, _S_PODS)):
-            if np.isnan(state[s_row, k]):
-                missing[i] += 1
-        if np.isnan(state[_S_CPU_UTIL, k]) or np.isnan(state[_S_MEM_UTIL, k]):
-            missing[6] += 1
-        if np.isnan(state[_S_LATENCY, k]):
-            missing[7] += 1
-        if np.isnan(state[_S_NET, k]) or np.isnan(state[_S_TCP, k]) or np.isnan(state[_S_DISK, k]):
-            missing[9] += 1
-    return missing.sum() > 0
+            missing = missing or need_power
+        for s_row in (_S_CPU_CAP, _S_MEM_CAP, _S_MAX_PODS, _S_CPU_REQ, _S_MEM_REQ, _S_PODS, _S_CPU_UTIL, _S_MEM_UTIL,
+                      _S_NET, _S_TCP, _S_DISK):
+            missing = missing or np.isnan(state[s_row, k])
+        missing = missing or (need_latency and np.isnan(state[_S_LATENCY, k]))
+    return missing
 
 
 def assemble(request_nodes: list[str | NodeIn], table: NodeTable, snapshot: Snapshot, stale_after_s: float,
@@ -257,9 +249,8 @@ def assemble(request_nodes: list[str | NodeIn], table: NodeTable, snapshot: Snap
             row[has] = values[has]
         state[_S["cpu_requested_since_metrics"], ~np.isnan(given["cpu_utilization"])] = np.nan
         used_table = used_table and bool(np.any(np.isnan(np.stack(list(given.values())))))
-    missing = np.zeros(len(MISSING), dtype=np.int64)
     columns = {name: state[i] for i, name in enumerate(STATE)}
-    reasons = _fill_missing(columns, missing, names, need_latency, need_power) if _check(state, missing) else []
+    reasons = _fill_missing(columns, names, need_latency, need_power) if _check(state, need_latency, need_power) else []
     notes = [reason for reason in reasons if reason[0] in ("power", "metrics")]
     reasons = [reason for reason in reasons if reason[0] not in ("power", "metrics")]
     if used_table and snapshot.age() > stale_after_s and snapshot.taken_at:
@@ -269,7 +260,7 @@ def assemble(request_nodes: list[str | NodeIn], table: NodeTable, snapshot: Snap
     return NodeState.trusted(names, **columns), reasons, notes
 
 
-def _fill_missing(state: dict[str, np.ndarray], missing: np.ndarray, names: list[str], need_latency: bool,
+def _fill_missing(state: dict[str, np.ndarray], names: list[str], need_latency: bool,
                   need_power: bool) -> list[tuple[str, str]]:
     """Guesses for unknown sizes and requests, in place; what was missing, as (code, message)."""
     reasons: list[tuple[str, str]] = []
@@ -301,16 +292,14 @@ def _fill_missing(state: dict[str, np.ndarray], missing: np.ndarray, names: list
             req[unknown] = np.nan_to_num(util[unknown], nan=0.0) * cap[unknown]
     unknown = np.isnan(pods)
     pods[unknown] = (cpu_req[unknown] > 0).astype(float)
-    if missing[MISSING.index("utilization")]:
-        note(np.isnan(cpu_util) | np.isnan(mem_util), "utilization", "utilization")
-    if need_latency and missing[MISSING.index("latency")]:
+    note(np.isnan(cpu_util) | np.isnan(mem_util), "utilization", "utilization")
+    if need_latency:
         note(np.isnan(state["latency_ms"]), "latency", "latency")
     # Optional state: the model knows what "unknown" means here, so the answer is not degraded.
-    if need_power and missing[MISSING.index("power model")]:
+    if need_power:
         note(np.isnan(state["power_idle_watts"]) | np.isnan(state["power_max_watts"]), "power", "power model")
-    if missing[MISSING.index("network/tcp/disk metrics")]:
-        note(np.isnan(state["network_receive_bytes_per_s"]) | np.isnan(state["tcp_established"])
-             | np.isnan(state["disk_utilization"]), "metrics", "network/tcp/disk metrics")
+    note(np.isnan(state["network_receive_bytes_per_s"]) | np.isnan(state["tcp_established"])
+         | np.isnan(state["disk_utilization"]), "metrics", "network/tcp/disk metrics")
     return reasons
 
 
