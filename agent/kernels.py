@@ -1,5 +1,5 @@
-"""Compiled loops (numba) for what every scheduling decision runs: the features, and the column
-reductions between the network's layers.
+"""Compiled loops (numba) for what every scheduling decision runs: the features, the network's
+equivariant layers and the integer scores.
 
 Features: the numpy reference makes ~100 array calls per decision; at 100 nodes their per-call overhead was
 0.3-0.5 ms, more than the network's forward pass and more than a scheduler can spend per pod. This
@@ -42,6 +42,15 @@ def _share(numerator: float, denominator: float) -> float:
 
 
 @compiled
+def _power_per_core(idle, peak, cpu_cap):  # pragma: no cover (compiled)
+    """(the power model is known, full-load watts per core, dynamic watts per core)."""
+    if not (np.isfinite(idle) and np.isfinite(peak) and peak >= idle and cpu_cap > 0):
+        return False, 0.0, 0.0
+    cores = cpu_cap / 1000.0
+    return True, peak / cores, (peak - idle) / cores
+
+
+@compiled
 def _fill(cpu_cap, mem_cap, max_pods, cpu_req, mem_req, pods, cpu_util, mem_util, since, latency, idle, peak, net, tcp,
           disk, pod_cpu, pod_mem, soft, hard, limited, out, pod_vec):  # pragma: no cover (compiled)
     n = cpu_cap.shape[0]
@@ -63,10 +72,9 @@ def _fill(cpu_cap, mem_cap, max_pods, cpu_req, mem_req, pods, cpu_util, mem_util
         if np.isfinite(latency[i]):
             known_latencies += 1
             best = min(best, latency[i])
-        if np.isfinite(idle[i]) and np.isfinite(peak[i]) and peak[i] >= idle[i] and cpu_cap[i] > 0:
-            cores = cpu_cap[i] / 1000.0
+        power_known, full, dynamic = _power_per_core(idle[i], peak[i], cpu_cap[i])
+        if power_known:
             top_idle = max(top_idle, idle[i])
-            full, dynamic = peak[i] / cores, (peak[i] - idle[i]) / cores
             if full > 0:
                 low_full = min(low_full, full)
             if dynamic > 0:
@@ -118,9 +126,8 @@ def _fill(cpu_cap, mem_cap, max_pods, cpu_req, mem_req, pods, cpu_util, mem_util
         row[21] = (lat - best) / scale if known else CLIP
         row[22] = np.searchsorted(ordered, lat) / n if known else 1.0
 
-        if np.isfinite(idle[i]) and np.isfinite(peak[i]) and peak[i] >= idle[i] and cpu_cap[i] > 0:
-            cores = cpu_cap[i] / 1000.0
-            full, dynamic = peak[i] / cores, (peak[i] - idle[i]) / cores
+        power_known, full, dynamic = _power_per_core(idle[i], peak[i], cpu_cap[i])
+        if power_known:
             row[23] = 1.0
             row[24] = idle[i] / top_idle if top_idle > 0 else 0.0
             row[25] = low_full / full if full > 0 else 0.0

@@ -299,11 +299,11 @@ def job_from_cronjob(api_client, cronjob: str, policy: str, reason: str) -> str:
         container.env = [e for e in (container.env or []) if e.name not in ("RLSCORE_DRIFT_POLICY", "RLSCORE_DRIFT_REASON")]
         container.env += [client.V1EnvVar(name="RLSCORE_DRIFT_POLICY", value=policy),
                           client.V1EnvVar(name="RLSCORE_DRIFT_REASON", value=reason[:1000])]
+    template_labels = (cron.spec.job_template.metadata.labels if cron.spec.job_template.metadata else None) or {}
     job = client.V1Job(
         metadata=client.V1ObjectMeta(
             generate_name=f"{name[:40]}-drift-", namespace=namespace,
-            labels={**(cron.spec.job_template.metadata.labels or {} if cron.spec.job_template.metadata else {}),
-                    "rlscore.io/drift-policy": policy},
+            labels={**template_labels, "rlscore.io/drift-policy": policy},
             annotations={"cronjob.kubernetes.io/instantiate": "rlscore-drift", "rlscore.io/drift-reason": reason[:250]},
             owner_references=[client.V1OwnerReference(api_version="batch/v1", kind="CronJob", name=name,
                                                       uid=cron.metadata.uid)]),

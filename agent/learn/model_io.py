@@ -47,7 +47,6 @@ class NumpyScorer:
 
         self.layers = [(weights(layer.Lambda), layer.Lambda.bias.detach().double().numpy().copy(),
                         weights(layer.Gamma), weights(layer.Delta)) for layer in network.layers]
-        self.node_features = network.node_features
 
     def __call__(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
         """features [N, F] of N >= 1 candidates, pod_vec [P] -> one value per candidate."""

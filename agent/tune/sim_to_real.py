@@ -33,7 +33,7 @@ import yaml
 from kubernetes.utils.quantity import parse_quantity
 
 from agent.evaluate.compare import measure
-from agent.live.loadgen import LiveCluster, drive
+from agent.live.loadgen import LATENCY_ANNOTATION, LiveCluster, drive
 from agent.sim import scenarios
 from agent.sim.cluster_profile import ClusterProfile, Dynamics, NodeGroup, NodeType, PodClassProfile, Workload
 from agent.sim.families import POISSON_CPU, POISSON_WEIGHTS
@@ -47,7 +47,6 @@ from agent.tune.trials import TRIAL_ARRIVALS, TuningTask
 ROOT = Path(__file__).resolve().parents[2]
 POWER_IDLE = "metrics.rlscore.io/power-idle-watts"
 POWER_MAX = "metrics.rlscore.io/power-max-watts"
-LATENCY = "rlscore.io/latency-ms"
 
 
 def live_profile(cluster: LiveCluster, load: float, name: str = "local-cluster") -> tuple[ClusterProfile, list[str]]:
@@ -72,7 +71,7 @@ def live_profile(cluster: LiveCluster, load: float, name: str = "local-cluster")
             types[key] = NodeType(name=f"type-{len(types)}", cpuMillicores=key[0], memoryBytes=key[1], maxPods=key[2],
                                   powerIdleWatts=idle, powerMaxWatts=peak)
         try:
-            latency = float(notes.get(LATENCY, "20"))
+            latency = float(notes.get(LATENCY_ANNOTATION, "20"))
         except ValueError:
             latency = 20.0
         groups.append(NodeGroup(type=types[key].name, latencyMs=[latency]))
