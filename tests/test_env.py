@@ -81,6 +81,18 @@ def test_rejects_bad_options():
         SchedulingEnv(families=("nope",))
     with pytest.raises(ValueError, match="unknown reward variant"):
         SchedulingEnv(reward="nope")
+    with pytest.raises(ValueError, match="unknown node draw 'log'"):
+        SchedulingEnv(node_draw="log")
     env = SchedulingEnv(max_nodes=4)
     with pytest.raises(ValueError, match="nodes"):
         env.reset(options={"nodes": 10})
+
+
+@pytest.mark.parametrize("draw, small_share", [("uniform", (0.08, 0.14)), ("log-uniform", (0.38, 0.48))])
+def test_episode_sizes_stay_in_range_and_log_uniform_favours_small_clusters(draw, small_share):
+    """Share of 2..8-node episodes: 7/63 drawn uniformly, ~43% log-uniformly; every size in 2..64."""
+    env = SchedulingEnv(policy="LB", families=("test2",), node_draw=draw)
+    sizes = np.array([env.reset(seed=k)[1]["nodes"] for k in range(600)])
+    assert sizes.min() >= 2 and sizes.max() <= 64
+    assert small_share[0] <= np.mean(sizes <= 8) <= small_share[1], np.mean(sizes <= 8)
+    assert len(set(sizes.tolist())) > 30  # the whole range is drawn, not a few sizes

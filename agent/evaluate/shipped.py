@@ -83,9 +83,17 @@ def _standing(path: Path) -> tuple[int, float]:
     return evaluation["goals_met"], evaluation["mean_objective_vs_best_baseline"]
 
 
-def pick(target: Path, candidates: list[Path]) -> Path:
+def pick(target: Path, candidates: list[Path], keep_earlier: bool = False) -> Path:
     """Copy the best candidate (most goals met, then lowest relative objective) to `target`, with a
-    sidecar that records every candidate's standing."""
+    sidecar that records every candidate's standing. With `keep_earlier`, the candidates the current
+    target's sidecar lists under other file names stay in the record, marked as not re-run (e.g. a
+    DQN candidate when only PPO was retrained); they are not candidates for shipping."""
+    earlier = []
+    if keep_earlier and sidecar_path(target).exists():
+        names = {path.name for path in candidates}
+        earlier = [{**c, "shipped": False, "earlier": "kept from the previous sidecar, not re-run"}
+                   for c in json.loads(sidecar_path(target).read_text()).get("candidates", [])
+                   if c["file"] not in names]
     standings = {path: _standing(path) for path in candidates}
     policies = {load_model(path).policy for path in candidates}
     if len(policies) != 1:
@@ -98,7 +106,7 @@ def pick(target: Path, candidates: list[Path]) -> Path:
          "mean_objective_vs_best_baseline": standings[path][1],
          "training_seconds": json.loads(sidecar_path(path).read_text())["training"]["seconds"],
          "shipped": path == best}
-        for path in candidates]
+        for path in candidates] + earlier
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(best, target)
     meta["evaluation"]["command"] = meta["evaluation"]["command"].replace(str(best), str(target))
@@ -115,12 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     pk = sub.add_parser("pick", help="ship the best of several evaluated candidates")
     pk.add_argument("target", type=Path)
     pk.add_argument("candidates", type=Path, nargs="+")
+    pk.add_argument("--keep-earlier", action="store_true",
+                    help="keep the target's earlier candidates (other file names) in the record")
     args = parser.parse_args(argv)
     if args.command == "evaluate":
         checks = evaluate_shipped_model(args.model, progress=not args.no_progress)
         print(f"{args.model}: {sum(c.ok for c in checks)}/{len(checks)} goals met")
     else:
-        best = pick(args.target, args.candidates)
+        best = pick(args.target, args.candidates, args.keep_earlier)
         print(f"shipped {best} as {args.target}")
     return 0
 

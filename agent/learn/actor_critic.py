@@ -7,6 +7,8 @@ equivariant trunk over the candidates into one state value. Several environments
 advantages come from GAE over `num_steps` decisions, so a consequence that arrives dozens of
 decisions later still reaches the decision that caused it. A2C is the special case of one update
 epoch over the whole batch without clipping (A2cScheduler's multi-step TD actor-critic).
+With teachers (agent.learn.teachers), the actor is first cloned from them and then kept near them
+by a kickstart pull that decays to a floor (docs/training.md).
 """
 
 from __future__ import annotations
@@ -56,9 +58,22 @@ class ACConfig(TrainConfig):
     kickstart: float = 0.0
     """initial weight of the cross-entropy towards each family's teacher (0: learn from scratch)"""
     kickstart_fraction: float = 0.5
-    """share of training over which that weight decays linearly to 0"""
+    """share of training over which that weight decays linearly to kickstart_floor"""
+    kickstart_floor: float = 0.0
+    """weight the pull keeps after decaying: where the outcome reward is a weak or noisy signal the
+    student stays near its teacher instead of drifting; a clear, repeated advantage still wins"""
     teachers: dict = field(default_factory=dict)
     """family -> teacher heuristic (agent.learn.teachers.pick_teachers; filled when kickstarting)"""
+    imitation_steps: int = 0
+    """supervised steps on the teachers' own trajectories before PPO starts (0: none;
+    agent.learn.imitation)"""
+    imitation_worlds: int = 12
+    """worlds per family the teachers schedule for those demonstrations"""
+    imitation_decisions: int = 256
+    """placements recorded per world"""
+    critic_warmup_fraction: float = 0.0
+    """after cloning: share of the run in which only the critic learns (a random critic's advantages
+    would first push the cloned actor anywhere)"""
     env_workers: int = 2
     """processes that step the environments during rollouts (0: in this process)"""
     torch_threads: int = 2
@@ -94,6 +109,31 @@ def masked_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(logits), logits, torch.full_like(logits, -1e9))
 
 
+def kickstart_weight(cfg: ACConfig, update: int, updates: int) -> float:
+    """The pull towards the teachers at `update` of `updates`: kickstart, decaying linearly to the
+    floor over kickstart_fraction of the run (0 throughout when not kickstarting)."""
+    if cfg.kickstart <= 0:
+        return 0.0
+    left = max(0.0, 1.0 - update / max(cfg.kickstart_fraction * updates, 1e-9))
+    return cfg.kickstart_floor + (cfg.kickstart - cfg.kickstart_floor) * left
+
+
+def _imitate(cfg: ACConfig, actor: NodeScorer):
+    """Behaviour cloning of the teachers into the actor (agent.learn.imitation)."""
+    from agent.learn.imitation import clone, demonstrations
+
+    torch.set_num_threads(cfg.torch_threads)
+    print(f"recording the teachers on {cfg.imitation_worlds} worlds per family ...", file=sys.stderr)
+    train_demos = demonstrations(cfg.policy, cfg.teachers, cfg.imitation_worlds, cfg.imitation_decisions,
+                                 cfg.min_nodes, cfg.max_nodes, seed=cfg.seed, node_draw=cfg.node_draw)
+    held_out = demonstrations(cfg.policy, cfg.teachers, max(1, cfg.imitation_worlds // 6), cfg.imitation_decisions,
+                              cfg.min_nodes, cfg.max_nodes, seed=cfg.seed + 1, node_draw=cfg.node_draw)
+    record = clone(actor, train_demos, held_out, cfg.imitation_steps, progress=cfg.progress)
+    print(f"the actor agrees with its teachers on {record['held_out_agreement']:.1%} of held-out decisions",
+          file=sys.stderr)
+    return record, held_out
+
+
 def train(cfg: ACConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, dict]:
     """Train one policy; returns the actor (what is served) and the training record."""
     cfg.policy = normalize_policy(cfg.policy)
@@ -110,6 +150,9 @@ def _train(cfg: ACConfig, init: NodeScorer | None, envs: EnvWorkers) -> tuple[No
     actor, critic = NodeScorer(cfg.hidden), ValueHead(cfg.hidden)
     if init is not None:
         actor.load_state_dict(init.state_dict())
+    imitation = held_out = None
+    if cfg.imitation_steps > 0 and cfg.teachers:
+        imitation, held_out = _imitate(cfg, actor)
     params = list(actor.parameters()) + list(critic.parameters())
     optimizer = torch.optim.Adam(params, lr=cfg.learning_rate, eps=1e-5)
     writer = tensorboard(cfg, cfg.algo)
@@ -134,7 +177,8 @@ def _train(cfg: ACConfig, init: NodeScorer | None, envs: EnvWorkers) -> tuple[No
     episode_returns: list[float] = []
     running = np.zeros(n)
     batch_size = n * cfg.num_steps
-    updates = max(1, cfg.total_timesteps // batch_size)
+    # 0 decisions after cloning: the clone itself is the result (a candidate of its own)
+    updates = 0 if cfg.total_timesteps == 0 and imitation is not None else max(1, cfg.total_timesteps // batch_size)
     minibatch = max(1, batch_size // cfg.num_minibatches)
     bar = tqdm(range(updates), desc=f"{cfg.algo} {cfg.policy}", disable=not cfg.progress, mininterval=1.0,
                file=sys.stderr)
@@ -196,7 +240,8 @@ def _train(cfg: ACConfig, init: NodeScorer | None, envs: EnvWorkers) -> tuple[No
         b_mask, b_actions = obs_mask.reshape(batch_size, slots), actions.reshape(-1)
         b_logprobs, b_adv, b_returns = logprobs.reshape(-1), advantages.reshape(-1), returns.reshape(-1)
         b_targets = targets.reshape(batch_size, slots) if targets is not None else None
-        kick = cfg.kickstart * max(0.0, 1.0 - update / max(cfg.kickstart_fraction * updates, 1e-9))
+        kick = kickstart_weight(cfg, update, updates)
+        warming_up = imitation is not None and update < cfg.critic_warmup_fraction * updates
         counts = b_mask.sum(dim=1).numpy()
         for _ in range(cfg.update_epochs):
             # Minibatches of similar node counts, trimmed to their largest: episodes draw 2..64
@@ -217,8 +262,11 @@ def _train(cfg: ACConfig, init: NodeScorer | None, envs: EnvWorkers) -> tuple[No
                 policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
                 value_loss = 0.5 * ((critic(nodes_mb, pod_mb, mask_mb) - b_returns[mb]) ** 2).mean()
                 entropy = dist.entropy().mean()
-                loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
-                if kick > 0:
+                if warming_up:  # the actor waits until the critic's advantages mean something
+                    loss = cfg.vf_coef * value_loss
+                else:
+                    loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
+                if kick > 0 and not warming_up:
                     teacher_loss = -(b_targets[mb, :width] * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
                     loss = loss + kick * teacher_loss
                 optimizer.zero_grad()
@@ -237,8 +285,19 @@ def _train(cfg: ACConfig, init: NodeScorer | None, envs: EnvWorkers) -> tuple[No
     if writer:
         writer.close()
     name = "PPO" if cfg.algo == "ppo" else "A2C"
-    kicked = f", kickstarted from {sorted(set(cfg.teachers.values()))}" if cfg.kickstart > 0 else ""
-    record = training_record(cfg, f"{name}, DeepSets actor (masked softmax over nodes) and pooled critic, GAE{kicked}",
-                             time.time() - start, episode_returns)
+    teachers = sorted(set(cfg.teachers.values()))
+    kicked = f", kickstarted from {teachers}" if cfg.kickstart > 0 else ""
+    cloned = (f" ({updates * batch_size} decisions) after cloning {teachers} ({cfg.imitation_steps} supervised "
+              f"steps)" if imitation is not None else "")
+    algorithm = f"{name}{cloned}, DeepSets actor (masked softmax over nodes) and pooled critic, GAE{kicked}"
+    if updates == 0:
+        algorithm = (f"behaviour cloning of {teachers} ({cfg.imitation_steps} supervised steps, no reinforcement "
+                     f"learning), DeepSets actor (masked softmax over nodes)")
+    record = training_record(cfg, algorithm, time.time() - start, episode_returns)
     record["training"]["steps"] = updates * batch_size
+    if imitation is not None:
+        from agent.learn.imitation import agreement
+        # how far reinforcement learning moved the actor from its teachers, on the same decisions
+        imitation["final_agreement"] = round(agreement(actor, held_out), 4)
+        record["training"]["imitation"] = imitation
     return actor.eval(), record

@@ -37,6 +37,8 @@ class TrainConfig:
     """smallest cluster drawn per episode"""
     max_nodes: int = TRAIN_NODES[1]
     """largest cluster drawn per episode (and observation padding)"""
+    node_draw: str = "uniform"
+    """how each episode's cluster size is drawn: uniform, or log-uniform (small clusters as often as big)"""
     episode_decisions: int = 256
     """placements per episode"""
     hidden: tuple[int, ...] = (64, 64)
@@ -68,7 +70,8 @@ def seed_everything(cfg: TrainConfig) -> np.random.Generator:
 def make_env(cfg: TrainConfig) -> SchedulingEnv:
     return SchedulingEnv(cfg.policy, max_nodes=cfg.max_nodes, min_nodes=cfg.min_nodes,
                          families=cfg.families or None, episode_decisions=cfg.episode_decisions,
-                         reward=cfg.reward, gamma=cfg.gamma, shaping=cfg.shaping, training=True)
+                         reward=cfg.reward, gamma=cfg.gamma, shaping=cfg.shaping, training=True,
+                         node_draw=cfg.node_draw)
 
 
 def tensorboard(cfg: TrainConfig, algo: str):

@@ -17,7 +17,7 @@ from gymnasium import spaces
 
 from agent.features import FEATURE_CLIP, NUM_NODE_FEATURES, NUM_POD_FEATURES, latency_tiers, node_features
 from agent.learn.rewards import INVALID_ACTION_REWARD, REWARD_VARIANTS, STEPWISE, OutcomeReward, thesis_reward
-from agent.sim.families import TRAIN_NODES, families_for, family
+from agent.sim.families import NODE_DRAWS, TRAIN_NODES, draw_node_count, families_for, family
 from agent.sim.simulator import Simulation
 from agent.state import normalize_policy
 
@@ -30,13 +30,17 @@ class SchedulingEnv(gym.Env):
 
     def __init__(self, policy: str = "EE", max_nodes: int = TRAIN_NODES[1], min_nodes: int = TRAIN_NODES[0],
                  families: tuple[str, ...] | None = None, episode_decisions: int = 256,  # at least; see reset
-                 reward: str = "outcome", gamma: float = 0.99, shaping: bool = True, training: bool = True):
+                 reward: str = "outcome", gamma: float = 0.99, shaping: bool = True, training: bool = True,
+                 node_draw: str = "uniform"):
         self.policy = normalize_policy(policy)
         if not 1 <= min_nodes <= max_nodes:
             raise ValueError(f"need 1 <= min_nodes <= max_nodes, got {min_nodes}, {max_nodes}")
         if reward not in REWARD_VARIANTS:
             raise ValueError(f"unknown reward variant {reward!r}: expected one of {', '.join(REWARD_VARIANTS)}")
         self.max_nodes, self.min_nodes = max_nodes, min_nodes
+        if node_draw not in NODE_DRAWS:
+            raise ValueError(f"unknown node draw {node_draw!r}: expected one of {', '.join(NODE_DRAWS)}")
+        self.node_draw = node_draw
         self.families = tuple(families or families_for(self.policy))
         for name in self.families:
             family(name)  # unknown: a ValueError naming the known ones
@@ -57,7 +61,8 @@ class SchedulingEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         options = options or {}
-        nodes = int(options.get("nodes") or self.np_random.integers(self.min_nodes, self.max_nodes + 1))
+        nodes = int(options.get("nodes") or draw_node_count(self.np_random, self.min_nodes, self.max_nodes,
+                                                            self.node_draw))
         if not 1 <= nodes <= self.max_nodes:
             raise ValueError(f"options['nodes'] must be in 1..{self.max_nodes}, got {nodes}")
         name = options.get("family") or str(self.np_random.choice(self.families))

@@ -14,7 +14,7 @@ from pathlib import Path
 from agent.learn.model_io import ModelValidationError, load_model, save_model
 from agent.learn.network import NodeScorer
 from agent.learn.rewards import REWARD_VARIANTS
-from agent.sim.families import FAMILIES
+from agent.sim.families import FAMILIES, NODE_DRAWS
 from agent.state import POLICIES
 
 ALGORITHMS = ("dqn", "a2c", "ppo")
@@ -59,19 +59,37 @@ def _parser() -> argparse.ArgumentParser:
                         help="outcome: the objective over time; stepwise: wave 1's; thesis: the original")
     parser.add_argument("--no-shaping", action="store_true", help="outcome reward without potential-based shaping")
     parser.add_argument("--gamma", type=float, default=0.99, help="discount per decision")
-    parser.add_argument("--timesteps", type=int, default=None, help="placement decisions (default per algorithm)")
+    parser.add_argument("--timesteps", type=int, default=None,
+                        help="placement decisions (default per algorithm; 0 with a2c/ppo: the teachers' clone "
+                             "alone, no reinforcement learning)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--families", type=_families, default=None,
                         help="comma-separated scenario families (default: every family of the policy)")
+    parser.add_argument("--node-draw", default="uniform", choices=NODE_DRAWS,
+                        help="how each episode's cluster size (2..64 nodes) is drawn")
     parser.add_argument("--init", type=Path, default=None, help="fine-tune this model instead of starting afresh")
     parser.add_argument("--profile", type=Path, default=None,
                         help="train on this cluster profile (rlscore-calibrate) instead of the scenario families")
     parser.add_argument("--kickstart", type=float, default=None,
                         help="a2c/ppo: initial weight of the pull towards each family's best baseline, "
-                             "decaying to 0 over --kickstart-fraction of the run (default 1.0 for a2c/ppo; 0 learns "
+                             "decaying to --kickstart-floor over --kickstart-fraction of the run (default 1.0 for a2c/ppo; 0 learns "
                              "from scratch)")
     parser.add_argument("--kickstart-fraction", type=float, default=0.8,
-                        help="share of the run over which the pull towards the teachers decays to 0")
+                        help="share of the run over which the pull towards the teachers decays to --kickstart-floor")
+    parser.add_argument("--kickstart-floor", type=float, default=None,
+                        help=f"weight the pull keeps for the rest of the run (default {DEFAULT_KICKSTART_FLOOR})")
+    parser.add_argument("--imitation-steps", type=int, default=None,
+                        help="a2c/ppo with teachers: supervised steps on the teachers' own trajectories before "
+                             f"reinforcement learning (default {DEFAULT_IMITATION_STEPS} when kickstarting; 0: none)")
+    parser.add_argument("--critic-warmup", type=float, default=None,
+                        help=f"after cloning: share of the run in which only the critic learns "
+                             f"(default {DEFAULT_CRITIC_WARMUP})")
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help="Adam step size (default per algorithm: dqn 5e-4; a2c/ppo 3e-4, annealed to 0)")
+    parser.add_argument("--teacher", default=None,
+                        help="per-family: each family's best baseline; overall: the one baseline best on "
+                             "average over the families (consistent targets where families look alike); or a "
+                             "baseline's name; `family=baseline` entries override one family (default: per-family)")
     parser.add_argument("--out", default="models", help="output directory for <policy>.pt + .json")
     parser.add_argument("--name", default=None, help="file name (default <policy>.pt)")
     parser.add_argument("--log-dir", default="runs", help="TensorBoard logs ('' disables)")
@@ -86,6 +104,10 @@ DEFAULT_TIMESTEPS = {"dqn": 20_000, "a2c": 200_000, "ppo": 200_000}
 # Fine-tuning a trained model on one cluster's profile: a few minutes.
 FINE_TUNE_TIMESTEPS = {"dqn": 4_000, "a2c": 40_000, "ppo": 40_000}
 DEFAULT_KICKSTART = 1.0
+DEFAULT_KICKSTART_FLOOR = 0.2
+DEFAULT_IMITATION_STEPS = 3000
+DEFAULT_CRITIC_WARMUP = 0.0
+DEFAULT_TEACHER = {"EE": "per-family", "LB": "per-family", "EL": "per-family"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     fine_tune = args.init is not None and args.profile is not None
     timesteps = args.timesteps if args.timesteps is not None else (
         FINE_TUNE_TIMESTEPS if fine_tune else DEFAULT_TIMESTEPS)[args.algo]
-    if timesteps < 1:
-        print("rlscore-train: --timesteps must be >= 1", file=sys.stderr)
+    if timesteps < 0 or (timesteps == 0 and args.algo == "dqn"):
+        print("rlscore-train: --timesteps must be >= 1 (0 with a2c/ppo: the teachers' clone alone)", file=sys.stderr)
         return 2
     families, sizes, extra = args.families or (), {}, {}
     if args.profile is not None:
@@ -120,24 +142,43 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rlscore-train: --init: {exc}", file=sys.stderr)
             return 2
     cfg = config_for(args.algo, policy=args.policy, total_timesteps=timesteps, seed=args.seed, reward=args.reward,
-                     shaping=not args.no_shaping, gamma=args.gamma,
+                     shaping=not args.no_shaping, gamma=args.gamma, node_draw=args.node_draw,
                      families=families, out=args.out, log_dir=args.log_dir,
                      progress=not args.no_progress, init=str(args.init or ""), profile=str(args.profile or ""),
-                     extra_metadata=extra, **sizes, **({"hidden": tuple(init.hidden)} if init is not None else {}))
+                     extra_metadata=extra, **sizes, **({"hidden": tuple(init.hidden)} if init is not None else {}),
+                     **({"learning_rate": args.learning_rate} if args.learning_rate is not None else {}))
     started = time.time()
     # a trained model is already past what the teachers know: fine-tuning starts from it, not from them
     default_kickstart = DEFAULT_KICKSTART if args.algo != "dqn" and args.init is None else 0.0
     kickstart = args.kickstart if args.kickstart is not None else default_kickstart
+    if timesteps == 0 and (kickstart <= 0 or args.imitation_steps == 0):
+        print("rlscore-train: --timesteps 0 needs teachers to clone (--kickstart > 0, --imitation-steps > 0)",
+              file=sys.stderr)
+        return 2
     if kickstart > 0:
         if args.algo == "dqn":
             print("rlscore-train: --kickstart applies to a2c and ppo", file=sys.stderr)
             return 2
-        from agent.learn.teachers import pick_teachers
+        cfg.kickstart_floor = args.kickstart_floor if args.kickstart_floor is not None else DEFAULT_KICKSTART_FLOOR
+        if not 0 <= cfg.kickstart_floor <= kickstart:
+            print(f"rlscore-train: --kickstart-floor must be in 0..{kickstart} (the --kickstart weight)", file=sys.stderr)
+            return 2
+        cfg.imitation_steps = args.imitation_steps if args.imitation_steps is not None else DEFAULT_IMITATION_STEPS
+        if cfg.imitation_steps < 0:
+            print("rlscore-train: --imitation-steps must be >= 0", file=sys.stderr)
+            return 2
+        from agent.learn.teachers import TeacherError, assign_teachers
         from agent.sim.families import families_for
-        print("picking a teacher per family (every baseline on training seeds) ...", file=sys.stderr)
-        picked = pick_teachers(args.policy, families or families_for(args.policy))
+        print("picking teachers (every baseline on training seeds) ...", file=sys.stderr)
+        try:
+            picked = assign_teachers(args.policy, families or families_for(args.policy),
+                                     args.teacher or DEFAULT_TEACHER[args.policy])
+        except TeacherError as exc:
+            print(f"rlscore-train: --teacher: {exc}", file=sys.stderr)
+            return 2
         cfg.kickstart, cfg.kickstart_fraction = kickstart, args.kickstart_fraction
         cfg.teachers = {family: p["teacher"] for family, p in picked.items()}
+        cfg.critic_warmup_fraction = args.critic_warmup if args.critic_warmup is not None else DEFAULT_CRITIC_WARMUP
         print("teachers: " + ", ".join(f"{f}: {t}" for f, t in cfg.teachers.items()), file=sys.stderr)
     network, record = run(cfg, args.algo, init)
     record["training"]["wall_seconds"] = round(time.time() - started, 1)  # teacher picking included

@@ -45,6 +45,19 @@ class Family:
         return self.draw(rng, n, limits, training)
 
 
+NODE_DRAWS = ("uniform", "log-uniform")
+
+
+def draw_node_count(rng: np.random.Generator, low: int, high: int, draw: str = "uniform") -> int:
+    """A cluster size in low..high: uniform, or log-uniform (about as many 2..8-node clusters as
+    9..32-node ones: small clusters, where every placement counts, are not drowned out by big ones)."""
+    if draw == "uniform":
+        return int(rng.integers(low, high + 1))
+    if draw == "log-uniform":
+        return int(min(high, np.floor(np.exp(rng.uniform(np.log(low), np.log(high + 1))))))
+    raise ValueError(f"unknown node draw {draw!r}: expected one of {', '.join(NODE_DRAWS)}")
+
+
 def _metrics_interval(rng: np.random.Generator) -> float:
     return float(rng.uniform(*METRICS_INTERVAL_S))
 
