@@ -119,7 +119,7 @@ kind-down: bin/kind ## delete the kind cluster
 	bin/kind delete cluster --name rlscore
 
 CANDIDATES := build/candidates
-train: install ## train PPO and DQN candidates per policy (one at a time, ~25 min each), ship the better into models/
+train: install ## per policy: PPO, the teachers' clone and DQN candidates (one at a time, ~20 min per policy), the best shipped into models/
 	@mkdir -p $(CANDIDATES)
 	@for p in EE LB EL; do \
 	  lower=$$(echo $$p | tr A-Z a-z); gamma=0.99; [ $$p = LB ] && gamma=0.95; \
@@ -128,7 +128,11 @@ train: install ## train PPO and DQN candidates per policy (one at a time, ~25 mi
 	    $(VENV)/bin/rlscore-train --policy $$p --algo $$algo --gamma $$gamma --seed $(SEED) --out $(CANDIDATES) \
 	      --name $$lower-$$algo.pt --no-progress || exit 1; \
 	  done; \
-	  $(PY) -m agent.evaluate.shipped pick models/$$lower.pt $(CANDIDATES)/$$lower-ppo.pt $(CANDIDATES)/$$lower-dqn.pt || exit 1; \
+	  echo "== $$p clone"; \
+	  $(VENV)/bin/rlscore-train --policy $$p --algo ppo --timesteps 0 --gamma $$gamma --seed $(SEED) --out $(CANDIDATES) \
+	    --name $$lower-clone.pt --no-progress || exit 1; \
+	  $(PY) -m agent.evaluate.shipped pick models/$$lower.pt $(CANDIDATES)/$$lower-ppo.pt $(CANDIDATES)/$$lower-clone.pt \
+	    $(CANDIDATES)/$$lower-dqn.pt || exit 1; \
 	done
 
 eval: install ## evaluate the shipped models against the baselines (tables and plots in eval/)
