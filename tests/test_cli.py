@@ -41,7 +41,9 @@ def test_clear_errors_on_bad_input(tmp_path):
     assert ev.returncode == 2 and "unknown family" in ev.stderr
     tr = run("rlscore-train", "--policy", "XX")
     assert tr.returncode == 2 and "invalid choice" in tr.stderr
-    tr = run("rlscore-train", "--policy", "EE", "--timesteps", "0")
+    tr = run("rlscore-train", "--policy", "EE", "--timesteps", "-1")
     assert tr.returncode == 2 and "--timesteps must be >= 1" in tr.stderr
+    tr = run("rlscore-train", "--policy", "EE", "--timesteps", "0", "--kickstart", "0")
+    assert tr.returncode == 2 and "--timesteps 0 needs teachers to clone" in tr.stderr
     tr = run("rlscore-train", "--policy", "EE", "--init", str(bad))
     assert tr.returncode == 2 and "--init" in tr.stderr and "not a readable model file" in tr.stderr
