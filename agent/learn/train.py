@@ -89,7 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--teacher", default=None,
                         help="per-family: each family's best baseline; overall: the one baseline best on "
                              "average over the families (consistent targets where families look alike); or a "
-                             "baseline's name; `family=baseline` entries override one family (default: per-family)")
+                             "baseline's name; `family=baseline` entries override one family (default per policy: "
+                             "DEFAULT_TEACHER in agent/learn/train.py)")
     parser.add_argument("--out", default="models", help="output directory for <policy>.pt + .json")
     parser.add_argument("--name", default=None, help="file name (default <policy>.pt)")
     parser.add_argument("--log-dir", default="runs", help="TensorBoard logs ('' disables)")
@@ -107,7 +108,11 @@ DEFAULT_KICKSTART = 1.0
 DEFAULT_KICKSTART_FLOOR = 0.2
 DEFAULT_IMITATION_STEPS = 3000
 DEFAULT_CRITIC_WARMUP = 0.0
-DEFAULT_TEACHER = {"EE": "per-family", "LB": "per-family", "EL": "per-family"}
+# LB: the picking chooses TargetLoadPacking (which packs) on usage-skew while every other LB teacher
+# spreads; cloned together they made the LB network fill a half-full node before an empty one
+# (docs/training.md). LoadVariationRiskBalancing spreads on measured load and wins usage-skew's
+# evaluation seeds too.
+DEFAULT_TEACHER = {"EE": "per-family", "LB": "per-family,usage-skew=load-variation-risk-balancing", "EL": "per-family"}
 
 
 def main(argv: list[str] | None = None) -> int:
