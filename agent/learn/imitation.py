@@ -20,8 +20,9 @@ import torch
 from tqdm import tqdm
 
 from agent.features import node_features
-from agent.heuristics import HEURISTICS
+from agent.learn.actor_critic import masked_logits
 from agent.learn.network import NodeScorer
+from agent.learn.teachers import teacher_targets
 from agent.scoring import choose
 from agent.sim.families import draw_node_count
 from agent.sim.simulator import Simulation
@@ -61,7 +62,6 @@ def demonstrations(policy: str, teachers: dict[str, str], worlds_per_family: int
     rng = np.random.default_rng(seed)
     demos = Demonstrations([], [], [])
     for f_index, (family_name, teacher) in enumerate(sorted(teachers.items())):
-        scorer = HEURISTICS[teacher]
         for w in range(worlds_per_family):
             nodes = draw_node_count(rng, min_nodes, max_nodes, node_draw)
             sim = Simulation.of_family(family_name, DEMO_SEED_BASE + seed * 10_000 + f_index * 1_000 + w, nodes,
@@ -69,13 +69,12 @@ def demonstrations(policy: str, teachers: dict[str, str], worlds_per_family: int
             for _ in range(decisions):
                 sim.next_decision()
                 state, pod = sim.candidate_state()
-                values = scorer(state, pod, rng)
-                best = (values >= values.max() - 1e-9).astype(np.float32)
+                target = teacher_targets(teacher, state, pod, len(state), rng)
                 features, pod_vec = node_features(state, pod)
                 demos.nodes.append(features)
                 demos.pods.append(pod_vec)
-                demos.targets.append(best / best.sum())
-                sim.place(choose(values, rng))
+                demos.targets.append(target)
+                sim.place(choose(target, rng))  # among the teacher's tied best, as the scheduler would
     return demos
 
 
@@ -99,9 +98,7 @@ def clone(actor: NodeScorer, train: Demonstrations, held_out: Demonstrations, st
     bar = tqdm(range(steps), desc="imitating the teachers", disable=not progress, mininterval=1.0, file=sys.stderr)
     for step in bar:
         nodes, pod, mask, targets = train.batch(rng.integers(0, len(train), batch_size))
-        logits = actor(nodes, pod, mask)
-        logits = torch.where(torch.isfinite(logits), logits, torch.full_like(logits, -1e9))
-        loss = -(targets * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+        loss = -(targets * torch.log_softmax(masked_logits(actor(nodes, pod, mask)), dim=-1)).sum(-1).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -82,8 +82,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="a2c/ppo with teachers: supervised steps on the teachers' own trajectories before "
                              f"reinforcement learning (default {DEFAULT_IMITATION_STEPS} when kickstarting; 0: none)")
     parser.add_argument("--critic-warmup", type=float, default=None,
-                        help=f"after cloning: share of the run in which only the critic learns "
-                             f"(default {DEFAULT_CRITIC_WARMUP})")
+                        help="after cloning: share of the run in which only the critic learns (default 0)")
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="Adam step size (default per algorithm: dqn 5e-4; a2c/ppo 3e-4, annealed to 0)")
     parser.add_argument("--teacher", default=None,
@@ -107,7 +106,6 @@ FINE_TUNE_TIMESTEPS = {"dqn": 4_000, "a2c": 40_000, "ppo": 40_000}
 DEFAULT_KICKSTART = 1.0
 DEFAULT_KICKSTART_FLOOR = 0.2
 DEFAULT_IMITATION_STEPS = 3000
-DEFAULT_CRITIC_WARMUP = 0.0
 # LB: the picking chooses TargetLoadPacking (which packs) on usage-skew while every other LB teacher
 # spreads; cloned together they made the LB network fill a half-full node before an empty one
 # (docs/training.md). LoadVariationRiskBalancing spreads on measured load and wins usage-skew's
@@ -183,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         cfg.kickstart, cfg.kickstart_fraction = kickstart, args.kickstart_fraction
         cfg.teachers = {family: p["teacher"] for family, p in picked.items()}
-        cfg.critic_warmup_fraction = args.critic_warmup if args.critic_warmup is not None else DEFAULT_CRITIC_WARMUP
+        if args.critic_warmup is not None:
+            cfg.critic_warmup_fraction = args.critic_warmup
         print("teachers: " + ", ".join(f"{f}: {t}" for f, t in cfg.teachers.items()), file=sys.stderr)
     network, record = run(cfg, args.algo, init)
     record["training"]["wall_seconds"] = round(time.time() - started, 1)  # teacher picking included
