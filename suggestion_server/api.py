@@ -142,10 +142,12 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
                    "power_usage_ratio": settings.power_usage_query}
         if settings.latency_source == "prometheus":
             queries["latency_ms"] = settings.latency_query
-        prometheus = PrometheusSource(settings.prometheus_url, settings.prometheus_timeout_s, queries)
+        history = {"power_max_watts": settings.power_max_history_query} if settings.power_idle_query else {}
+        prometheus = PrometheusSource(settings.prometheus_url, settings.prometheus_timeout_s, queries, history)
     probes = (ProbeLatencySource(settings.probe_port, settings.probe_timeout_s)
               if settings.latency_source == "probe" else None)
-    collector = StateCollector(table, kube, prometheus, probes, settings.refresh_interval_s, settings.stale_after_s)
+    collector = StateCollector(table, kube, prometheus, probes, settings.refresh_interval_s, settings.stale_after_s,
+                               settings.power_max_history_interval_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):

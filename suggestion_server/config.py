@@ -89,6 +89,14 @@ class Settings(BaseSettings):
                                     description="Kepler: active watts per node")
     power_usage_query: str = Field("avg by (node_name) (kepler_node_cpu_usage_ratio)",
                                    description="Kepler: cpu usage ratio (0..1) the active watts belong to")
+    # Full-load watts can only be estimated while a node is busy; the history keeps what was seen
+    # (after a server restart, and for nodes idle now), so the known power models do not change
+    # with which nodes happen to be busy.
+    power_max_history_query: str = Field(
+        "avg_over_time((sum by (node_name) (kepler_node_cpu_idle_watts) + sum by (node_name) "
+        "(kepler_node_cpu_active_watts) / (avg by (node_name) (kepler_node_cpu_usage_ratio) >= 0.05))[6h:1m])",
+        description="Kepler: full-load watts per node from the recent past ('' disables)")
+    power_max_history_interval_s: float = Field(300.0, gt=0, description="how often the power history query runs")
     kubernetes: Literal["auto", "off", "in-cluster", "kubeconfig"] = Field(
         "auto", description="where node and pod state comes from; auto tries in-cluster, then kubeconfig")
     kubeconfig: str | None = Field(None, description="path for kubernetes=kubeconfig (default: KUBECONFIG or ~/.kube/config)")

@@ -27,19 +27,29 @@ def series_node(labels: dict[str, str], ip_to_node: dict[str, str]) -> str | Non
 
 
 class PrometheusSource:
-    def __init__(self, url: str, timeout_s: float, queries: dict[str, str]):
+    def __init__(self, url: str, timeout_s: float, queries: dict[str, str],
+                 history_queries: dict[str, str] | None = None):
         self.url = url
         self.timeout_s = timeout_s
         self.queries = {field: q for field, q in queries.items() if q}
+        # run now and then rather than on every refresh: they look back hours
+        self.history_queries = {field: q for field, q in (history_queries or {}).items() if q}
         # No client-side retries: the background refresh retries, and a down Prometheus must cost
         # one timeout per query, not several.
         self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s, retry=Retry(total=0))
 
     def collect(self, ip_to_node: dict[str, str]) -> tuple[dict[str, dict[str, float]], list[str]]:
         """Per node, the fields whose query answered; and a problem per query that failed."""
+        return self._run(self.queries, ip_to_node)
+
+    def collect_history(self, ip_to_node: dict[str, str]) -> tuple[dict[str, dict[str, float]], list[str]]:
+        """As `collect`, for the history queries."""
+        return self._run(self.history_queries, ip_to_node)
+
+    def _run(self, queries: dict[str, str], ip_to_node: dict[str, str]) -> tuple[dict[str, dict[str, float]], list[str]]:
         values: dict[str, dict[str, float]] = {}
         problems: list[str] = []
-        for field, query in self.queries.items():
+        for field, query in queries.items():
             try:
                 # PromQL durations take integers: "1500ms", not "1.5s"
                 result = self._prom.custom_query(query, params={"timeout": f"{int(self.timeout_s * 1000)}ms"})

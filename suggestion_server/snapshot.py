@@ -56,9 +56,13 @@ class Snapshot:
 
 class StateCollector:
     def __init__(self, table: NodeTable, kube: KubeState | None, prometheus: PrometheusSource | None,
-                 probes: ProbeLatencySource | None, refresh_interval_s: float, stale_after_s: float):
+                 probes: ProbeLatencySource | None, refresh_interval_s: float, stale_after_s: float,
+                 history_interval_s: float = 300.0):
         self.table, self.kube, self.prometheus, self.probes = table, kube, prometheus, probes
         self.refresh_interval_s, self.stale_after_s = refresh_interval_s, stale_after_s
+        self.history_interval_s = history_interval_s
+        self._history_read_at = -float("inf")  # time.monotonic() of the last history read
+        self._history_problems: list[str] = []
         self.snapshot = Snapshot()
         self.attempted = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -76,6 +80,8 @@ class StateCollector:
                     problems.append(self.kube.error)
                 ips = self.kube.ip_map()
             if self.prometheus is not None:
+                if time.monotonic() - self._history_read_at >= self.history_interval_s:
+                    await self._read_power_history(ips)
                 metrics, prom_problems = await asyncio.to_thread(self.prometheus.collect, ips)
                 problems += prom_problems
                 for name, values in metrics.items():
@@ -94,6 +100,23 @@ class StateCollector:
             self.snapshot = Snapshot(time.monotonic(), len(nodes), problems)
             self.attempted.set()
             return self.snapshot
+
+    async def _read_power_history(self, ips: dict[str, str]) -> None:
+        """Full-load watts of nodes not estimated since this server started, from Prometheus's past:
+        without it a restarted server would know the power model only of the nodes busy right now,
+        and which nodes those are changes from one pod to the next."""
+        self._history_read_at = time.monotonic()
+        if not self.prometheus.history_queries:
+            return
+        history, problems = await asyncio.to_thread(self.prometheus.collect_history, ips)
+        if problems != self._history_problems:  # a missing history costs nothing but the estimate
+            if problems:
+                log.warning("power history unavailable: %s", "; ".join(problems))
+            self._history_problems = problems
+        for name, values in history.items():
+            watts = values.get("power_max_watts")
+            if watts is not None and watts > 0 and name not in self._power_max:
+                self._power_max[name] = watts
 
     def _record(self, name: str, values: dict[str, float]) -> dict[str, float]:
         """One node's query results as table columns, clamped to their ranges."""

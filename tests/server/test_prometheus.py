@@ -2,6 +2,7 @@
 
 import time
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -77,3 +78,39 @@ def test_power_model_from_kepler_and_the_thesis_metrics_from_node_exporter(stack
     # unknown power is reported
     body = post(client, {"pod": pod(), "nodes": ["worker-2", "worker-3"], "policy": "EE"}).json()
     assert any("power model unknown for 1 node(s) (worker-3)" in reason for reason in body["reasons"])
+
+
+def test_a_restarted_server_knows_the_power_model_of_nodes_idle_now_from_prometheus_history(tmp_path):
+    """Kepler tells full-load watts only while a node is busy. worker-1 was busy (usage 0.9) and is
+    idle (0) when the server starts: the history query still gives its model; without the query
+    (the control) it is unknown, as it was before the history was read."""
+    exporter = FakeNodeExporter({"worker-1": 0.9, "worker-2": 0.1}, power={"worker-1": (200.0, 400.0)})
+    prometheus = PrometheusServer(tmp_path, [f"127.0.0.1:{exporter.port}"])
+    try:
+        def samples(query):
+            r = httpx.get(f"{prometheus.url}/api/v1/query", params={"query": query}, timeout=5).json()
+            return [float(s["value"][1]) for s in r["data"]["result"]]
+
+        wait_for(lambda: (samples("count_over_time(kepler_node_cpu_usage_ratio[1m])") or [0])[0] >= 5, 60,
+                 "five scrapes of worker-1's busy power series", 0.5)
+        exporter.busy["worker-1"] = 0.0
+        wait_for(lambda: samples("kepler_node_cpu_usage_ratio") == [0.0], 30, "worker-1 idle in Prometheus", 0.5)
+        history = ("avg_over_time((sum by (node_name) (kepler_node_cpu_idle_watts) + sum by (node_name) "
+                   "(kepler_node_cpu_active_watts) / (avg by (node_name) (kepler_node_cpu_usage_ratio) >= 0.05))[10m:1s])")
+        rows = {}
+        for query in (history, ""):
+            app = create_app(settings(prometheus_url=prometheus.url, refresh_interval_s=0.5, stale_after_s=30,
+                                      prometheus_timeout_s=2.0, power_max_history_query=query))
+            with TestClient(app) as client:
+                def state():
+                    r = client.get("/state", params={"node": ["worker-1"]}).json()["nodes"][0]
+                    return r if r["cpu_utilization"] is not None else None
+                wait_for(state, 30, "worker-1's metrics in the snapshot", 0.5)
+                time.sleep(1.5)  # three more refreshes: the history is read before the first
+                rows[query] = state()
+        assert rows[history]["power_idle_watts"] == pytest.approx(200.0)
+        assert rows[history]["power_max_watts"] == pytest.approx(400.0, rel=0.02)
+        assert rows[""]["power_max_watts"] is None  # the control: an idle node says nothing of full load
+    finally:
+        prometheus.stop()
+        exporter.close()
