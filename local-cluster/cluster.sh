@@ -92,6 +92,10 @@ EOF
   kubectl_ apply -f "$manifest" >/dev/null
 }
 
+# The server's default power history samples every minute; a local cluster lives minutes, so
+# every 5 s here (a busy spell between two tests is seen after a server restart).
+LOCAL_POWER_HISTORY='avg_over_time((sum by (node_name) (kepler_node_cpu_idle_watts) + sum by (node_name) (kepler_node_cpu_active_watts) / (avg by (node_name) (kepler_node_cpu_usage_ratio) >= 0.05))[1h:5s])'
+
 server_start() {
   # shellcheck disable=SC1091
   . "$OURS/ports.env"
@@ -105,6 +109,7 @@ server_start() {
   RLSCORE_PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT \
   RLSCORE_KUBERNETES=kubeconfig RLSCORE_KUBECONFIG=$KUBECONFIG_FILE \
   RLSCORE_MODEL_DIR=$OURS/models RLSCORE_REFRESH_INTERVAL_S=${RLSCORE_REFRESH_INTERVAL_S:-2} \
+  RLSCORE_POWER_MAX_HISTORY_QUERY="${RLSCORE_POWER_MAX_HISTORY_QUERY:-$LOCAL_POWER_HISTORY}" \
     nohup "$ROOT/.venv/bin/rlscore-server" --host 127.0.0.1 --port "$SERVER_PORT" \
     >>"$OURS/server.log" 2>&1 &
   echo $! >"$OURS/server.pid"

@@ -1,5 +1,6 @@
 """The models in models/ are what the server ships: check them for real, on held-out seeds."""
 
+import itertools
 import json
 from pathlib import Path
 
@@ -13,8 +14,10 @@ from agent.learn.model_io import load_model, sha256_of, sidecar_path
 from agent.scoring import ModelScorer
 from agent.sim.families import families_for
 from agent.sim.simulator import Simulation
+from agent.state import NodeState, PodRequest
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
+MIB = 2**20
 
 # The goals the issue's "why" named that each shipped model meets, whatever else it records: EE's
 # energy on hardware of two generations, LB's hot-node time when usage differs from requests, EL's
@@ -80,3 +83,50 @@ def test_shipped_model_is_small_reproducible_and_runs_at_5000_nodes(policy):
     state, pod = sim.candidate_state()
     q = model.q_values(state, pod)
     assert q.shape == (len(state),) and np.isfinite(q).all()
+
+
+def _one_pool(n: int, requested: np.ndarray, power_known: np.ndarray) -> NodeState:
+    """n identical 8-cpu nodes as a fresh local cluster shows them: measured load ~0 (the pods just
+    bound do not show in Prometheus yet), a power model for some nodes only (Kepler knows full-load
+    watts only of nodes it has seen busy)."""
+    cap = np.full(n, 8000.0)
+    return NodeState(names=[f"node-{i}" for i in range(n)], cpu_capacity=cap, memory_capacity=cap * 2 * MIB,
+                     max_pods=np.full(n, 110.0), cpu_requested=requested.copy(),
+                     memory_requested=requested / 250 * 64 * MIB, pods=requested / 250,
+                     cpu_utilization=np.full(n, 0.001), memory_utilization=np.full(n, 0.05),
+                     latency_ms=np.array([12.0, 45.0, 25.0, 60.0, 8.0, 30.0])[:n],
+                     power_idle_watts=np.where(power_known, 68.0, np.nan),
+                     power_max_watts=np.where(power_known, 208.0, np.nan),
+                     network_receive_bytes_per_s=np.zeros(n), tcp_established=np.full(n, 10.0),
+                     disk_utilization=np.full(n, 0.25), cpu_requested_since_metrics=requested.copy())
+
+
+def _place_in_turn(policy: str, n: int, pods: int, power_known: np.ndarray, busy_reveals_power: bool = False) -> np.ndarray:
+    model = load_model(MODELS / f"{policy.lower()}.pt")
+    requested, power_known = np.zeros(n), power_known.copy()
+    for _ in range(pods):
+        best = int(np.argmax(model.q_values(_one_pool(n, requested, power_known), PodRequest(250.0, 64 * MIB))))
+        requested[best] += 250.0
+        if busy_reveals_power:  # the server learns a node's full-load watts once it is 5% busy
+            power_known |= requested >= 0.05 * 8000.0
+    return np.round(requested / 250).astype(int)
+
+
+POWER_KNOWN = [np.array(k, bool) for k in itertools.product([0, 1], repeat=4)]
+
+
+@pytest.mark.parametrize("power_known", POWER_KNOWN, ids=lambda k: "".join(map(str, k.astype(int))))
+def test_lb_spreads_over_one_node_pool(power_known):
+    """The thesis's LB pattern on identical nodes, whatever is known about their power: what the
+    local-cluster e2e test sees (a clone that told equal nodes apart by latency put 8 pods 4/4/0/0)."""
+    counts = _place_in_turn("LB", 4, 8, power_known)
+    assert counts.max() - counts.min() <= 1, counts
+
+
+@pytest.mark.parametrize("power_known", POWER_KNOWN, ids=lambda k: "".join(map(str, k.astype(int))))
+def test_ee_packs_one_node_pool(power_known):
+    """And when the power model of the node it fills becomes known half-way (the e2e test after a
+    server restart: a clone that preferred nodes of unknown power moved on to another node)."""
+    for reveal in (False, True):
+        counts = _place_in_turn("EE", 4, 6, power_known, reveal)
+        assert sorted(counts)[-1] == 6, (reveal, counts)

@@ -204,6 +204,28 @@ def test_power_is_hidden_when_the_world_does_not_know_it():
     assert np.isfinite(sim.candidate_state()[0].power_max_watts).all()
 
 
+def test_training_worlds_include_one_node_pool_and_partly_known_power_and_evaluation_worlds_never():
+    def draws(training):
+        worlds = [family("poisson").world(np.random.default_rng(s), nodes=8, training=training) for s in range(400)]
+        pools = np.mean([len({n.hardware.name for n in w.nodes}) == 1 for w in worlds])
+        partial = np.mean([any(w.power_hidden) for w in worlds])
+        return pools, partial
+
+    pools, partial = draws(True)
+    assert 0.25 <= pools <= 0.4 and 0.18 <= partial <= 0.32  # POOL_SHARE (+ chance), PARTIAL_POWER_SHARE
+    pools, partial = draws(False)
+    assert pools < 0.01 and partial == 0  # 3 sizes, 8 nodes: (1/3)^7 by chance
+    # hidden power: unknown to the scorer, still drawn by the node (the energy objective)
+    world = next(w for s in range(100) if any((w := family("hardware").world(
+        np.random.default_rng(s), nodes=6, training=True)).power_hidden) and not all(w.power_hidden))
+    sim = Simulation(world, seed=0)
+    sim.next_decision()
+    state, _ = sim.candidate_state()
+    hidden = np.asarray(world.power_hidden)[sim.candidates]
+    assert np.isnan(state.power_max_watts[hidden]).all() and np.isfinite(state.power_max_watts[~hidden]).all()
+    assert np.isfinite(sim.cluster.power_max).all()
+
+
 def test_node_down_evicts_its_pods_for_recreation_and_never_removes_the_last_node():
     sim = Simulation(_world([NodeSpec(SMALL, 5.0), NodeSpec(SMALL, 6.0)], arrivals="test1"), seed=1)
     sim.next_decision()

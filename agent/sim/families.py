@@ -23,6 +23,13 @@ METRICS_INTERVAL_S = (0.0, 10.0)  # scrape + refresh delay of measured utilizati
 THESIS_LIMITS = ((DEFAULT_LATENCY_SOFT_MS, DEFAULT_LATENCY_HARD_MS),)
 # Training draws limits around the thesis's, so EL learns to read them rather than one pair.
 JITTERED_LIMITS = tuple((soft, soft + gap) for soft in (10.0, 15.0, 20.0, 25.0, 30.0) for gap in (5.0, 10.0, 20.0))
+# Training only (evaluation worlds stay as drawn): many real clusters are one node pool of identical
+# machines, where only requests and load tell nodes apart; with sizes drawn per node, four identical
+# nodes are rare, and a clone of LeastAllocated learned to tell equal nodes apart by their latency.
+POOL_SHARE = 0.3
+# ... and a power model is often known for some nodes only (Kepler estimates full-load watts while a
+# node is busy; annotations on one node pool): the policy must still place sensibly.
+PARTIAL_POWER_SHARE = 0.25
 POISSON_CPU = (100.0, 250.0, 500.0, 1000.0, 2000.0)
 POISSON_WEIGHTS = (0.25, 0.3, 0.25, 0.15, 0.05)
 
@@ -42,7 +49,11 @@ class Family:
         n = int(nodes) if nodes is not None else int(rng.integers(TRAIN_NODES[0], TRAIN_NODES[1] + 1))
         if n < 1:
             raise ValueError(f"a cluster needs at least one node, got {n}")
-        return self.draw(rng, n, limits, training)
+        world = self.draw(rng, n, limits, training)
+        if training and world.power_visible and rng.random() < PARTIAL_POWER_SHARE:
+            hidden = rng.random(n) < rng.uniform(0.2, 0.8)
+            world = replace(world, power_hidden=tuple(bool(h) for h in hidden))
+        return world
 
 
 NODE_DRAWS = ("uniform", "log-uniform")
@@ -62,7 +73,10 @@ def _metrics_interval(rng: np.random.Generator) -> float:
     return float(rng.uniform(*METRICS_INTERVAL_S))
 
 
-def _random_nodes(rng: np.random.Generator, n: int, kinds: tuple[Hardware, ...] = SIZES) -> tuple[NodeSpec, ...]:
+def _random_nodes(rng: np.random.Generator, n: int, kinds: tuple[Hardware, ...] = SIZES,
+                  training: bool = False) -> tuple[NodeSpec, ...]:
+    if training and rng.random() < POOL_SHARE:
+        kinds = (kinds[int(rng.integers(len(kinds)))],)
     return tuple(NodeSpec(kinds[int(rng.integers(len(kinds)))], float(rng.uniform(*LATENCY_RANGE_MS)))
                  for _ in range(n))
 
@@ -85,13 +99,13 @@ def _mixed_sizes(limits: tuple) -> tuple[PodClass, ...]:
 
 def _thesis(arrivals: str, shifts: tuple[float, ...] = ()):
     def draw(rng, n, limits, training):
-        return World(arrivals, _random_nodes(rng, n), _nginx(_limits(limits, training)), arrivals=arrivals,
+        return World(arrivals, _random_nodes(rng, n, training=training), _nginx(_limits(limits, training)), arrivals=arrivals,
                      latency_shifts_s=shifts, metrics_interval_s=_metrics_interval(rng))
     return draw
 
 
 def _poisson(rng, n, limits, training):
-    return World("poisson", _random_nodes(rng, n), _mixed_sizes(_limits(limits, training)),
+    return World("poisson", _random_nodes(rng, n, training=training), _mixed_sizes(_limits(limits, training)),
                  load=float(rng.uniform(0.3, 0.7)), metrics_interval_s=_metrics_interval(rng))
 
 
@@ -138,7 +152,7 @@ def _usage_skew(rng, n, limits, training):
     lim = _limits(limits, training)
     classes = (PodClass("hog", hogs, cpu, (0.5, 2.0), (2.5, 3.5), lim),
                PodClass("idler", 1.0 - hogs, cpu, (0.5, 2.0), (0.2, 0.4), lim))
-    return World("usage-skew", _random_nodes(rng, n, (MEDIUM, LARGE)), classes, load=float(rng.uniform(0.6, 0.85)),
+    return World("usage-skew", _random_nodes(rng, n, (MEDIUM, LARGE), training), classes, load=float(rng.uniform(0.6, 0.85)),
                  metrics_interval_s=_metrics_interval(rng))
 
 
@@ -147,7 +161,7 @@ def _two_d(rng, n, limits, training):
     lim = _limits(limits, training)
     classes = (PodClass("cpu-heavy", 0.5, (1000.0, 2000.0), (0.25, 0.5), (0.3, 0.9), lim),
                PodClass("memory-heavy", 0.5, (100.0, 250.0), (8.0, 16.0), (0.3, 0.9), lim))
-    return World("two-d", _random_nodes(rng, n), classes, load=float(rng.uniform(0.4, 0.7)),
+    return World("two-d", _random_nodes(rng, n, training=training), classes, load=float(rng.uniform(0.4, 0.7)),
                  metrics_interval_s=_metrics_interval(rng))
 
 
@@ -158,7 +172,7 @@ def _fragmentation(rng, n, limits, training):
     lim = _limits(limits, training)
     classes = (PodClass("small", 1.0 - large_share, (100.0, 250.0, 500.0), (0.5, 2.0), (0.3, 0.9), lim),
                PodClass("large", large_share, (6000.0, 7000.0), (0.5, 1.0), (0.3, 0.9), lim))
-    return World("fragmentation", _random_nodes(rng, n, (MEDIUM, LARGE)), classes,
+    return World("fragmentation", _random_nodes(rng, n, (MEDIUM, LARGE), training), classes,
                  load=float(rng.uniform(0.7, 0.9)), metrics_interval_s=_metrics_interval(rng))
 
 

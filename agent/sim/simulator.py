@@ -315,6 +315,9 @@ class Simulation:
         power = {}
         if self.world.power_visible:
             power = {"power_idle_watts": c.power_idle[idx], "power_max_watts": c.power_max[idx]}
+            if self.world.power_hidden:
+                hidden = np.asarray(self.world.power_hidden)[idx]
+                power = {k: np.where(hidden, np.nan, v) for k, v in power.items()}
         requested = c.cpu_requested[idx]
         state = NodeState.trusted(
             [c.names[i] for i in idx], cpu_capacity=c.cpu_capacity[idx], memory_capacity=c.memory_capacity[idx],

@@ -87,6 +87,7 @@ class World:
     churn_interval_s: float = 400.0
     metrics_interval_s: float = 0.0  # 0: metrics are live; else a snapshot every so many seconds
     power_visible: bool = True
+    power_hidden: tuple[bool, ...] = ()  # with power_visible: nodes whose power model the scorer is not told
     latency_drift: bool = True
     hourly_rate: tuple[float, ...] = ()  # poisson: 24 multipliers of the arrival rate by hour of day (mean 1)
     start_hour: float = 0.0  # the hour of day at simulated time 0
