@@ -119,7 +119,7 @@ kind-down: bin/kind ## delete the kind cluster
 	bin/kind delete cluster --name rlscore
 
 CANDIDATES := build/candidates
-train: install ## per policy: PPO, the teachers' clone and DQN candidates (one at a time, ~20 min per policy), the best shipped into models/
+train: install ## per policy: PPO, the teachers' clone (uniform and log-uniform cluster sizes) and DQN candidates (~25 min per policy), the best shipped into models/
 	@mkdir -p $(CANDIDATES)
 	@for p in EE LB EL; do \
 	  lower=$$(echo $$p | tr A-Z a-z); gamma=0.99; [ $$p = LB ] && gamma=0.95; \
@@ -128,11 +128,13 @@ train: install ## per policy: PPO, the teachers' clone and DQN candidates (one a
 	    $(VENV)/bin/rlscore-train --policy $$p --algo $$algo --gamma $$gamma --seed $(SEED) --out $(CANDIDATES) \
 	      --name $$lower-$$algo.pt --no-progress || exit 1; \
 	  done; \
-	  echo "== $$p clone"; \
-	  $(VENV)/bin/rlscore-train --policy $$p --algo ppo --timesteps 0 --gamma $$gamma --seed $(SEED) --out $(CANDIDATES) \
-	    --name $$lower-clone.pt --no-progress || exit 1; \
-	  $(PY) -m agent.evaluate.shipped pick models/$$lower.pt $(CANDIDATES)/$$lower-ppo.pt $(CANDIDATES)/$$lower-clone.pt \
-	    $(CANDIDATES)/$$lower-dqn.pt || exit 1; \
+	  for draw in uniform log-uniform; do \
+	    echo "== $$p clone ($$draw cluster sizes)"; \
+	    $(VENV)/bin/rlscore-train --policy $$p --algo ppo --timesteps 0 --gamma $$gamma --seed $(SEED) --out $(CANDIDATES) \
+	      --node-draw $$draw --name $$lower-clone-$$draw.pt --no-progress || exit 1; \
+	  done; \
+	  $(PY) -m agent.evaluate.shipped pick models/$$lower.pt $(CANDIDATES)/$$lower-ppo.pt \
+	    $(CANDIDATES)/$$lower-clone-uniform.pt $(CANDIDATES)/$$lower-clone-log-uniform.pt $(CANDIDATES)/$$lower-dqn.pt || exit 1; \
 	done
 
 eval: install ## evaluate the shipped models against the baselines (tables and plots in eval/)
