@@ -80,7 +80,7 @@ def test_power_model_from_kepler_and_the_thesis_metrics_from_node_exporter(stack
     assert any("power model unknown for 1 node(s) (worker-3)" in reason for reason in body["reasons"])
 
 
-def test_a_restarted_server_knows_the_power_model_of_nodes_idle_now_from_prometheus_history(tmp_path):
+def test_a_restarted_server_knows_the_power_model_of_nodes_idle_now_from_prometheus_history(tmp_path, caplog):
     """Kepler tells full-load watts only while a node is busy. worker-1 was busy (usage 0.9) and is
     idle (0) when the server starts: the history query still gives its model; without the query
     (the control) it is unknown, as it was before the history was read."""
@@ -98,7 +98,8 @@ def test_a_restarted_server_knows_the_power_model_of_nodes_idle_now_from_prometh
         history = ("avg_over_time((sum by (node_name) (kepler_node_cpu_idle_watts) + sum by (node_name) "
                    "(kepler_node_cpu_active_watts) / (avg by (node_name) (kepler_node_cpu_usage_ratio) >= 0.05))[10m:1s])")
         rows = {}
-        for query in (history, ""):
+        broken = "avg_over_time(kepler_node_cpu_idle_watts[6h"  # a typo in the setting
+        for query in (history, "", broken):
             app = create_app(settings(prometheus_url=prometheus.url, refresh_interval_s=0.5, stale_after_s=30,
                                       prometheus_timeout_s=2.0, power_max_history_query=query))
             with TestClient(app) as client:
@@ -111,6 +112,10 @@ def test_a_restarted_server_knows_the_power_model_of_nodes_idle_now_from_prometh
         assert rows[history]["power_idle_watts"] == pytest.approx(200.0)
         assert rows[history]["power_max_watts"] == pytest.approx(400.0, rel=0.02)
         assert rows[""]["power_max_watts"] is None  # the control: an idle node says nothing of full load
+        # a query Prometheus refuses is said in the log, and costs nothing but the estimate
+        assert rows[broken]["cpu_utilization"] is not None and rows[broken]["power_max_watts"] is None
+        assert any("power history unavailable" in r.getMessage() and "power_max_watts" in r.getMessage()
+                   for r in caplog.records), [r.getMessage() for r in caplog.records]
     finally:
         prometheus.stop()
         exporter.close()
