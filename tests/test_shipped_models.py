@@ -103,9 +103,10 @@ def _one_pool(n: int, requested: np.ndarray, power_known: np.ndarray) -> NodeSta
 
 def _place_in_turn(policy: str, n: int, pods: int, power_known: np.ndarray, busy_reveals_power: bool = False) -> np.ndarray:
     model = load_model(MODELS / f"{policy.lower()}.pt")
+    pod = PodRequest(250.0, 64 * MIB, *((20.0, 30.0) if policy == "EL" else (None, None)))
     requested, power_known = np.zeros(n), power_known.copy()
     for _ in range(pods):
-        best = int(np.argmax(model.q_values(_one_pool(n, requested, power_known), PodRequest(250.0, 64 * MIB))))
+        best = int(np.argmax(model.q_values(_one_pool(n, requested, power_known), pod)))
         requested[best] += 250.0
         if busy_reveals_power:  # the server learns a node's full-load watts once it is 5% busy
             power_known |= requested >= 0.05 * 8000.0
@@ -130,3 +131,11 @@ def test_ee_packs_one_node_pool(power_known):
     for reveal in (False, True):
         counts = _place_in_turn("EE", 4, 6, power_known, reveal)
         assert sorted(counts)[-1] == 6, (reveal, counts)
+
+
+@pytest.mark.parametrize("power_known", POWER_KNOWN, ids=lambda k: "".join(map(str, k.astype(int))))
+def test_el_packs_the_one_node_within_the_limits(power_known):
+    """Pods with the thesis's 20/30 ms limits; of the four identical nodes only node-0 (12 ms) meets them."""
+    for reveal in (False, True):
+        counts = _place_in_turn("EL", 4, 6, power_known, reveal)
+        assert counts[0] == 6, (reveal, counts)
