@@ -85,6 +85,8 @@ def test_the_pull_towards_the_teachers_decays_to_its_floor(kickstart, floor, upd
     (["--teacher", "nobody"], "unknown teacher 'nobody'"),
     (["--timesteps", "0", "--imitation-steps", "0"], "--timesteps 0 needs teachers to clone"),
     (["--timesteps", "0", "--algo", "dqn"], "--timesteps must be >= 1"),
+    (["--learning-rate", "0"], "--learning-rate must be > 0"),
+    (["--critic-warmup", "1.5"], "--critic-warmup is a share of the run, 0..1"),
 ])
 def test_the_command_line_refuses_bad_teacher_settings(tmp_path, capsys, extra, message):
     from agent.learn.train import main

@@ -99,12 +99,13 @@ def pick(target: Path, candidates: list[Path], keep_earlier: bool = False) -> Pa
     if len(policies) != 1:
         raise SystemExit(f"candidates are for different policies: {sorted(policies)}")
     best = min(candidates, key=lambda p: (-standings[p][0], standings[p][1]))
-    meta = json.loads(sidecar_path(best).read_text())
+    sidecars = {path: json.loads(sidecar_path(path).read_text()) for path in candidates}
+    meta = sidecars[best]
     meta["candidates"] = [
-        {"file": path.name, "algorithm": json.loads(sidecar_path(path).read_text())["training"]["algorithm"],
-         "goals_met": f"{standings[path][0]}/{json.loads(sidecar_path(path).read_text())['evaluation']['goals_total']}",
+        {"file": path.name, "algorithm": sidecars[path]["training"]["algorithm"],
+         "goals_met": f"{standings[path][0]}/{sidecars[path]['evaluation']['goals_total']}",
          "mean_objective_vs_best_baseline": standings[path][1],
-         "training_seconds": json.loads(sidecar_path(path).read_text())["training"]["seconds"],
+         "training_seconds": sidecars[path]["training"]["seconds"],
          "shipped": path == best}
         for path in candidates] + earlier
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ from gymnasium import spaces
 
 from agent.features import FEATURE_CLIP, NUM_NODE_FEATURES, NUM_POD_FEATURES, latency_tiers, node_features
 from agent.learn.rewards import INVALID_ACTION_REWARD, REWARD_VARIANTS, STEPWISE, OutcomeReward, thesis_reward
-from agent.sim.families import NODE_DRAWS, TRAIN_NODES, draw_node_count, families_for, family
+from agent.sim.families import TRAIN_NODES, check_node_draw, draw_node_count, families_for, family
 from agent.sim.simulator import Simulation
 from agent.state import normalize_policy
 
@@ -38,9 +38,7 @@ class SchedulingEnv(gym.Env):
         if reward not in REWARD_VARIANTS:
             raise ValueError(f"unknown reward variant {reward!r}: expected one of {', '.join(REWARD_VARIANTS)}")
         self.max_nodes, self.min_nodes = max_nodes, min_nodes
-        if node_draw not in NODE_DRAWS:
-            raise ValueError(f"unknown node draw {node_draw!r}: expected one of {', '.join(NODE_DRAWS)}")
-        self.node_draw = node_draw
+        self.node_draw = check_node_draw(node_draw)  # refused here, before the first reset
         self.families = tuple(families or families_for(self.policy))
         for name in self.families:
             family(name)  # unknown: a ValueError naming the known ones

@@ -118,6 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     fine_tune = args.init is not None and args.profile is not None
     timesteps = args.timesteps if args.timesteps is not None else (
         FINE_TUNE_TIMESTEPS if fine_tune else DEFAULT_TIMESTEPS)[args.algo]
+    if args.learning_rate is not None and not args.learning_rate > 0:
+        print("rlscore-train: --learning-rate must be > 0", file=sys.stderr)
+        return 2
+    if args.critic_warmup is not None and not 0 <= args.critic_warmup <= 1:
+        print("rlscore-train: --critic-warmup is a share of the run, 0..1", file=sys.stderr)
+        return 2
     if timesteps < 0 or (timesteps == 0 and args.algo == "dqn"):
         print("rlscore-train: --timesteps must be >= 1 (0 with a2c/ppo: the teachers' clone alone)", file=sys.stderr)
         return 2

@@ -59,14 +59,18 @@ class Family:
 NODE_DRAWS = ("uniform", "log-uniform")
 
 
+def check_node_draw(draw: str) -> str:
+    if draw not in NODE_DRAWS:
+        raise ValueError(f"unknown node draw {draw!r}: expected one of {', '.join(NODE_DRAWS)}")
+    return draw
+
+
 def draw_node_count(rng: np.random.Generator, low: int, high: int, draw: str = "uniform") -> int:
     """A cluster size in low..high: uniform, or log-uniform (about as many 2..8-node clusters as
     9..32-node ones: small clusters, where every placement counts, are not drowned out by big ones)."""
-    if draw == "uniform":
+    if check_node_draw(draw) == "uniform":
         return int(rng.integers(low, high + 1))
-    if draw == "log-uniform":
-        return int(min(high, np.floor(np.exp(rng.uniform(np.log(low), np.log(high + 1))))))
-    raise ValueError(f"unknown node draw {draw!r}: expected one of {', '.join(NODE_DRAWS)}")
+    return int(min(high, np.floor(np.exp(rng.uniform(np.log(low), np.log(high + 1))))))
 
 
 def _metrics_interval(rng: np.random.Generator) -> float:
