@@ -25,10 +25,10 @@ from agent.features import FEATURE_SPEC_VERSION, node_features
 from agent.heuristics import MAX_NODE_SCORE
 from agent.kernels import node_scores
 from agent.state import POLICIES, PodRequest, normalize_policy
-from suggestion_server import compact, metrics, tls
+from suggestion_server import compact, metrics, suggest_body, tls
 from suggestion_server.auth import BearerAuth
 from suggestion_server.config import Settings
-from suggestion_server.direct_route import DirectDispatch, DirectRoute
+from suggestion_server.direct_route import DirectDispatch, DirectRoute, decoded_by
 from suggestion_server.drift import DriftMonitor
 from suggestion_server.kube_state import KubeState
 from suggestion_server.latency_source import ProbeLatencySource
@@ -60,7 +60,9 @@ def warm_up(settings: Settings) -> None:
     takes seconds, and readiness waits for this."""
     table = NodeTable()
     table.set_node("warm-up", cpu_capacity=1000.0, memory_capacity=1.0, max_pods=1.0)
-    nodes, _, _ = assemble(["warm-up", "unknown"], table, Snapshot(), settings.stale_after_s, need_latency=True,
+    given = np.full((len(FIELDS), 2), np.nan)
+    given[0, 0] = 1000.0
+    nodes, _, _ = assemble(["warm-up", "unknown"], given, table, Snapshot(), settings.stale_after_s, need_latency=True,
                            need_power=True)
     features, _ = node_features(nodes, PodRequest(1.0, 1.0))
     node_scores(features[:, 0].astype(np.float64), MAX_NODE_SCORE)  # the forward pass compiled in load_all's probe
@@ -219,12 +221,12 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
     async def _invalid(request: Request, exc: RequestValidationError):
         return invalid_request(exc)
 
-    async def decide(pod_in: PodIn, requested_policy: str | None, request_nodes: list) -> Decision | JSONResponse:
+    async def decide(pod_in: PodIn, requested_policy: str | None, names: list[str],
+                     given: np.ndarray | None) -> Decision | JSONResponse:
         """Scores for the nodes, shared by /suggest and /v1/scores; a JSONResponse is an error."""
         start = time.perf_counter()
-        if len(request_nodes) > settings.max_nodes:
-            return _error(413, ["body", "nodes"],
-                          f"{len(request_nodes)} nodes is over the limit of {settings.max_nodes}")
+        if len(names) > settings.max_nodes:
+            return _error(413, ["body", "nodes"], f"{len(names)} nodes is over the limit of {settings.max_nodes}")
         try:
             policy = resolve_policy(requested_policy, pod_in, settings.default_policy)
             pod = pod_request(pod_in, policy, (settings.el_default_soft_ms, settings.el_default_hard_ms))
@@ -234,7 +236,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
 
         drift.observe(pod.cpu_millicores)
         snapshot = await collector.current()  # never waits: a stale one refreshes in the background
-        nodes, reasons, notes = assemble(request_nodes, table, snapshot, settings.stale_after_s,
+        nodes, reasons, notes = assemble(names, given, table, snapshot, settings.stale_after_s,
                                          need_latency=policy == "EL", need_power=policy != "LB")
         scores, source, version, fallback = score_nodes(policy, nodes, pod, registry, rng)
         staged = None
@@ -265,8 +267,9 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
               responses={401: {"description": "missing or wrong bearer token"},
                          413: {"description": "body or node count over the limit"},
                          422: {"description": "invalid request; the message names the field"}})
+    @decoded_by(suggest_body.decode)  # documented as SuggestRequest, arrives as a SuggestBody
     async def suggest(body: SuggestRequest) -> Response:
-        decision = await decide(body.pod, body.policy, body.nodes)
+        decision = await decide(body.pod, body.policy, body.names, body.given)
         if isinstance(decision, JSONResponse):
             return decision
         payload = {"policy": decision.policy, "model_version": decision.version, "source": decision.source,
@@ -291,7 +294,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
             header, names = compact.parse(await request.body())
         except compact.CompactError as exc:
             return _error(422, exc.loc, exc.message)
-        decision = await decide(header.pod, header.policy, names)
+        decision = await decide(header.pod, header.policy, names, None)
         if isinstance(decision, JSONResponse):
             return decision
         return Response(decision.scores.astype(np.uint8).tobytes(), media_type=compact.SCORES_CONTENT_TYPE,
@@ -310,7 +313,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         if len(set(node)) != len(node) or any(not name or len(name) > 253 for name in node):
             return _error(422, ["query", "node"], "node names must be unique, 1..253 characters")
         snapshot = await collector.current()
-        nodes, reasons, notes = assemble(node, table, snapshot, settings.stale_after_s, need_latency=True,
+        nodes, reasons, notes = assemble(node, None, table, snapshot, settings.stale_after_s, need_latency=True,
                                          need_power=True)
         rows = []
         for i, name in enumerate(nodes.names):

@@ -59,6 +59,12 @@ def parse(body: bytes) -> tuple[ScoresHeader, list[str]]:
     return header, names
 
 
+def valid_names(names: list[str]) -> bool:
+    """Every name a Kubernetes node name (length aside), with one match over all of them."""
+    joined = "\n".join(names)
+    return joined.count("\n") == len(names) - 1 and _NAMES.fullmatch(joined.encode()) is not None
+
+
 def _first_bad_name(rest: bytes) -> str:
     for i, raw in enumerate(rest.split(b"\n")):
         if _ONE_NAME.fullmatch(raw) is None:

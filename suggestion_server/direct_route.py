@@ -7,7 +7,9 @@ validates a pydantic body straight from the bytes (`model_validate_json`: JSON p
 pydantic-core) or hands a `Request` parameter the request; the endpoint's signature still documents
 it in OpenAPI. `DirectDispatch`, a middleware inside authentication and the body limit, sends
 requests for those routes to the same handlers before the router sees them. Validation errors are
-located under "body" as FastAPI's are, and answered by the app's own formatter.
+located under "body" as FastAPI's are, and answered by the app's own formatter. An endpoint marked
+`decoded_by(decoder)` gets what the decoder makes of the bytes instead of the model (the model still
+documents the body); the decoder raises pydantic's ValidationError as the model would.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 from pydantic import BaseModel, ValidationError
+
+
+def decoded_by(decoder: Callable[[bytes], object]):
+    def mark(endpoint):
+        endpoint.direct_decoder = decoder
+        return endpoint
+    return mark
 
 
 class DirectRoute(APIRoute):
@@ -35,9 +44,11 @@ class DirectRoute(APIRoute):
         if not (isinstance(kind, type) and issubclass(kind, BaseModel)):
             raise TypeError(f"{endpoint.__name__}: {kind!r} is neither a Request nor a pydantic model")
 
+        decode = getattr(endpoint, "direct_decoder", kind.model_validate_json)
+
         async def handle(request: Request):
             try:
-                body = kind.model_validate_json(await request.body())
+                body = decode(await request.body())
             except ValidationError as exc:
                 raise RequestValidationError([{**error, "loc": ("body", *error["loc"])}
                                               for error in exc.errors(include_url=False)]) from None

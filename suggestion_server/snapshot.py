@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import operator
 import time
 from dataclasses import dataclass, field
 
@@ -21,7 +20,6 @@ from suggestion_server.kube_state import KubeState
 from suggestion_server.latency_source import ProbeLatencySource
 from suggestion_server.node_table import COLUMNS, NodeTable
 from suggestion_server.prometheus_source import PrometheusSource
-from suggestion_server.schemas import NodeIn
 
 log = logging.getLogger("rlscore.snapshot")
 
@@ -179,19 +177,6 @@ class StateCollector:
             await asyncio.sleep(self.refresh_interval_s)
 
 
-_READ_FIELDS = operator.attrgetter(*(key for key, _ in FIELDS))
-_NAME_ONLY = (None,) * len(FIELDS)
-
-
-def _given(request_nodes: list[str | NodeIn]) -> dict[str, np.ndarray] | None:
-    """The fields the request's node objects carry, as columns (NaN where left out); None when the
-    request names nodes only."""
-    # one tuple per node, then one conversion: None becomes NaN
-    rows = [_NAME_ONLY if isinstance(node, str) else _READ_FIELDS(node) for node in request_nodes]
-    block = np.array(rows, dtype=np.float64).reshape(len(request_nodes), len(FIELDS))
-    return {attr: np.ascontiguousarray(block[:, j]) for j, (_, attr) in enumerate(FIELDS)}
-
-
 # NodeState's arrays as `assemble` builds them: one row each of one block
 STATE = ("cpu_capacity", "memory_capacity", "max_pods", "cpu_requested", "memory_requested", "pods",
          "power_idle_watts", "power_max_watts", "cpu_utilization", "memory_utilization", "latency_ms",
@@ -199,6 +184,7 @@ STATE = ("cpu_capacity", "memory_capacity", "max_pods", "cpu_requested", "memory
 _S = {name: i for i, name in enumerate(STATE)}
 (_S_CPU_CAP, _S_MEM_CAP, _S_MAX_PODS, _S_CPU_REQ, _S_MEM_REQ, _S_PODS, _S_IDLE, _S_PEAK, _S_CPU_UTIL, _S_MEM_UTIL,
  _S_LATENCY, _S_NET, _S_TCP, _S_DISK, _S_SINCE) = range(len(STATE))
+_S_GIVEN = np.array([_S[attr] for _, attr in FIELDS])  # the state row of each of a request's fields
 # the node table's rows (compiled code reads plain integers)
 (_T_IN_API, _T_CPU_CAP, _T_MEM_CAP, _T_MAX_PODS, _T_IDLE, _T_PEAK, _T_CPU_REQ, _T_MEM_REQ, _T_PODS, _T_CPU_UTIL,
  _T_MEM_UTIL, _T_LATENCY, _T_NET, _T_TCP, _T_DISK, _T_CPU_CAP_M, _T_MEM_CAP_M, _T_IDLE_M, _T_PEAK_M,
@@ -234,6 +220,19 @@ def _resolve(data, rows, state):  # pragma: no cover (compiled)
 
 
 @compiled
+def _merge_given(state, given, rows):  # pragma: no cover (compiled)
+    """The request's values over the table's, where it gives one; a given utilization is "now", so
+    nothing was requested since it was measured."""
+    for k in range(given.shape[1]):
+        for j in range(given.shape[0]):
+            value = given[j, k]
+            if not np.isnan(value):
+                state[rows[j], k] = value
+                if rows[j] == _S_CPU_UTIL:
+                    state[_S_SINCE, k] = np.nan
+
+
+@compiled
 def _check(state, need_latency, need_power):  # pragma: no cover (compiled)
     """A half-known power model (idle only, or max below idle from mixed sources) becomes unknown.
     Returns whether anything `_fill_missing` guesses or reports is missing (usually nothing: then
@@ -251,27 +250,21 @@ def _check(state, need_latency, need_power):  # pragma: no cover (compiled)
     return missing
 
 
-def assemble(request_nodes: list[str | NodeIn], table: NodeTable, snapshot: Snapshot, stale_after_s: float,
+def assemble(names: list[str], given: np.ndarray | None, table: NodeTable, snapshot: Snapshot, stale_after_s: float,
              need_latency: bool, need_power: bool = False
              ) -> tuple[NodeState, list[tuple[str, str]], list[tuple[str, str]]]:
     """NodeState for the requested nodes, and what was missing, as (code, message): `reasons`
     degrade the answer (sizes, requests, utilization, EL's latency, staleness); `notes` do not
-    (power model, the extra metrics: the features encode them as unknown)."""
-    names_only = all(map(str.__instancecheck__, request_nodes))
-    names = request_nodes if names_only else [node if isinstance(node, str) else node.name for node in request_nodes]
+    (power model, the extra metrics: the features encode them as unknown). `given` holds what the
+    request says of each node, one row per FIELDS entry (NaN: not given; None: names only)."""
     state = np.empty((len(STATE), len(names)))
     with table.reading() as data:
         in_api_any, measured_any = _resolve(data, table.rows(names), state)
     used_table = in_api_any or measured_any
-    given = None if names_only else _given(request_nodes)
     if given is not None:
         # fields given in the request win; where it gives the utilization, that is "now"
-        for attr, values in given.items():
-            row = state[_S[attr]]
-            has = ~np.isnan(values)
-            row[has] = values[has]
-        state[_S["cpu_requested_since_metrics"], ~np.isnan(given["cpu_utilization"])] = np.nan
-        used_table = used_table and bool(np.any(np.isnan(np.stack(list(given.values())))))
+        _merge_given(state, given, _S_GIVEN)
+        used_table = used_table and bool(np.isnan(given).any())
     columns = {name: state[i] for i, name in enumerate(STATE)}
     reasons = _fill_missing(columns, names, need_latency, need_power) if _check(state, need_latency, need_power) else []
     notes = [reason for reason in reasons if reason[0] in ("power", "metrics")]
