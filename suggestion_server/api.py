@@ -156,9 +156,12 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         # one small forward pass per request: threads only add overhead (measured at 1000 nodes on
         # 2 busy cores: 8.1 ms per request with OpenBLAS's threads, 3.6 ms with one)
         torch.set_num_threads(1)
-        threadpool_limits(1)
         await asyncio.to_thread(registry.load_all)
         await asyncio.to_thread(warm_up, settings)
+        # only now: the compiled forward pass's np.dot loads scipy's OpenBLAS at its first call, and a
+        # limit set before that never reached it (two threads from 500 nodes up; while the other
+        # core was busy each request waited for a scheduler tick: 8 ms instead of 0.7)
+        threadpool_limits(1)
         rollout.restore()
         rollout.watch()
         # torch, pydantic and FastAPI leave millions of long-lived objects behind; freezing them
@@ -185,6 +188,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
             kube.stop()
         if probes is not None:
             await probes.close()
+        if prometheus is not None:
+            await prometheus.close()
 
     async def _watch_models():
         while True:

@@ -80,7 +80,7 @@ class StateCollector:
             if self.prometheus is not None:
                 if time.monotonic() - self._history_read_at >= self.history_interval_s:
                     await self._read_power_history(ips)
-                metrics, prom_problems = await asyncio.to_thread(self.prometheus.collect, ips)
+                metrics, prom_problems = await self.prometheus.collect(ips)
                 problems += prom_problems
                 for name, values in metrics.items():
                     nodes[name] = self._record(name, values)
@@ -106,7 +106,7 @@ class StateCollector:
         self._history_read_at = time.monotonic()
         if not self.prometheus.history_queries:
             return
-        history, problems = await asyncio.to_thread(self.prometheus.collect_history, ips)
+        history, problems = await self.prometheus.collect_history(ips)
         if problems != self._history_problems:  # a missing history costs nothing but the estimate
             if problems:
                 log.warning("power history unavailable: %s", "; ".join(problems))

@@ -1,5 +1,6 @@
 """Names-only /suggest against a real Prometheus scraping node_exporter-format metrics."""
 
+import asyncio
 import time
 
 import httpx
@@ -7,7 +8,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from suggestion_server.api import create_app
-from tests.helpers.processes import FakeNodeExporter, PrometheusServer, wait_for
+from suggestion_server.prometheus_source import PrometheusSource
+from tests.helpers.processes import FakeNodeExporter, PrometheusServer, free_port, wait_for
 from tests.server.conftest import pod, post, settings
 
 NODES = ["worker-1", "worker-2", "worker-3"]
@@ -119,3 +121,33 @@ def test_a_restarted_server_knows_the_power_model_of_nodes_idle_now_from_prometh
     finally:
         prometheus.stop()
         exporter.close()
+
+
+def test_queries_prometheus_refuses_or_answers_in_another_shape_are_named_and_the_rest_served(stack):
+    """Each query fails alone, with Prometheus's own reason; a query that is not an instant vector
+    (a scalar, a range) says so instead of being read as node values; a port that is not Prometheus
+    is a named problem, not a crash."""
+    client, prometheus = stack
+    source = PrometheusSource(prometheus.url, 2.0, {
+        "cpu_utilization": '1 - avg by (instance) (irate(node_cpu_seconds_total{mode="idle"}[1m]))',
+        "memory_utilization": "scalar(vector(0.5))",
+        "disk_utilization": "node_filesystem_avail_bytes[1m]",
+        "tcp_established": "sum by (instance) (",
+    })
+    wait_for(lambda: len(asyncio.run(source.collect({}))[0]) == 3, 30, "cpu utilization of every node")
+    values, problems = asyncio.run(source.collect({}))
+    assert all(set(fields) == {"cpu_utilization"} for fields in values.values()), values
+    assert any("memory_utilization" in p and "gives a scalar, not an instant vector" in p for p in problems)
+    assert any("disk_utilization" in p and "gives a matrix" in p for p in problems)
+    assert any("tcp_established" in p and "HTTP 400: bad_data" in p for p in problems), problems
+    assert len(problems) == 3
+    exporter = FakeNodeExporter({"worker-1": 0.5})
+    try:
+        _, problems = asyncio.run(PrometheusSource(f"http://127.0.0.1:{exporter.port}", 1.0, {"cpu_utilization": "up"})
+                                  .collect({}))
+    finally:
+        exporter.close()
+    assert len(problems) == 1 and "not a Prometheus API answer" in problems[0], problems
+    _, problems = asyncio.run(PrometheusSource(f"http://127.0.0.1:{free_port()}", 1.0, {"cpu_utilization": "up"})
+                              .collect({}))
+    assert len(problems) == 1 and "ConnectError" in problems[0], problems

@@ -1,6 +1,7 @@
 """The server as users start it: `rlscore-server` on a real socket, and the latency probe."""
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -104,3 +105,24 @@ def test_icmp_measures_only_where_the_kernel_allows_unprivileged_ping():
         assert rtt is not None and 0 <= rtt < 1000
     else:
         assert rtt is None  # no permission: no measurement, never a made-up number
+
+
+def test_every_blas_of_a_started_server_runs_one_thread():
+    """The compiled forward pass's np.dot loads scipy's OpenBLAS at its first call; a limit set
+    before that left it at two threads, and on two busy cores every request from ~500 nodes up
+    waited for a scheduler tick (8 ms instead of 0.7). A fresh interpreter, as a server starts.
+    (OpenMP's limit is per thread, and TestClient runs the app on a thread of its own: not read.)"""
+    code = ("import json\n"
+            "from fastapi.testclient import TestClient\n"
+            "from threadpoolctl import threadpool_info\n"
+            "from suggestion_server.api import create_app\n"
+            "from tests.server.conftest import settings\n"
+            "with TestClient(create_app(settings(), background=False)):\n"
+            "    print(json.dumps([[i['internal_api'], i['filepath'], i['num_threads']] for i in threadpool_info()\n"
+            "                      if i['user_api'] == 'blas']))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert run.returncode == 0, run.stderr[-2000:]
+    pools = json.loads(run.stdout.strip().splitlines()[-1])
+    assert any(api == "openblas" and "scipy_openblas-" in path for api, path, _ in pools), pools  # the dot's
+    assert all(threads == 1 for _, _, threads in pools), pools
