@@ -1,10 +1,10 @@
 """Node metrics from Prometheus: one query per metric for all nodes, never one per node.
 
 The queries run on the server's event loop (httpx's async client) and their answers are decoded by
-msgspec into just the labels that place a series: reading ten 1 000-series answers through
-prometheus-api-client in a thread took ~18 ms of CPU per refresh, every bit of it holding the GIL
-against the requests being scored (profiled: the JSON decoding and the per-series dictionaries).
-Between two queries the loop serves whatever requests arrived.
+msgspec into just the labels that place a series. Read through prometheus-api-client in a thread,
+ten 1 000-series answers held the GIL for ~18 ms per refresh against the requests being scored. On
+the loop the work is about as much (~16 ms, most of it httpx's), but in slices between which the
+loop serves the requests that arrived: the longest, decoding and placing one answer, ~0.6 ms.
 """
 
 from __future__ import annotations
