@@ -104,7 +104,8 @@ NodeEntry = Annotated[
 ]
 
 
-def _policy(value: str | None) -> str | None:
+def policy_field(value: str | None) -> str | None:
+    """A request's policy field, normalized (EE, LB, EL); ValueError names an unknown one."""
     if value is None:
         return None
     policy = value.strip().upper()
@@ -113,7 +114,7 @@ def _policy(value: str | None) -> str | None:
     return policy
 
 
-PolicyField = Annotated[str | None, AfterValidator(_policy),
+PolicyField = Annotated[str | None, AfterValidator(policy_field),
                         Field(description="EE, LB or EL (case-insensitive); overrides the pod's annotation")]
 
 

@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 from suggestion_server.compact import MAX_NAME, valid_names
-from suggestion_server.schemas import PodIn, SuggestRequest, _policy, first_duplicate
+from suggestion_server.schemas import PodIn, SuggestRequest, first_duplicate, policy_field
 from suggestion_server.snapshot import FIELDS
 
 # the rows of `given`: the node objects' state fields, in snapshot.FIELDS's order
@@ -75,7 +75,7 @@ def _fast(data: bytes) -> SuggestBody | None:
     try:
         body = _DECODER.decode(data)
         pod = PodIn.model_validate_json(bytes(body.pod))
-        policy = _policy(body.policy)
+        policy = policy_field(body.policy)
     except (msgspec.DecodeError, ValueError):  # pydantic's ValidationError is a ValueError
         return None
     nodes = body.nodes
