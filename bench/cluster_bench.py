@@ -217,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/cluster_bench.py", description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="100,1000,5000", help="comma-separated node counts")
     parser.add_argument("--pods", type=int, default=1000, help="pods per profile and round")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of all profiles per node count")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="rounds of all profiles per node count (two left the ratios 0.6-1.0 apart run to run)")
     parser.add_argument("--policy", default="LB")
     args = parser.parse_args(argv)
     import urllib3
