@@ -159,8 +159,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         await asyncio.to_thread(registry.load_all)
         await asyncio.to_thread(warm_up, settings)
         # only now: the compiled forward pass's np.dot loads scipy's OpenBLAS at its first call, and a
-        # limit set before that never reached it (two threads from 500 nodes up; while the other
-        # core was busy each request waited for a scheduler tick: 8 ms instead of 0.7)
+        # limit set before that never reached it (two threads at 500 nodes, not yet at 200; while the
+        # other core was busy each request waited for a scheduler tick: 8 ms instead of 0.7)
         threadpool_limits(1)
         rollout.restore()
         rollout.watch()

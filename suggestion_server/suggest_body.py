@@ -45,6 +45,7 @@ _Body = msgspec.defstruct("_Body", [("pod", msgspec.Raw), ("nodes", list[Union[s
 _DECODER = msgspec.json.Decoder(_Body)
 _NAME_ONLY = (None,) * len(STATE_FIELDS)
 _as_tuple = msgspec.structs.astuple
+_READ_MODEL = operator.attrgetter(*STATE_FIELDS)  # a NodeIn's row of state
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,7 @@ def decode(data: bytes) -> SuggestBody:
 def from_model(request: SuggestRequest) -> SuggestBody:
     nodes = request.nodes
     names = [node if isinstance(node, str) else node.name for node in nodes]
-    read = operator.attrgetter(*STATE_FIELDS)
-    given = _columns([_NAME_ONLY if isinstance(node, str) else read(node) for node in nodes], len(nodes))
+    given = _columns([_NAME_ONLY if isinstance(node, str) else _READ_MODEL(node) for node in nodes], len(nodes))
     return SuggestBody(request.pod, request.policy, names, given)
 
 
