@@ -128,5 +128,5 @@ def test_fast_decoder_takes_the_typical_body():
 
 def test_the_fast_decoder_knows_every_node_field():
     """A field added to NodeIn must be added to snapshot.FIELDS too: the fast decoder builds its node
-    struct from FIELDS, and would otherwise ignore the field (pydantic would not)."""
+    struct from FIELDS, and would otherwise accept the field unchecked where pydantic validates it."""
     assert STATE_FIELDS == tuple(name for name in NodeIn.model_fields if name != "name")
