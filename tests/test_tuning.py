@@ -76,10 +76,27 @@ def test_trials_are_deterministic_and_packing_saves_energy():
     pack = ScoreConfig("MostAllocated", balanced_weight=0)
     assert task.improvement(DEFAULT) == 0.0
     first = task.objective(pack)
-    assert task.simulated == 2  # default and pack, each once
+    assert task.simulated == 2 * task.replays  # default and pack, each replay once
     again = TuningTask(task.world, "EE", seed=5, arrivals=60).objective(pack)
     assert first == again
     assert task.improvement(pack) > 0.05, "packing should draw clearly less power than spreading"
+
+
+def test_a_trial_is_the_mean_of_its_replays_and_fresh_replays_are_others():
+    task = _small_task("LB")
+    spread = ScoreConfig("LeastAllocated", balanced_weight=0)
+    assert task.seeds == (5, 6, 7)
+    single = [TuningTask(task.world, "LB", seed=s, arrivals=60, replays=1).objective(spread) for s in task.seeds]
+    assert task.objective(spread) == pytest.approx(np.mean(single))
+    assert len(set(single)) > 1, "the replays should differ, or averaging them buys nothing"
+    fresh = task.fresh_seeds(4)
+    assert len(set(fresh)) == 4 and not set(fresh) & set(task.seeds)
+    # out of sample: the default's objective on the same fresh replays is the reference
+    default_fresh = np.mean([task.replay(DEFAULT, s) for s in fresh])
+    expected = (default_fresh - np.mean([task.replay(spread, s) for s in fresh])) / default_fresh
+    assert task.improvement(spread, fresh) == pytest.approx(expected)
+    with pytest.raises(ValueError, match="needs >= 1 replay"):
+        TuningTask(task.world, "LB", seed=5, replays=0)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -155,7 +172,7 @@ def test_rlscore_tune_writes_a_profile_the_chosen_weights_reproduce(tmp_path, ca
     assert [r["weight"] for r in strategy["resources"]] == [chosen.cpu_weight, chosen.memory_weight]
     assert load_profile(out / "cluster.yaml").world() == world
     # the prediction in the record is the objective of a fresh replay with those weights
-    replay = TuningTask(world, "EE", record["replay_seed"], 40).objective(chosen)
+    replay = TuningTask(world, "EE", record["replay_seed"], 40, replays=record["replays"]).objective(chosen)
     assert replay == pytest.approx(record["predicted_objective"])
     assert "rl-tuned" in capsys.readouterr().out
 

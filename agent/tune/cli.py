@@ -29,7 +29,7 @@ from agent.tune.baselines import METHODS, tune
 from agent.tune.kube_scores import DEFAULT
 from agent.tune.rl_tuner import RLTuner
 from agent.tune.scheduler_config import PROFILE_NAME, kube_scheduler_configuration
-from agent.tune.trials import TRIAL_ARRIVALS, TrialLog, TuningTask
+from agent.tune.trials import TRIAL_ARRIVALS, TRIAL_REPLAYS, TrialLog, TuningTask
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_METHODS = ("rl", *METHODS)
@@ -56,12 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", choices=(*ALL_METHODS, "all"), default="rl")
     parser.add_argument("--tuner", type=Path, default=ROOT / "models" / "tuner.pt", help="the RL tuner (--method rl)")
     parser.add_argument("--seed", type=int, default=0, help="sampler seed (random, bo, tpe)")
-    parser.add_argument("--replay-seed", type=int, default=7, help="seed of the simulated replay every trial runs on")
-    parser.add_argument("--arrivals", type=int, default=TRIAL_ARRIVALS, help="measured pod arrivals per trial")
+    parser.add_argument("--replay-seed", type=int, default=7,
+                        help="seed of the first simulated replay every trial runs on (the others follow it)")
+    parser.add_argument("--replays", type=int, default=TRIAL_REPLAYS, help="simulated replays per trial, averaged")
+    parser.add_argument("--arrivals", type=int, default=TRIAL_ARRIVALS, help="measured pod arrivals per replay")
     parser.add_argument("--out", type=Path, default=Path("tuned"))
     args = parser.parse_args(argv)
-    if args.trials < 1 or args.arrivals < 1 or args.nodes < 1:
-        parser.error("--trials, --arrivals and --nodes must be >= 1")
+    if min(args.trials, args.arrivals, args.nodes, args.replays) < 1:
+        parser.error("--trials, --replays, --arrivals and --nodes must be >= 1")
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=UserWarning, module="optuna")  # GPSampler is experimental
 
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(exc))
 
     started = time.perf_counter()
-    task = TuningTask(profile.world(), args.policy, args.replay_seed, args.arrivals, profile.name)
+    task = TuningTask(profile.world(), args.policy, args.replay_seed, args.arrivals, profile.name, args.replays)
     default = task.default_objective
     print(f"cluster {profile.name}: {task.world.size} nodes, policy {args.policy}; default weights "
           f"({DEFAULT.label}) objective {default:.4f}", file=sys.stderr)
@@ -110,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "rl-tuned.yaml").write_text(kube_scheduler_configuration(best, comment=comment))
     record = {
         "policy": args.policy, "cluster": profile.name, "trials": args.trials, "replay_seed": args.replay_seed,
-        "arrivals": args.arrivals, "default_objective": default, "chosen": best.to_dict(), "chosen_label": best.label,
+        "replays": args.replays, "arrivals": args.arrivals, "default_objective": default, "chosen": best.to_dict(),
+        "chosen_label": best.label,
         "chosen_by": winner.method, "predicted_objective": predicted, "improvement": improvement,
         "seconds": round(elapsed, 1),
         "methods": {lg.method: {"trials": [{"config": c.to_dict(), "label": c.label, "improvement": i}

@@ -107,7 +107,8 @@ class TrainConfig:
     hidden: int = 128
     seed: int = 1
     nodes: tuple[int, int] = (4, 40)
-    arrivals: int = 200
+    arrivals: int = 200  # per replay
+    replays: int = 3  # simulated replays averaged per table entry, as in a trial
 
 
 def rollout(net: TunerNetwork, domain: torch.Tensor, table: torch.Tensor, trials: int, greedy: bool = False,

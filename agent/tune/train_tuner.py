@@ -32,10 +32,10 @@ from agent.tune.search_space import CATALOGUE
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def simulate_row(cluster: Cluster, arrivals: int) -> tuple[np.ndarray, np.ndarray]:
-    """Domain features and every catalogue entry's improvement on one cluster."""
+def simulate_row(cluster: Cluster, arrivals: int, replays: int) -> tuple[np.ndarray, np.ndarray]:
+    """Domain features and every catalogue entry's improvement on one cluster's trial replays."""
     torch.set_num_threads(1)
-    task = cluster.task(arrivals)
+    task = cluster.task(arrivals, replays)
     return domain_features(cluster.world, cluster.policy), np.array([task.improvement(c) for c in CATALOGUE])
 
 
@@ -43,8 +43,8 @@ def _row(args):
     return simulate_row(*args)
 
 
-def build_table(clusters: list[Cluster], arrivals: int, workers: int) -> tuple[np.ndarray, np.ndarray]:
-    jobs = [(c, arrivals) for c in clusters]
+def build_table(clusters: list[Cluster], arrivals: int, replays: int, workers: int) -> tuple[np.ndarray, np.ndarray]:
+    jobs = [(c, arrivals, replays) for c in clusters]
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         rows = list(tqdm(pool.imap(_row, jobs), total=len(jobs), desc="simulating the catalogue", file=sys.stderr))
     return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
@@ -82,16 +82,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clusters", type=int, default=defaults.clusters)
     parser.add_argument("--iterations", type=int, default=defaults.iterations)
     parser.add_argument("--trials", type=int, default=defaults.trials)
-    parser.add_argument("--arrivals", type=int, default=defaults.arrivals, help="measured arrivals per trial")
+    parser.add_argument("--arrivals", type=int, default=defaults.arrivals, help="measured arrivals per replay")
+    parser.add_argument("--replays", type=int, default=defaults.replays, help="simulated replays per trial, averaged")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--workers", type=int, default=max(1, min(2, multiprocessing.cpu_count())))
     parser.add_argument("--table", type=Path, default=None, help="reuse a simulated table instead of simulating")
     parser.add_argument("--out", type=Path, default=ROOT / "models" / "tuner.pt")
     args = parser.parse_args(argv)
-    if args.clusters < 5 or args.iterations < 1 or args.trials < 1 or args.arrivals < 1 or args.workers < 1:
-        parser.error("--clusters must be >= 5; --iterations, --trials, --arrivals, --workers >= 1")
+    if args.clusters < 5 or min(args.iterations, args.trials, args.arrivals, args.replays, args.workers) < 1:
+        parser.error("--clusters must be >= 5; --iterations, --trials, --arrivals, --replays, --workers >= 1")
     cfg = replace(defaults, clusters=args.clusters, iterations=args.iterations, trials=args.trials,
-                  arrivals=args.arrivals, seed=args.seed)
+                  arrivals=args.arrivals, replays=args.replays, seed=args.seed)
     started = time.perf_counter()
     table_path = args.out.with_name(args.out.stem + "-table.npz")
     if args.table:
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         simulate_s = 0.0
     else:
         clusters = training_clusters(cfg.clusters, cfg.seed, cfg.nodes)
-        domains, table = build_table(clusters, cfg.arrivals, args.workers)
+        domains, table = build_table(clusters, cfg.arrivals, cfg.replays, args.workers)
         simulate_s = time.perf_counter() - started
         table_path.parent.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(table_path, domains=domains, table=table, names=np.array([c.name for c in clusters]))
