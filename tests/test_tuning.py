@@ -18,7 +18,7 @@ from agent.tune.clusters import draw
 from agent.tune.kube_scores import DEFAULT, ScoreConfig
 from agent.tune.rl_tuner import DOMAIN_FEATURES, RLTuner, TrainConfig, domain_features, evaluate_on_table, train_on_table
 from agent.tune.search_space import CATALOGUE
-from agent.tune.trials import TuningTask
+from agent.tune.trials import TRIAL_REPLAYS, TuningTask
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,6 +97,10 @@ def test_a_trial_is_the_mean_of_its_replays_and_fresh_replays_are_others():
     assert task.improvement(spread, fresh) == pytest.approx(expected)
     with pytest.raises(ValueError, match="needs >= 1 replay"):
         TuningTask(task.world, "LB", seed=5, replays=0)
+    with pytest.raises(ValueError, match="unknown policy 'XX'"):
+        TuningTask(task.world, "XX", seed=5)
+    # EL's trials average the most replays (each replay is a lottery over where strict pods land)
+    assert TuningTask(task.world, "EL", seed=5).replays == TRIAL_REPLAYS["EL"] > TRIAL_REPLAYS["EE"]
 
 
 @pytest.mark.parametrize("method", METHODS)

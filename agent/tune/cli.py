@@ -58,11 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="sampler seed (random, bo, tpe)")
     parser.add_argument("--replay-seed", type=int, default=7,
                         help="seed of the first simulated replay every trial runs on (the others follow it)")
-    parser.add_argument("--replays", type=int, default=TRIAL_REPLAYS, help="simulated replays per trial, averaged")
+    parser.add_argument("--replays", type=int, default=None,
+                        help="simulated replays per trial, averaged (default per policy: " +
+                        ", ".join(f"{p} {n}" for p, n in TRIAL_REPLAYS.items()) + ")")
     parser.add_argument("--arrivals", type=int, default=TRIAL_ARRIVALS, help="measured pod arrivals per replay")
     parser.add_argument("--out", type=Path, default=Path("tuned"))
     args = parser.parse_args(argv)
-    if min(args.trials, args.arrivals, args.nodes, args.replays) < 1:
+    if min(args.trials, args.arrivals, args.nodes, args.replays or 1) < 1:
         parser.error("--trials, --replays, --arrivals and --nodes must be >= 1")
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=UserWarning, module="optuna")  # GPSampler is experimental
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "rl-tuned.yaml").write_text(kube_scheduler_configuration(best, comment=comment))
     record = {
         "policy": args.policy, "cluster": profile.name, "trials": args.trials, "replay_seed": args.replay_seed,
-        "replays": args.replays, "arrivals": args.arrivals, "default_objective": default, "chosen": best.to_dict(),
+        "replays": task.replays, "arrivals": args.arrivals, "default_objective": default, "chosen": best.to_dict(),
         "chosen_label": best.label,
         "chosen_by": winner.method, "predicted_objective": predicted, "improvement": improvement,
         "seconds": round(elapsed, 1),

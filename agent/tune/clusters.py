@@ -15,7 +15,7 @@ from agent.evaluate.compare import EVAL_SEED_BASE
 from agent.sim.families import families_for, family
 from agent.sim.world import World
 from agent.state import POLICIES
-from agent.tune.trials import TRIAL_ARRIVALS, TRIAL_REPLAYS, TuningTask
+from agent.tune.trials import TRIAL_ARRIVALS, TuningTask
 
 NODES = (4, 40)
 
@@ -27,7 +27,7 @@ class Cluster:
     world: World
     replay_seed: int  # the seeded replay tuning trials run on
 
-    def task(self, arrivals: int = TRIAL_ARRIVALS, replays: int = TRIAL_REPLAYS) -> TuningTask:
+    def task(self, arrivals: int = TRIAL_ARRIVALS, replays: int | None = None) -> TuningTask:
         return TuningTask(self.world, self.policy, self.replay_seed, arrivals, self.name, replays)
 
 

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clusters", type=int, default=12, help="held-out clusters per policy")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--sampler-seeds", type=int, default=2, help="runs of each optuna sampler per cluster")
-    parser.add_argument("--fresh-replays", type=int, default=4, help="fresh replays the chosen weights are re-measured on")
+    parser.add_argument("--fresh-replays", type=int, default=10, help="fresh replays the chosen weights are re-measured on")
     parser.add_argument("--tuner", type=Path, default=ROOT / "models" / "tuner.pt")
     parser.add_argument("--models", type=Path, default=ROOT / "models", help="the learned scorers; 'none' to skip")
     parser.add_argument("--workers", type=int, default=max(1, min(2, multiprocessing.cpu_count())))

@@ -108,7 +108,7 @@ class TrainConfig:
     seed: int = 1
     nodes: tuple[int, int] = (4, 40)
     arrivals: int = 200  # per replay
-    replays: int = 3  # simulated replays averaged per table entry, as in a trial
+    replays: int | None = None  # simulated replays averaged per table entry; None: the policy's, as a trial
 
 
 def rollout(net: TunerNetwork, domain: torch.Tensor, table: torch.Tensor, trials: int, greedy: bool = False,

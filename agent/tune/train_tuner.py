@@ -32,7 +32,7 @@ from agent.tune.search_space import CATALOGUE
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def simulate_row(cluster: Cluster, arrivals: int, replays: int) -> tuple[np.ndarray, np.ndarray]:
+def simulate_row(cluster: Cluster, arrivals: int, replays: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Domain features and every catalogue entry's improvement on one cluster's trial replays."""
     torch.set_num_threads(1)
     task = cluster.task(arrivals, replays)
@@ -43,7 +43,8 @@ def _row(args):
     return simulate_row(*args)
 
 
-def build_table(clusters: list[Cluster], arrivals: int, replays: int, workers: int) -> tuple[np.ndarray, np.ndarray]:
+def build_table(clusters: list[Cluster], arrivals: int, replays: int | None, workers: int
+                ) -> tuple[np.ndarray, np.ndarray]:
     jobs = [(c, arrivals, replays) for c in clusters]
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         rows = list(tqdm(pool.imap(_row, jobs), total=len(jobs), desc="simulating the catalogue", file=sys.stderr))
@@ -83,13 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=defaults.iterations)
     parser.add_argument("--trials", type=int, default=defaults.trials)
     parser.add_argument("--arrivals", type=int, default=defaults.arrivals, help="measured arrivals per replay")
-    parser.add_argument("--replays", type=int, default=defaults.replays, help="simulated replays per trial, averaged")
+    parser.add_argument("--replays", type=int, default=defaults.replays,
+                        help="simulated replays per trial, averaged (default: each policy's, as rlscore-tune)")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--workers", type=int, default=max(1, min(2, multiprocessing.cpu_count())))
     parser.add_argument("--table", type=Path, default=None, help="reuse a simulated table instead of simulating")
     parser.add_argument("--out", type=Path, default=ROOT / "models" / "tuner.pt")
     args = parser.parse_args(argv)
-    if args.clusters < 5 or min(args.iterations, args.trials, args.arrivals, args.replays, args.workers) < 1:
+    if args.clusters < 5 or min(args.iterations, args.trials, args.arrivals, args.replays or 1, args.workers) < 1:
         parser.error("--clusters must be >= 5; --iterations, --trials, --arrivals, --replays, --workers >= 1")
     cfg = replace(defaults, clusters=args.clusters, iterations=args.iterations, trials=args.trials,
                   arrivals=args.arrivals, replays=args.replays, seed=args.seed)
