@@ -140,8 +140,8 @@ train: install ## per policy: PPO, the teachers' clone (uniform and log-uniform 
 eval: install ## evaluate the shipped models against the baselines (tables and plots in eval/)
 	@for p in EE LB EL; do $(VENV)/bin/rlscore-eval --policy $$p --out eval/$$p || exit 1; done
 
-tuner: install ## train the RL tuner of score-plugin weights (~15 min on 2 cores) into models/tuner.pt
-	$(PY) -m agent.tune.train_tuner --clusters 100 --seed $(SEED) --out models/tuner.pt
+tuner: install ## train the RL tuner of score-plugin weights (~13 min on 2 cores) into models/tuner.pt
+	$(PY) -m agent.tune.train_tuner --clusters 120 --seed $(SEED) --out models/tuner.pt
 
 tune-compare: install ## the RL tuner vs random / BO / TPE / default weights / learned scorer on held-out clusters (eval/tune/)
 	$(PY) -m agent.tune.compare --clusters 12 --trials 5 --out eval/tune

@@ -181,6 +181,25 @@ def test_rlscore_tune_writes_a_profile_the_chosen_weights_reproduce(tmp_path, ca
     assert "rl-tuned" in capsys.readouterr().out
 
 
+def test_rlscore_tune_keeps_the_default_weights_when_the_winner_fails_on_fresh_replays(tmp_path, capsys):
+    """On this small usage-skew cluster random search's best configuration gains 21% in its two
+    trials and loses 72% on ten fresh replays: the written profile keeps the default weights."""
+    out = tmp_path / "out"
+    args = ["--policy", "LB", "--family", "usage-skew", "--nodes", "5", "--cluster-seed", "2", "--trials", "2",
+            "--arrivals", "40", "--method", "random", "--out", str(out)]
+    assert cli.main(args) == 0
+    record = json.loads((out / "tuning.json").read_text())
+    assert record["methods"]["random"]["best_improvement"] > 0.1
+    assert record["improvement_on_fresh_replays"] < 0
+    assert ScoreConfig.from_dict(record["chosen"]) == DEFAULT and record["improvement"] == 0.0
+    assert "default weights kept" in (out / "rl-tuned.yaml").read_text()
+    # trusting the trials (--check-replays 0) writes the trials' winner
+    assert cli.main([*args, "--check-replays", "0", "--out", str(tmp_path / "trusted")]) == 0
+    trusted = json.loads((tmp_path / "trusted" / "tuning.json").read_text())
+    assert ScoreConfig.from_dict(trusted["chosen"]) != DEFAULT and trusted["improvement_on_fresh_replays"] is None
+    capsys.readouterr()
+
+
 def test_rlscore_tune_refuses_a_bad_profile(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: ClusterProfile\nname: x\n")
