@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from agent.learn.common import TrainConfig, make_env, seed_everything, tensorboard, training_record
 from agent.learn.network import NodeScorer, ValueHead
+from agent.learn.teachers import teacher_names
 from agent.learn.vector_env import EnvWorkers
 from agent.state import normalize_policy
 
@@ -63,7 +64,8 @@ class ACConfig(TrainConfig):
     """weight the pull keeps after decaying: where the outcome reward is a weak or noisy signal the
     student stays near its teacher instead of drifting; a clear, repeated advantage still wins"""
     teachers: dict = field(default_factory=dict)
-    """family -> teacher heuristic (agent.learn.teachers.pick_teachers; filled when kickstarting)"""
+    """family -> teacher heuristic, or [[max_nodes, heuristic], ...] per size band
+    (agent.learn.teachers.assign_teachers; filled when kickstarting)"""
     imitation_steps: int = 0
     """supervised steps on the teachers' own trajectories before PPO starts (0: none;
     agent.learn.imitation)"""
@@ -285,7 +287,7 @@ def _train(cfg: ACConfig, init: NodeScorer | None, envs: EnvWorkers) -> tuple[No
     if writer:
         writer.close()
     name = "PPO" if cfg.algo == "ppo" else "A2C"
-    teachers = sorted(set(cfg.teachers.values()))
+    teachers = teacher_names(cfg.teachers)
     kicked = f", kickstarted from {teachers}" if cfg.kickstart > 0 else ""
     cloned = (f" ({updates * batch_size} decisions) after cloning {teachers} ({cfg.imitation_steps} supervised "
               f"steps)" if imitation is not None else "")

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from agent.features import node_features
 from agent.learn.actor_critic import masked_logits
 from agent.learn.network import NodeScorer
-from agent.learn.teachers import teacher_targets
+from agent.learn.teachers import teacher_for, teacher_targets
 from agent.scoring import choose
 from agent.sim.families import draw_node_count
 from agent.sim.simulator import Simulation
@@ -55,17 +55,18 @@ class Demonstrations:
         return nodes, torch.from_numpy(np.stack([self.pods[i] for i in index])), mask, targets
 
 
-def demonstrations(policy: str, teachers: dict[str, str], worlds_per_family: int, decisions: int,
+def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decisions: int,
                    min_nodes: int, max_nodes: int, seed: int = 0, node_draw: str = "uniform") -> Demonstrations:
     """Each family's teacher scheduling `worlds_per_family` training worlds (sizes drawn as the
     trainer's episodes draw them) for `decisions` placements each, every decision recorded."""
     rng = np.random.default_rng(seed)
     demos = Demonstrations([], [], [])
-    for f_index, (family_name, teacher) in enumerate(sorted(teachers.items())):
+    for f_index, family_name in enumerate(sorted(teachers)):
         for w in range(worlds_per_family):
             nodes = draw_node_count(rng, min_nodes, max_nodes, node_draw)
             sim = Simulation.of_family(family_name, DEMO_SEED_BASE + seed * 10_000 + f_index * 1_000 + w, nodes,
                                        limits=policy == "EL", training=True)
+            teacher = teacher_for(teachers, family_name, sim.world.size)
             for _ in range(decisions):
                 sim.next_decision()
                 state, pod = sim.candidate_state()

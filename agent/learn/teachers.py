@@ -23,23 +23,53 @@ from agent.state import NodeState, PodRequest
 TEACHER_SEED_BASE = 10**6  # below EVAL_SEED_BASE, away from the trainers' own draws
 
 
+# Cluster-size bands for "per-size" teachers (upper bounds, the last open): which rule is best
+# changes with size; EE's test2 is packed best by MostAllocated at 2..64 nodes on average but by
+# efficient-first at 3, and EL's test1 by latency-pack on average but by latency-fit at 3.
+SIZE_BANDS = (5, 20, 64)
+
+
 def pick_teachers(policy: str, families: tuple[str, ...], seeds: int = 10, arrivals: int = 300,
-                  workers: int = 2) -> dict[str, dict]:
+                  workers: int = 2, bands: tuple[int, ...] = ()) -> dict[str, dict]:
     """{family: {"teacher": name, "relative_objective": {baseline: mean objective / best on the seed}}},
-    measured on training seeds; relative per seed, so one big world does not outweigh the rest."""
+    measured on training seeds; relative per seed, so one big world does not outweigh the rest. With
+    `bands`, each family also gets "by_size": the same record for worlds of each size band (sizes
+    drawn uniformly within the band, `seeds` per band)."""
     from agent.evaluate.compare import baselines_for
 
     names = [b for b in baselines_for(policy) if b != "random"]
-    jobs = [(b, family_name, k, policy, arrivals) for family_name in families for k in range(seeds) for b in names]
+    groups = [(family_name, None) for family_name in families]
+    lows = (2, *(b + 1 for b in bands[:-1]))
+    groups += [(family_name, (lo, hi)) for family_name in families for lo, hi in zip(lows, bands)]
+    jobs = [(b, family_name, k, policy, arrivals, band) for family_name, band in groups for k in range(seeds)
+            for b in names]
     with multiprocessing.get_context("fork").Pool(workers) as pool:  # one process per core
         values = iter(pool.map(_objective, jobs, chunksize=4))
-    out = {}
-    for family_name in families:
+    measured = {}
+    for group in groups:
         table = np.array([[next(values) for _ in names] for _ in range(seeds)])
         relative = table / np.maximum(table.min(axis=1, keepdims=True), 1e-9)
         scores = dict(zip(names, relative.mean(axis=0).round(4).tolist()))
-        out[family_name] = {"teacher": min(scores, key=scores.get), "relative_objective": scores}
+        measured[group] = {"teacher": min(scores, key=scores.get), "relative_objective": scores}
+    out = {family_name: measured[(family_name, None)] for family_name in families}
+    for family_name in families:
+        if bands:
+            out[family_name]["by_size"] = [{"max_nodes": hi, **measured[(family_name, (lo, hi))]}
+                                           for lo, hi in zip(lows, bands)]
     return out
+
+
+def teacher_for(teachers: dict, family_name: str, nodes: int) -> str:
+    """The teacher of a world: the family's, or with size bands ([[max_nodes, name], ...]) the band's
+    (a world bigger than the last band takes the last band's)."""
+    teacher = teachers[family_name]
+    if isinstance(teacher, str):
+        return teacher
+    return next((name for high, name in teacher if nodes <= high), teacher[-1][1])
+
+
+def teacher_names(teachers: dict) -> list[str]:
+    return sorted({t for v in teachers.values() for t in ([v] if isinstance(v, str) else [n for _, n in v])})
 
 
 class TeacherError(ValueError):
@@ -48,13 +78,15 @@ class TeacherError(ValueError):
 
 def assign_teachers(policy: str, families: tuple[str, ...], choice: str = "per-family", **picking) -> dict[str, dict]:
     """pick_teachers' record with each family's teacher set by `choice`, comma-separated: a base --
-    "per-family" (each family's own best), "overall" (the baseline with the lowest mean relative
-    objective over the families) or one baseline's name for every family -- and any number of
-    `family=baseline` overrides. Why not always per-family: when families look alike to the network,
-    teachers that disagree (spread here, pack there) pull it towards a blend worse than either."""
+    "per-family" (each family's own best), "per-size" (each family's best per cluster-size band,
+    SIZE_BANDS; the teacher is then [[max_nodes, name], ...]), "overall" (the baseline with the lowest
+    mean relative objective over the families) or one baseline's name for every family -- and any
+    number of `family=baseline` overrides. Why not always per-family: when families look alike to the
+    network, teachers that disagree (spread here, pack there) pull it towards a blend worse than either."""
     from agent.evaluate.compare import baselines_for
 
     names = [b for b in baselines_for(policy) if b != "random"]
+    bases = ("per-family", "per-size", "overall")
     base, overrides = "per-family", {}
     for part in (p.strip() for p in choice.split(",") if p.strip()):
         if "=" in part:
@@ -65,25 +97,36 @@ def assign_teachers(policy: str, families: tuple[str, ...], choice: str = "per-f
         else:
             base = part
     for name in (base, *overrides.values()):
-        if name not in ("per-family", "overall") and name not in names:
-            raise TeacherError(f"unknown teacher {name!r} for {policy}: expected per-family, overall or one of "
+        if name not in bases and name not in names:
+            raise TeacherError(f"unknown teacher {name!r} for {policy}: expected {', '.join(bases)} or one of "
                                f"{', '.join(names)}")
-    if "overall" in overrides.values() or "per-family" in overrides.values():
-        raise TeacherError("a family's override names one baseline, not per-family or overall")
-    picked = pick_teachers(policy, families, **picking)
+    if any(v in bases for v in overrides.values()):
+        raise TeacherError("a family's override names one baseline, not per-family, per-size or overall")
+    picked = pick_teachers(policy, families, bands=SIZE_BANDS if base == "per-size" else (), **picking)
     if base == "overall":
         base = min(names, key=lambda b: np.mean([p["relative_objective"][b] for p in picked.values()]))
-    return {f: {**p, "teacher": overrides.get(f, p["teacher"] if base == "per-family" else base)}
-            for f, p in picked.items()}
+
+    def chosen(family_name: str, p: dict):
+        if family_name in overrides:
+            return overrides[family_name]
+        if base == "per-family":
+            return p["teacher"]
+        if base == "per-size":
+            return [[band["max_nodes"], band["teacher"]] for band in p["by_size"]]
+        return base
+    return {f: {**p, "teacher": chosen(f, p)} for f, p in picked.items()}
 
 
 def _objective(job: tuple) -> float:
     from agent.evaluate.compare import run
     from agent.scoring import HeuristicScorer
 
-    baseline, family_name, k, policy, arrivals = job
+    baseline, family_name, k, policy, arrivals, band = job
+    nodes = None
+    if band is not None:  # a size within the band, the same for every baseline of this seed
+        nodes = int(np.random.default_rng([TEACHER_SEED_BASE + k, band[0]]).integers(band[0], band[1] + 1))
     return run(HeuristicScorer(baseline, np.random.default_rng(k)), family_name, TEACHER_SEED_BASE + k, policy,
-               None, arrivals)[0].objective
+               nodes, arrivals)[0].objective
 
 
 def teacher_targets(name: str, nodes: NodeState, pod: PodRequest, slots: int, rng: np.random.Generator) -> np.ndarray:

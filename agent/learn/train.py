@@ -86,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="Adam step size (default per algorithm: dqn 5e-4; a2c/ppo 3e-4, annealed to 0)")
     parser.add_argument("--teacher", default=None,
-                        help="per-family: each family's best baseline; overall: the one baseline best on "
+                        help="per-family: each family's best baseline; per-size: each family's best per "
+                             "cluster-size band (2-5, 6-20, 21+ nodes); overall: the one baseline best on "
                              "average over the families (consistent targets where families look alike); or a "
                              "baseline's name; `family=baseline` entries override one family (default per policy: "
                              "DEFAULT_TEACHER in agent/learn/train.py)")

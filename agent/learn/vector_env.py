@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent.learn.teachers import teacher_targets
+from agent.learn.teachers import teacher_for, teacher_targets
 
 
 @dataclass
@@ -32,7 +32,7 @@ class Step:
 class _Shard:
     """The environments of one worker."""
 
-    def __init__(self, make_env, seeds: list[int], teachers: dict[str, str] | None):
+    def __init__(self, make_env, seeds: list[int], teachers: dict | None):
         self.envs = [make_env() for _ in seeds]
         self.teachers = teachers
         self.rng = np.random.default_rng(seeds[0])
@@ -41,7 +41,7 @@ class _Shard:
     def _targets(self) -> list[np.ndarray] | None:
         if not self.teachers:
             return None
-        return [teacher_targets(self.teachers[env.sim.world.family], env._state, env._pod, env.max_nodes, self.rng)
+        return [teacher_targets(teacher_for(self.teachers, env.sim.world.family, env.sim.world.size), env._state, env._pod, env.max_nodes, self.rng)
                 for env in self.envs]
 
     def current(self):
@@ -73,7 +73,7 @@ def _worker(conn, make_env, seeds, teachers) -> None:
 
 
 class EnvWorkers:
-    def __init__(self, make_env, num_envs: int, seed: int, workers: int = 2, teachers: dict[str, str] | None = None):
+    def __init__(self, make_env, num_envs: int, seed: int, workers: int = 2, teachers: dict | None = None):
         seeds = [seed + i for i in range(num_envs)]
         self.num_envs = num_envs
         self.workers = max(0, min(workers, num_envs))
