@@ -8,7 +8,7 @@ import torch
 from agent.learn.actor_critic import ACConfig, kickstart_weight
 from agent.learn.imitation import agreement, clone, demonstrations
 from agent.learn.network import NodeScorer
-from agent.learn.teachers import TeacherError, assign_teachers
+from agent.learn.teachers import SIZE_BANDS, TeacherError, assign_teachers, teacher_for
 
 
 def test_cloning_makes_the_actor_choose_as_its_teacher_does():
@@ -55,11 +55,37 @@ def test_the_overall_teacher_is_the_best_on_average():
     assert means[teacher] == min(means.values())
 
 
+def test_per_size_teachers_are_each_bands_best():
+    picked = assign_teachers("EE", ("test2",), "per-size", seeds=1, arrivals=20, workers=1)
+    bands = picked["test2"]["by_size"]
+    assert [b["max_nodes"] for b in bands] == list(SIZE_BANDS)
+    for band in bands:  # each band's teacher is the lowest of its own measured table
+        assert band["teacher"] == min(band["relative_objective"], key=band["relative_objective"].get)
+    assert picked["test2"]["teacher"] == [[b["max_nodes"], b["teacher"]] for b in bands]
+
+
+def test_a_world_gets_its_size_bands_teacher():
+    teachers = {"poisson": [[5, "most-allocated"], [20, "least-allocated"], [64, "best-fit"]], "two-d": "tetris"}
+    assert [teacher_for(teachers, "poisson", n) for n in (2, 5, 6, 20, 21, 100)] == [
+        "most-allocated", "most-allocated", "least-allocated", "least-allocated", "best-fit", "best-fit"]
+    assert teacher_for(teachers, "two-d", 3) == "tetris"
+
+
+@pytest.mark.parametrize("nodes, alone", [(4, "most-allocated"), (12, "least-allocated")])
+def test_demonstrations_follow_the_band_of_each_worlds_size(nodes, alone):
+    banded = demonstrations("EE", {"poisson": [[5, "most-allocated"], [64, "least-allocated"]]}, 2, 40,
+                            nodes, nodes, seed=3)
+    single = demonstrations("EE", {"poisson": alone}, 2, 40, nodes, nodes, seed=3)
+    assert len(banded) == len(single) == 80
+    assert all(np.array_equal(a, b) for a, b in zip(banded.targets, single.targets))
+
+
 @pytest.mark.parametrize("choice, message", [
     ("most-effective", "unknown teacher 'most-effective'"),
     ("latency-fit", "unknown teacher 'latency-fit' for LB"),  # EL's baseline, not LB's
     ("two-d=least-allocated", "'two-d' is not one of the families"),
     ("test2=overall", "names one baseline"),
+    ("test2=per-size", "names one baseline"),
 ])
 def test_teacher_choices_that_name_nothing_are_refused_before_any_simulation(choice, message):
     with pytest.raises(TeacherError, match=message):
