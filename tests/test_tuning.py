@@ -209,6 +209,28 @@ def test_rlscore_tune_refuses_a_bad_profile(tmp_path, capsys):
     assert "invalid cluster profile" in capsys.readouterr().err
 
 
+def test_the_comparison_measures_room_and_choices_on_fresh_replays(monkeypatch):
+    """agent.tune.compare on one small held-out cluster: the room is the configuration that did best
+    in the trials, re-measured on replays no trial ran on, and so is every method's choice."""
+    from agent.tune import compare
+
+    monkeypatch.setattr(compare, "_TUNER", RLTuner.load(ROOT / "models" / "tuner.pt"))
+    cluster = draw("LB", 0, held_out=True, nodes=(4, 6))
+    out = compare.compare_cluster(cluster, trials=2, sampler_seeds=(0,), fresh_replays=3)
+    task = cluster.task()  # a new task: nothing cached, so every figure below is simulated again
+    fresh = task.fresh_seeds(3)
+    assert out["trial_replays"] == TRIAL_REPLAYS["LB"] and out["fresh_replays"] == 3
+    room_config = ScoreConfig.from_dict(out["room_config"])
+    assert out["room_in_sample"] == pytest.approx(max(task.improvement(room_config), 0.0))
+    assert out["room"] == pytest.approx(max(task.improvement(room_config, fresh), 0.0)
+                                        if out["room_in_sample"] > 0 else 0.0)
+    for method in ("rl", *METHODS):
+        chosen = out["methods"][method]["chosen"][0]
+        config = next((c for c in (*CATALOGUE, DEFAULT) if c.label == chosen), None)
+        if config is not None:  # the samplers may choose outside the catalogue
+            assert out["methods"][method]["out_of_sample"] == pytest.approx(task.improvement(config, fresh))
+
+
 def test_shipped_tuner_reproduces_its_record():
     """models/tuner.pt: loads, was trained within 20 minutes, and on the validation clusters of its
     table (the split its training made) the greedy tuner scores what the sidecar says, above picking

@@ -68,7 +68,7 @@ def compare_cluster(cluster: Cluster, trials: int, sampler_seeds: tuple[int, ...
            "family": cluster.world.family, "default_objective": task.default_objective,
            "trial_replays": len(task.seeds), "fresh_replays": len(fresh),
            "room": max(task.improvement(widest, fresh), 0.0) if seen[widest] > 0 else 0.0,
-           "room_in_sample": max(seen[widest], 0.0), "room_config": widest.label,
+           "room_in_sample": max(seen[widest], 0.0), "room_config": widest.to_dict(), "room_label": widest.label,
            "rl_tuning_seconds": rl_seconds, "methods": {}}
     for method, logs in runs.items():
         out["methods"][method] = {
@@ -83,7 +83,7 @@ def compare_cluster(cluster: Cluster, trials: int, sampler_seeds: tuple[int, ...
             values = [measure(scorer, Simulation(task.world, s), s, cluster.policy, task.arrivals)[0].objective
                       for s in seeds]
             return _improvement(task.objective(DEFAULT, seeds), float(np.mean(values)))
-        out["learned_scorer"] = {"tuning_replay": learned(task.seeds), "out_of_sample": learned(fresh)}
+        out["learned_scorer"] = {"trial_replays": learned(task.seeds), "out_of_sample": learned(fresh)}
     out["simulated_replays"] = task.simulated
     return out
 
@@ -112,22 +112,24 @@ def summarize(results: list[dict]) -> dict:
             "rl_reaches_20pct_where_room": sum(r["methods"]["rl"]["out_of_sample"] >= GOAL_IMPROVEMENT for r in roomy),
             "rl_misses_where_room": [
                 {"cluster": r["cluster"], "room": r["room"], "rl_out_of_sample": r["methods"]["rl"]["out_of_sample"],
-                 "room_config": r["room_config"], "rl_chose": r["methods"]["rl"]["chosen"][0]}
+                 "room_config": r["room_label"], "rl_chose": r["methods"]["rl"]["chosen"][0]}
                 for r in roomy if r["methods"]["rl"]["out_of_sample"] < GOAL_IMPROVEMENT],
             "rl_at_least_best_baseline": methods["rl"]["best_in_trials"] >= best_baseline - 1e-12,
-            "rl_at_least_best_baseline_out_of_sample": methods["rl"]["out_of_sample"] >= best_baseline_fresh - 1e-12,
+            "rl_at_least_best_baseline_out_of_sample":
+                methods["rl"]["out_of_sample"] >= best_baseline_fresh - 1e-12,
             "rl_tuning_seconds_max": float(max(r["rl_tuning_seconds"] for r in rows)),
             "rl_tuning_seconds_mean": float(np.mean([r["rl_tuning_seconds"] for r in rows])),
         }
         if all("learned_scorer" in r for r in rows):
             entry["learned_scorer"] = {k: float(np.mean([r["learned_scorer"][k] for r in rows]))
-                                       for k in ("tuning_replay", "out_of_sample")}
+                                       for k in ("trial_replays", "out_of_sample")}
         summary[policy] = entry
     return summary
 
 
 def markdown(summary: dict, trials: int) -> str:
-    lines = ["| policy | clusters (room >= 20%) | mean room (in sample) | RL tuner | random | BO | TPE | learned scorer | RL tuning time |",
+    lines = ["| policy | clusters (room >= 20%) | mean room (in the trials) | RL tuner | random | BO | TPE | learned scorer "
+             "| RL tuning time |",
              "|---|---|---|---|---|---|---|---|---|"]
     for policy, s in summary.items():
         m = s["methods"]
@@ -135,14 +137,16 @@ def markdown(summary: dict, trials: int) -> str:
         def cell(name):
             return f"{m[name]['best_in_trials']:+.1%} ({m[name]['out_of_sample']:+.1%})"
         learned = s.get("learned_scorer")
-        learned_cell = f"{learned['tuning_replay']:+.1%} ({learned['out_of_sample']:+.1%})" if learned else "-"
-        lines.append(f"| {policy} | {s['clusters']} ({s['clusters_with_room']}) | {s['room']:+.1%} ({s['room_in_sample']:+.1%}) | {cell('rl')} | "
+        learned_cell = f"{learned['trial_replays']:+.1%} ({learned['out_of_sample']:+.1%})" if learned else "-"
+        lines.append(f"| {policy} | {s['clusters']} ({s['clusters_with_room']}) | "
+                     f"{s['room']:+.1%} ({s['room_in_sample']:+.1%}) | {cell('rl')} | "
                      f"{cell('random')} | {cell('bo')} | {cell('tpe')} | {learned_cell} | "
                      f"{s['rl_tuning_seconds_mean']:.0f} s (max {s['rl_tuning_seconds_max']:.0f} s) |")
     lines.append("")
     lines.append(f"Improvement of the objective over kube-scheduler's default weights, mean over held-out clusters: "
-                 f"best within {trials} trials on the trial replays (re-measured on fresh replays in brackets); room: "
-                 f"the best configuration on the trial replays, re-measured on the fresh ones (its trial figure in brackets).")
+                 f"best within {trials} trials on the trial replays (re-measured on fresh replays in brackets); "
+                 f"room: the best configuration on the trial replays, re-measured on the fresh ones (its trial "
+                 f"figure in brackets).")
     return "\n".join(lines)
 
 
@@ -154,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clusters", type=int, default=12, help="held-out clusters per policy")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--sampler-seeds", type=int, default=2, help="runs of each optuna sampler per cluster")
-    parser.add_argument("--fresh-replays", type=int, default=10, help="fresh replays the chosen weights are re-measured on")
+    parser.add_argument("--fresh-replays", type=int, default=10,
+                        help="fresh replays the chosen weights are re-measured on")
     parser.add_argument("--tuner", type=Path, default=ROOT / "models" / "tuner.pt")
     parser.add_argument("--models", type=Path, default=ROOT / "models", help="the learned scorers; 'none' to skip")
     parser.add_argument("--workers", type=int, default=max(1, min(2, multiprocessing.cpu_count())))
