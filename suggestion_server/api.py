@@ -34,7 +34,7 @@ from suggestion_server.kube_state import KubeState
 from suggestion_server.latency_source import ProbeLatencySource
 from suggestion_server.node_table import NodeTable
 from suggestion_server.pods import RequestFieldError, pod_request, resolve_policy
-from suggestion_server.prometheus_source import PrometheusSource
+from suggestion_server.prometheus_source import PrometheusSource, certificate_check
 from suggestion_server.registry import ModelRegistry
 from suggestion_server.rollout import RolloutError, RolloutManager
 from suggestion_server.schemas import PATTERN_MESSAGES, PodIn, SuggestRequest, SuggestResponse
@@ -145,7 +145,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         if settings.latency_source == "prometheus":
             queries["latency_ms"] = settings.latency_query
         history = {"power_max_watts": settings.power_max_history_query} if settings.power_idle_query else {}
-        prometheus = PrometheusSource(settings.prometheus_url, settings.prometheus_timeout_s, queries, history)
+        verify = certificate_check(settings.prometheus_ca_file, settings.prometheus_insecure_skip_verify)
+        prometheus = PrometheusSource(settings.prometheus_url, settings.prometheus_timeout_s, queries, history, verify)
     probes = (ProbeLatencySource(settings.probe_port, settings.probe_timeout_s)
               if settings.latency_source == "probe" else None)
     collector = StateCollector(table, kube, prometheus, probes, settings.refresh_interval_s, settings.stale_after_s,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import ssl
 import sys
 
 
@@ -32,6 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RLSCORE_LOG_LEVEL", args.log_level)
     from suggestion_server.http_protocol import NoDelayHTTPProtocol
 
+    if settings.prometheus_url and settings.prometheus_ca_file is not None:
+        from suggestion_server.prometheus_source import certificate_check
+
+        try:  # the reason now, not a traceback from every worker
+            certificate_check(settings.prometheus_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            print(f"rlscore-server: RLSCORE_PROMETHEUS_CA_FILE {settings.prometheus_ca_file}: {exc}", file=sys.stderr)
+            return 2
     tls = {}
     if settings.tls_cert_file is not None:
         from suggestion_server.tls import ReloadingTLS, context_factory

@@ -61,6 +61,10 @@ class Settings(BaseSettings):
     stale_after_s: float = Field(30.0, gt=0, description="a snapshot older than this is refreshed on demand and flagged")
     prometheus_url: str | None = Field(None, description="e.g. http://prometheus:9090; unset disables metrics")
     prometheus_timeout_s: float = Field(2.0, gt=0)
+    prometheus_ca_file: Path | None = Field(
+        None, description="CA bundle (PEM) that signs an https Prometheus's certificate; default: the system's CAs")
+    prometheus_insecure_skip_verify: bool = Field(
+        False, description="do not verify an https Prometheus's certificate (a test cluster's self-signed one)")
     cpu_query: str = Field('1 - avg by (instance, node) (irate(node_cpu_seconds_total{mode="idle"}[1m]))',
                            description="busy cpu fraction per node (0..1)")
     memory_query: str = Field("1 - node_memory_MemAvailable_bytes / node_memory_MemTotal_bytes",
@@ -115,6 +119,12 @@ class Settings(BaseSettings):
         None, description="mutual TLS: require client certificates signed by this CA bundle (PEM)")
     tls_reload_interval_s: float = Field(
         30.0, gt=0, description="how often changed certificate, key and CA files are loaded (rotation without restart)")
+
+    @model_validator(mode="after")
+    def _prometheus_verification(self) -> Settings:
+        if self.prometheus_ca_file is not None and self.prometheus_insecure_skip_verify:
+            raise ValueError("set RLSCORE_PROMETHEUS_CA_FILE or RLSCORE_PROMETHEUS_INSECURE_SKIP_VERIFY, not both")
+        return self
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:

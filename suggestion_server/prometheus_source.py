@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import ssl
+from pathlib import Path
 
 import httpx
 import msgspec
@@ -83,11 +85,23 @@ def instant_vector(status: int, body: bytes) -> list[_Series]:
         raise QueryError(f"unexpected series in the answer: {exc}") from None
 
 
+def certificate_check(ca_file: Path | None = None, insecure: bool = False) -> ssl.SSLContext | bool:
+    """How an https Prometheus's certificate is checked: against `ca_file`, not at all when
+    `insecure`, else against the system's CAs. A CA file that cannot be read raises here, at start,
+    with the reason (OSError, ssl.SSLError)."""
+    if insecure:
+        return False
+    if ca_file is not None:
+        return ssl.create_default_context(cafile=str(ca_file))
+    return True
+
+
 class PrometheusSource:
     def __init__(self, url: str, timeout_s: float, queries: dict[str, str],
-                 history_queries: dict[str, str] | None = None):
+                 history_queries: dict[str, str] | None = None, verify: ssl.SSLContext | bool = True):
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.verify = verify
         self.queries = {field: q for field, q in queries.items() if q}
         # run now and then rather than on every refresh: they look back hours
         self.history_queries = {field: q for field, q in (history_queries or {}).items() if q}
@@ -97,11 +111,10 @@ class PrometheusSource:
     def _http(self) -> httpx.AsyncClient:
         """One kept-alive client per event loop (a client's connections belong to the loop they
         were made on). No retries: the background refresh retries, and a down Prometheus must
-        cost one timeout per query, not several. Certificates are not verified (as before: an
-        in-cluster Prometheus is usually plain HTTP or self-signed)."""
+        cost one timeout per query, not several."""
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:
-            self._client = httpx.AsyncClient(base_url=self.url, timeout=self.timeout_s, verify=False)
+            self._client = httpx.AsyncClient(base_url=self.url, timeout=self.timeout_s, verify=self.verify)
             self._client_loop = loop
         return self._client
 

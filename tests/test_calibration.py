@@ -136,7 +136,18 @@ def test_parse_duration(text, seconds):
     (["--window", "0s"], "must be positive"),
     (["--query", "pod_nonsense=up"], "--query takes NAME=PROMQL"),
     (["--query", "no-equals-sign"], "--query takes NAME=PROMQL"),
+    (["--prometheus-ca-file", "/nonexistent/ca.pem"], "--prometheus-ca-file /nonexistent/ca.pem: no such file"),
+    (["--prometheus-ca-file", __file__, "--prometheus-insecure-skip-verify"], "not both"),
 ])
 def test_cli_refuses_bad_arguments_with_the_reason(args, message, capsys):
     assert main(["--prometheus", "http://127.0.0.1:1", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_rlscore_retrain_hands_the_prometheus_certificate_settings_to_calibration(tmp_path, capsys):
+    from agent.live import retrain
+
+    code = retrain.main(["--policy", "EE", "--prometheus", "https://127.0.0.1:1", "--work", str(tmp_path),
+                         "--prometheus-ca-file", str(tmp_path / "missing-ca.pem")])
+    assert code == 2
+    assert f"--prometheus-ca-file {tmp_path / 'missing-ca.pem'}: no such file" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import argparse
 import re
 import sys
 import time
+from pathlib import Path
 from collections import defaultdict
 
 import numpy as np
@@ -169,6 +170,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlscore-calibrate", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--prometheus", required=True, help="Prometheus base URL, e.g. http://prometheus:9090")
+    parser.add_argument("--prometheus-ca-file", type=Path, default=None,
+                        help="CA bundle (PEM) that signs an https Prometheus's certificate (default: the system's CAs)")
+    parser.add_argument("--prometheus-insecure-skip-verify", action="store_true",
+                        help="do not verify an https Prometheus's certificate")
     parser.add_argument("--kubeconfig", default=None, help="default: in-cluster, else KUBECONFIG or ~/.kube/config")
     parser.add_argument("--window", default="1h", help="how far back to read: e.g. 30m, 6h, 7d")
     parser.add_argument("--end", type=float, default=None, help="end of the window, unix seconds (default: now)")
@@ -201,12 +206,18 @@ def main(argv: list[str] | None = None) -> int:
         bad = [q for q in args.query if "=" not in q] + [k for k in overrides if k not in QUERIES]
         if bad:
             raise ValueError(f"--query takes NAME=PROMQL with NAME one of {', '.join(QUERIES)}; got {bad}")
+        if args.prometheus_ca_file is not None:
+            if args.prometheus_insecure_skip_verify:
+                raise ValueError("--prometheus-ca-file or --prometheus-insecure-skip-verify, not both")
+            if not args.prometheus_ca_file.is_file():
+                raise ValueError(f"--prometheus-ca-file {args.prometheus_ca_file}: no such file")
     except ValueError as exc:
         print(f"rlscore-calibrate: {exc}", file=sys.stderr)
         return 2
     end = args.end if args.end is not None else time.time()
     step = args.step if args.step is not None else max(5.0, window / 2000)
     from kubernetes import client, config
+    import requests
     from prometheus_api_client import PrometheusConnect
     try:
         try:
@@ -214,7 +225,10 @@ def main(argv: list[str] | None = None) -> int:
                 config.load_kube_config(config_file=args.kubeconfig)
         except Exception as exc:
             raise HistoryError(f"no Kubernetes credentials: {exc}") from None
-        prometheus = PrometheusConnect(url=args.prometheus, disable_ssl=True)
+        session = requests.Session()
+        session.verify = (False if args.prometheus_insecure_skip_verify else
+                          str(args.prometheus_ca_file) if args.prometheus_ca_file else True)
+        prometheus = PrometheusConnect(url=args.prometheus, session=session)
         print(f"reading {args.window} of history (step {step:g} s) from {args.prometheus} and the API ...",
               file=sys.stderr)
         history = read_history(client.CoreV1Api(), prometheus, end - window, end, step, overrides)

@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--policy", required=True, type=str.upper, choices=POLICIES)
     parser.add_argument("--prometheus", required=True, help="Prometheus base URL")
+    parser.add_argument("--prometheus-ca-file", type=Path, default=None,
+                        help="CA bundle that signs an https Prometheus's certificate (default: the system's CAs)")
+    parser.add_argument("--prometheus-insecure-skip-verify", action="store_true",
+                        help="do not verify an https Prometheus's certificate")
     parser.add_argument("--kubeconfig", default=None, help="default: in-cluster, else KUBECONFIG or ~/.kube/config")
     parser.add_argument("--window", default="1h", help="history to calibrate from, e.g. 30m, 6h")
     parser.add_argument("--model-dir", type=Path, default=Path("models"), help="the server's model directory")
@@ -74,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
 
     calibrate_args = ["--prometheus", args.prometheus, "--window", args.window, "--out", str(profile),
                       "--name", f"retrain-{low}"] + (["--kubeconfig", args.kubeconfig] if args.kubeconfig else [])
+    calibrate_args += (["--prometheus-ca-file", str(args.prometheus_ca_file)] if args.prometheus_ca_file else []) + (
+        ["--prometheus-insecure-skip-verify"] if args.prometheus_insecure_skip_verify else [])
     if _step("calibrate", record, lambda: calibrate.main(calibrate_args)) != 0:
         return finish(2, "calibration failed")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -97,21 +98,29 @@ class FakeNodeExporter:
 
 
 class PrometheusServer:
-    def __init__(self, workdir: Path, targets: list[str], scrape_interval: str = "1s"):
+    def __init__(self, workdir: Path, targets: list[str], scrape_interval: str = "1s",
+                 tls: tuple[Path, Path, Path] | None = None):
+        """`tls`: (certificate, key, CA that signed it) to serve https."""
         if not Path(PROMETHEUS).exists():
             raise RuntimeError("prometheus is not installed: run `make deps` (Debian package 'prometheus')")
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         config = workdir / "prometheus.yml"
         config.write_text(
             f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {scrape_interval}\n"
             "scrape_configs:\n  - job_name: nodes\n    honor_labels: true\n"
             f"    static_configs:\n      - targets: {targets!r}\n")
+        web = []
+        if tls:
+            (workdir / "web.yml").write_text(f"tls_server_config:\n  cert_file: {tls[0]}\n  key_file: {tls[1]}\n")
+            web = [f"--web.config.file={workdir / 'web.yml'}"]
         self.log = open(workdir / "prometheus.log", "wb")
         self.proc = subprocess.Popen(
             [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"], stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for(lambda: httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200, 30, "prometheus ready")
+             f"--web.listen-address=127.0.0.1:{self.port}", *web], stdout=self.log, stderr=subprocess.STDOUT)
+        verify = ssl.create_default_context(cafile=str(tls[2])) if tls else True
+        wait_for(lambda: httpx.get(f"{self.url}/-/ready", timeout=1, verify=verify).status_code == 200, 30,
+                 "prometheus ready")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -8,7 +8,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from suggestion_server.api import create_app
-from suggestion_server.prometheus_source import PrometheusSource
+from suggestion_server.config import Settings
+from suggestion_server.prometheus_source import PrometheusSource, certificate_check
+from tests.helpers.certs import CA
 from tests.helpers.processes import FakeNodeExporter, PrometheusServer, free_port, wait_for
 from tests.server.conftest import pod, post, settings
 
@@ -151,3 +153,48 @@ def test_queries_prometheus_refuses_or_answers_in_another_shape_are_named_and_th
     _, problems = asyncio.run(PrometheusSource(f"http://127.0.0.1:{free_port()}", 1.0, {"cpu_utilization": "up"})
                               .collect({}))
     assert len(problems) == 1 and "ConnectError" in problems[0], problems
+
+
+def test_an_https_prometheus_is_verified_against_the_configured_ca(tmp_path):
+    """Against a real Prometheus serving https with a certificate of its own CA: the system's CAs
+    refuse it (a named problem, the rest of the refresh goes on), the configured CA accepts it, a
+    foreign CA refuses it, and skipping verification is an explicit choice."""
+    ca = CA(tmp_path / "ca")
+    served = ca.issue("prometheus", "localhost")
+    exporter = FakeNodeExporter({"worker-1": 0.5})
+    prometheus = PrometheusServer(tmp_path, [f"127.0.0.1:{exporter.port}"],
+                                  tls=(served.cert, served.key, ca.files.cert))
+    query = {"cpu_utilization": '1 - avg by (instance) (irate(node_cpu_seconds_total{mode="idle"}[1m]))'}
+    try:
+        def read(verify):
+            return asyncio.run(PrometheusSource(prometheus.url, 2.0, query, verify=verify).collect({}))
+        trusted = certificate_check(ca.files.cert)
+        wait_for(lambda: read(trusted)[0], 30, "worker-1's cpu over https")
+        values, problems = read(trusted)
+        assert values["worker-1"]["cpu_utilization"] == pytest.approx(0.5, abs=0.1) and not problems
+        for verify in (certificate_check(), certificate_check(CA(tmp_path / "other").files.cert)):
+            values, problems = read(verify)
+            assert not values and len(problems) == 1 and "CERTIFICATE_VERIFY_FAILED" in problems[0], problems
+        values, problems = read(certificate_check(insecure=True))
+        assert values and not problems
+    finally:
+        prometheus.stop()
+        exporter.close()
+    with pytest.raises(ValueError, match="not both"):
+        Settings(prometheus_ca_file=ca.files.cert, prometheus_insecure_skip_verify=True)
+    with pytest.raises(OSError):
+        certificate_check(tmp_path / "missing.pem")
+
+
+def test_the_server_refuses_to_start_with_an_unreadable_prometheus_ca(tmp_path, monkeypatch, capsys):
+    from suggestion_server import cli
+
+    monkeypatch.setenv("RLSCORE_PROMETHEUS_URL", "https://prometheus:9090")
+    monkeypatch.setenv("RLSCORE_PROMETHEUS_CA_FILE", str(tmp_path / "missing.pem"))
+    assert cli.main([]) == 2
+    err = capsys.readouterr().err
+    assert "RLSCORE_PROMETHEUS_CA_FILE" in err and "missing.pem" in err
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    monkeypatch.setenv("RLSCORE_PROMETHEUS_CA_FILE", str(tmp_path / "junk.pem"))
+    assert cli.main([]) == 2
+    assert "junk.pem" in capsys.readouterr().err
