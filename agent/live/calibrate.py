@@ -14,8 +14,8 @@ import argparse
 import re
 import sys
 import time
-from pathlib import Path
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
