@@ -19,7 +19,7 @@ SCHEDULER_LDFLAGS := $(call K8S_VERSION_FLAGS,$(K8S_VERSION)-rlscore)
 KWOK_VERSION := v0.8.0
 LOCAL_BINARIES := bin/etcd bin/kube-apiserver bin/kube-controller-manager bin/kubectl bin/kwok bin/kwokctl bin/kube-scheduler
 
-.PHONY: local-bin local-up local-down local-status e2e images kind-up kind-down check-docker help install deps test py-test go-test check-go scheduler train eval tuner tune-compare retrain bench demo clean
+.PHONY: local-bin local-up local-down local-status e2e images kind-up kind-down check-docker help install deps test py-test go-test check-go scheduler train eval tuner tune-compare tune-examples retrain bench demo clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help: ## list targets
@@ -145,6 +145,14 @@ tuner: install ## train the RL tuner of score-plugin weights (~13 min on 2 cores
 
 tune-compare: install ## the RL tuner vs random / BO / TPE / default weights / learned scorer on held-out clusters (eval/tune/)
 	$(PY) -m agent.tune.compare --clusters 12 --trials 5 --out eval/tune
+
+tune-examples: install ## rewrite examples/scheduler-config/rl-tuned-{ee,lb,el}.yaml from the example cluster profiles
+	@for pair in ee:hardware-16n lb:usage-skew-16n el:scarce-near-16n; do \
+	  p=$${pair%%:*}; f=$${pair#*:}; \
+	  $(VENV)/bin/rlscore-tune --policy $$p --profile examples/cluster-profiles/$$f.yaml --method all \
+	    --out build/tune-examples/$$p || exit 1; \
+	  cp build/tune-examples/$$p/rl-tuned.yaml examples/scheduler-config/rl-tuned-$$p.yaml; \
+	done
 
 POLICY ?= EE
 WINDOW ?= 30m
