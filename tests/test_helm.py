@@ -102,3 +102,32 @@ def test_token_secret_is_wired_to_both_sides():
     scheduler = objects[("Deployment", "rl-scheduler")]["spec"]["template"]["spec"]
     mount = next(m for m in scheduler["containers"][0]["volumeMounts"] if m["name"] == "token")
     assert token_file == mount["mountPath"] + "/token"
+
+
+def _server_pod(objects: dict) -> dict:
+    return objects[("Deployment", "rlscore-suggestion-server")]["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("sets, env", [
+    ((), {}),
+    (("prometheusTLS.caConfigMap=prom-ca", "prometheusTLS.caKey=root.pem"),
+     {"RLSCORE_PROMETHEUS_CA_FILE": "/etc/rlscore/prometheus-ca/ca.crt"}),
+    (("prometheusTLS.insecureSkipVerify=true",), {"RLSCORE_PROMETHEUS_INSECURE_SKIP_VERIFY": "true"}),
+])
+def test_an_https_prometheus_ca_reaches_the_server(sets, env):
+    pod = _server_pod(_by_key(template("prometheus.enabled=false", "prometheusURL=https://prom:9090", *sets)))
+    server = pod["containers"][0]
+    got = {e["name"]: e.get("value") for e in server["env"] if e["name"].startswith("RLSCORE_PROMETHEUS_")}
+    assert got == {"RLSCORE_PROMETHEUS_URL": "https://prom:9090", **env}
+    if "RLSCORE_PROMETHEUS_CA_FILE" in env:
+        mount = next(m for m in server["volumeMounts"] if m["name"] == "prometheus-ca")
+        volume = next(v for v in pod["volumes"] if v["name"] == "prometheus-ca")
+        assert volume["configMap"] == {"name": "prom-ca", "items": [{"key": "root.pem", "path": "ca.crt"}]}
+        assert env["RLSCORE_PROMETHEUS_CA_FILE"] == mount["mountPath"] + "/ca.crt"
+
+
+def test_the_chart_refuses_both_a_prometheus_ca_and_skipping_verification():
+    args = ["template", "rlscore", str(CHART), "--kube-version", "v1.35.4", "--set", "prometheusTLS.caConfigMap=prom-ca",
+            "--set", "prometheusTLS.insecureSkipVerify=true"]
+    r = subprocess.run([str(HELM), *args], capture_output=True, text=True)
+    assert r.returncode != 0 and "not both" in r.stderr
