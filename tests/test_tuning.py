@@ -200,6 +200,22 @@ def test_rlscore_tune_keeps_the_default_weights_when_the_winner_fails_on_fresh_r
     capsys.readouterr()
 
 
+@pytest.mark.parametrize("bad", [["--replays", "0"], ["--check-replays", "-1"], ["--trials", "0"]])
+def test_rlscore_tune_refuses_bad_counts_before_simulating(bad, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--policy", "LB", "--method", "random", "--out", str(tmp_path), *bad])
+    assert exc.value.code == 2
+    assert "must be >= 1, --check-replays >= 0" in capsys.readouterr().err
+
+
+def test_train_tuner_refuses_zero_replays(capsys):
+    from agent.tune import train_tuner
+
+    with pytest.raises(SystemExit) as exc:
+        train_tuner.main(["--replays", "0"])
+    assert exc.value.code == 2 and "--replays" in capsys.readouterr().err
+
+
 def test_rlscore_tune_refuses_a_bad_profile(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: ClusterProfile\nname: x\n")

@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="fresh replays the winner is re-measured on before it is written (0: trust the trials)")
     parser.add_argument("--out", type=Path, default=Path("tuned"))
     args = parser.parse_args(argv)
-    if min(args.trials, args.arrivals, args.nodes, args.replays or 1) < 1 or args.check_replays < 0:
+    if min(args.trials, args.arrivals, args.nodes) < 1 or (args.replays is not None and args.replays < 1) \
+            or args.check_replays < 0:
         parser.error("--trials, --replays, --arrivals and --nodes must be >= 1, --check-replays >= 0")
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=UserWarning, module="optuna")  # GPSampler is experimental

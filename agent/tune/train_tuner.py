@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", type=Path, default=None, help="reuse a simulated table instead of simulating")
     parser.add_argument("--out", type=Path, default=ROOT / "models" / "tuner.pt")
     args = parser.parse_args(argv)
-    if args.clusters < 5 or min(args.iterations, args.trials, args.arrivals, args.replays or 1, args.workers) < 1:
+    if args.clusters < 5 or min(args.iterations, args.trials, args.arrivals, args.workers) < 1 or (
+            args.replays is not None and args.replays < 1):
         parser.error("--clusters must be >= 5; --iterations, --trials, --arrivals, --replays, --workers >= 1")
     cfg = replace(defaults, clusters=args.clusters, iterations=args.iterations, trials=args.trials,
                   arrivals=args.arrivals, replays=args.replays, seed=args.seed)
