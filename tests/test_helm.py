@@ -127,7 +127,7 @@ def test_an_https_prometheus_ca_reaches_the_server(sets, env):
 
 
 def test_the_chart_refuses_both_a_prometheus_ca_and_skipping_verification():
-    args = ["template", "rlscore", str(CHART), "--kube-version", "v1.35.4", "--set", "prometheusTLS.caConfigMap=prom-ca",
-            "--set", "prometheusTLS.insecureSkipVerify=true"]
+    args = ["template", "rlscore", str(CHART), "--kube-version", "v1.35.4",
+            "--set", "prometheusTLS.caConfigMap=prom-ca", "--set", "prometheusTLS.insecureSkipVerify=true"]
     r = subprocess.run([str(HELM), *args], capture_output=True, text=True)
     assert r.returncode != 0 and "not both" in r.stderr

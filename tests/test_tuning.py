@@ -238,6 +238,9 @@ def test_the_comparison_measures_room_and_choices_on_fresh_replays(monkeypatch):
     assert out["trial_replays"] == TRIAL_REPLAYS["LB"] and out["fresh_replays"] == 3
     room_config = ScoreConfig.from_dict(out["room_config"])
     assert out["room_in_sample"] == pytest.approx(max(task.improvement(room_config), 0.0))
+    # the room's configuration did at least as well in the trials as every catalogue entry and every choice
+    tried = [task.improvement(c) for c in CATALOGUE] + [m["best_in_trials"] for m in out["methods"].values()]
+    assert out["room_in_sample"] >= max(tried) - 1e-12
     assert out["room"] == pytest.approx(max(task.improvement(room_config, fresh), 0.0)
                                         if out["room_in_sample"] > 0 else 0.0)
     for method in ("rl", *METHODS):

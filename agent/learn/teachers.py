@@ -18,15 +18,17 @@ import multiprocessing
 import numpy as np
 
 from agent.heuristics import HEURISTICS
+from agent.sim.families import TRAIN_NODES
 from agent.state import NodeState, PodRequest
 
 TEACHER_SEED_BASE = 10**6  # below EVAL_SEED_BASE, away from the trainers' own draws
 
 
-# Cluster-size bands for "per-size" teachers (upper bounds, the last open): which rule is best
-# changes with size; EE's test2 is packed best by MostAllocated at 2..64 nodes on average but by
-# efficient-first at 3, and EL's test1 by latency-pack on average but by latency-fit at 3.
-SIZE_BANDS = (5, 20, 64)
+# Cluster-size bands for "per-size" teachers (upper bounds; the smallest band starts at the smallest
+# training size, and a larger world takes the last band's teacher): which rule is best changes with
+# size. On training seeds EE's hardware-unknown is packed best by MostAllocated up to 5 nodes and by
+# best-fit above, which one teacher for the family could not say.
+SIZE_BANDS = (5, 20, TRAIN_NODES[1])
 
 
 def pick_teachers(policy: str, families: tuple[str, ...], seeds: int = 10, arrivals: int = 300,
@@ -38,9 +40,9 @@ def pick_teachers(policy: str, families: tuple[str, ...], seeds: int = 10, arriv
     from agent.evaluate.compare import baselines_for
 
     names = [b for b in baselines_for(policy) if b != "random"]
+    ranges = list(zip((TRAIN_NODES[0], *(b + 1 for b in bands[:-1])), bands))
     groups = [(family_name, None) for family_name in families]
-    lows = (2, *(b + 1 for b in bands[:-1]))
-    groups += [(family_name, (lo, hi)) for family_name in families for lo, hi in zip(lows, bands)]
+    groups += [(family_name, band) for family_name in families for band in ranges]
     jobs = [(b, family_name, k, policy, arrivals, band) for family_name, band in groups for k in range(seeds)
             for b in names]
     with multiprocessing.get_context("fork").Pool(workers) as pool:  # one process per core
@@ -52,10 +54,10 @@ def pick_teachers(policy: str, families: tuple[str, ...], seeds: int = 10, arriv
         scores = dict(zip(names, relative.mean(axis=0).round(4).tolist()))
         measured[group] = {"teacher": min(scores, key=scores.get), "relative_objective": scores}
     out = {family_name: measured[(family_name, None)] for family_name in families}
-    for family_name in families:
-        if bands:
-            out[family_name]["by_size"] = [{"max_nodes": hi, **measured[(family_name, (lo, hi))]}
-                                           for lo, hi in zip(lows, bands)]
+    if bands:
+        for family_name in families:
+            out[family_name]["by_size"] = [{"max_nodes": band[1], **measured[(family_name, band)]}
+                                           for band in ranges]
     return out
 
 

@@ -41,7 +41,8 @@ class _Shard:
     def _targets(self) -> list[np.ndarray] | None:
         if not self.teachers:
             return None
-        return [teacher_targets(teacher_for(self.teachers, env.sim.world.family, env.sim.world.size), env._state, env._pod, env.max_nodes, self.rng)
+        return [teacher_targets(teacher_for(self.teachers, env.sim.world.family, env.sim.world.size), env._state,
+                                env._pod, env.max_nodes, self.rng)
                 for env in self.envs]
 
     def current(self):

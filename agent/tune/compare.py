@@ -41,15 +41,12 @@ from agent.tune.clusters import Cluster, draw
 from agent.tune.kube_scores import DEFAULT
 from agent.tune.rl_tuner import RLTuner
 from agent.tune.search_space import CATALOGUE
+from agent.tune.trials import relative_improvement
 
 ROOT = Path(__file__).resolve().parents[2]
 GOAL_IMPROVEMENT = 0.20
 _TUNER: RLTuner | None = None
 _MODELS: dict = {}  # policy -> the learned scorer's model; loaded once, before the workers fork
-
-
-def _improvement(default: float, value: float) -> float:
-    return (default - value) / default if default > 1e-12 else 0.0
 
 
 def compare_cluster(cluster: Cluster, trials: int, sampler_seeds: tuple[int, ...], fresh_replays: int) -> dict:
@@ -82,7 +79,7 @@ def compare_cluster(cluster: Cluster, trials: int, sampler_seeds: tuple[int, ...
         def learned(seeds: tuple[int, ...]) -> float:
             values = [measure(scorer, Simulation(task.world, s), s, cluster.policy, task.arrivals)[0].objective
                       for s in seeds]
-            return _improvement(task.objective(DEFAULT, seeds), float(np.mean(values)))
+            return relative_improvement(task.objective(DEFAULT, seeds), float(np.mean(values)))
         out["learned_scorer"] = {"trial_replays": learned(task.seeds), "out_of_sample": learned(fresh)}
     out["simulated_replays"] = task.simulated
     return out

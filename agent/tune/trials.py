@@ -28,6 +28,12 @@ TRIAL_ARRIVALS = 200
 TRIAL_REPLAYS = {"EE": 3, "LB": 3, "EL": 10}  # per policy, see above
 
 
+def relative_improvement(default: float, value: float) -> float:
+    """How much lower `value` is than the default weights' objective (0.2 = 20% lower); 0 when the
+    default already scores 0."""
+    return (default - value) / default if default > 1e-12 else 0.0
+
+
 @dataclass
 class TuningTask:
     world: World
@@ -77,10 +83,7 @@ class TuningTask:
     def improvement(self, config: ScoreConfig, seeds: tuple[int, ...] | None = None) -> float:
         """Relative improvement over kube-scheduler's default weights on the same replays
         (0.2 = 20% lower objective); 0 when the default already scores 0."""
-        default = self.objective(DEFAULT, seeds)
-        if default <= 1e-12:
-            return 0.0
-        return (default - self.objective(config, seeds)) / default
+        return relative_improvement(self.objective(DEFAULT, seeds), self.objective(config, seeds))
 
 
 @dataclass
