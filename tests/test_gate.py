@@ -18,6 +18,7 @@ from agent.sim.cluster_profile import ClusterProfile, save_profile
 from agent.sim.families import family
 
 SHIPPED_EE = Path(__file__).resolve().parents[1] / "models" / "ee.pt"
+SHIPPED_EL = SHIPPED_EE.with_name("el.pt")
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +29,9 @@ def churn_profile(tmp_path_factory):
     return save_profile(ClusterProfile.of_world(world, "churn-20"), tmp_path_factory.mktemp("profile") / "c.yaml")
 
 
-def untrained(path, seed=0):
+def untrained(path, seed=0, policy="EE"):
     torch.manual_seed(seed)
-    return save_model(path, NodeScorer((64, 64)), "EE", {"training": {"steps": 0}})
+    return save_model(path, NodeScorer((64, 64)), policy, {"training": {"steps": 0}})
 
 
 def copy_model(source, target):
@@ -40,8 +41,8 @@ def copy_model(source, target):
     return target
 
 
-def gate(candidate, serving, profile, *extra):
-    return main(["--policy", "EE", "--candidate", str(candidate), "--serving", str(serving), "--profile",
+def gate(candidate, serving, profile, *extra, policy="EE"):
+    return main(["--policy", policy, "--candidate", str(candidate), "--serving", str(serving), "--profile",
                  str(profile), "--seeds", "3", "--no-progress", "--promote-to", str(serving), *extra])
 
 
@@ -77,6 +78,20 @@ def test_a_candidate_the_loader_refuses_is_refused_with_the_loaders_reason(tmp_p
     assert gate(candidate, serving, churn_profile) == 1
     assert "fails the loader's validation" in capsys.readouterr().out
     assert serving.read_bytes() == before
+
+
+def test_an_el_verdict_is_recorded(tmp_path, capsys):
+    """EL's objective counts latency violations; the gate used to crash writing its verdict (numpy
+    integers in the per-seed win counts are not JSON)."""
+    world = family("scarce-near").world(np.random.default_rng(0), 6, limits=True)
+    profile = save_profile(ClusterProfile.of_world(world, "shop-6"), tmp_path / "shop.yaml")
+    serving = untrained(tmp_path / "serving" / "el.pt", policy="EL")
+    candidate = copy_model(SHIPPED_EL, tmp_path / "cand" / "el.pt")
+    code = gate(candidate, serving, profile, policy="EL")
+    verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
+    assert code == (0 if verdict["promote"] else 1)
+    assert verdict["profile"] == "shop-6" and verdict["wins"]["serving"] == 3  # the trained EL beats a random one
+    assert all(type(v) is int for v in verdict["wins"].values())
 
 
 def test_an_invalid_profile_is_an_error_naming_the_file(tmp_path, capsys):

@@ -97,6 +97,22 @@ def test_fine_tuning_on_a_cluster_profile_records_it_and_evaluates_on_it(tmp_pat
     assert any(g["goal"].startswith("objective <= best baseline") for g in meta["evaluation"]["goals"])
 
 
+def test_lb_clones_its_teacher_on_a_cluster_profile(tmp_path):
+    """LB's default teachers override the usage-skew family, which a profile run does not have: that
+    override is left out instead of refusing to start."""
+    from agent.learn.train import main
+    from agent.sim.cluster_profile import ClusterProfile, save_profile
+    from agent.sim.families import family
+
+    world = family("usage-skew").world(np.random.default_rng(0), 4)
+    profile = save_profile(ClusterProfile.of_world(world, "skewed-4"), tmp_path / "cluster.yaml")
+    assert main(["--policy", "LB", "--profile", str(profile), "--kickstart", "1", "--timesteps", "0",
+                 "--imitation-steps", "50", "--out", str(tmp_path), "--name", "lb.pt", "--log-dir", "",
+                 "--no-eval", "--no-progress"]) == 0
+    teachers = load_model(tmp_path / "lb.pt", expected_policy="LB").metadata["training"]["teachers"]
+    assert list(teachers) == ["profile:skewed-4"]
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--families", "poisson"], "--profile and --families exclude each other"),
     ([], "invalid cluster profile"),

@@ -81,8 +81,8 @@ def judge(policy: str, candidate: Path, serving: Path | None, profile_path: Path
     best = min(baselines, key=lambda b: verdict.objective[b])
     verdict.best_baseline = best
     seeds_run = sorted(by[CANDIDATE])
-    verdict.wins = {"serving": sum(by[CANDIDATE][s] < by[reference][s] for s in seeds_run),
-                    "best_baseline": sum(by[CANDIDATE][s] < by[best][s] for s in seeds_run)}
+    verdict.wins = {"serving": int(sum(by[CANDIDATE][s] < by[reference][s] for s in seeds_run)),
+                    "best_baseline": int(sum(by[CANDIDATE][s] < by[best][s] for s in seeds_run))}
     mine = verdict.objective[CANDIDATE]
     failures = [f"{label} {verdict.objective[name]:.4g}" for label, name in (("serving", reference), (best, best))
                 if not mine < verdict.objective[name] * (1.0 - margin)]

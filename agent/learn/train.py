@@ -116,6 +116,14 @@ DEFAULT_IMITATION_STEPS = 3000
 DEFAULT_TEACHER = {"EE": "per-size", "LB": "per-family,usage-skew=load-variation-risk-balancing", "EL": "per-family"}
 
 
+def default_teacher(policy: str, families: tuple[str, ...]) -> str:
+    """DEFAULT_TEACHER without its overrides for families not trained on: a cluster profile is a family
+    of its own, and LB's usage-skew override made `rlscore-train --policy LB --profile ... --kickstart 1`
+    refuse to start."""
+    parts = [p for p in DEFAULT_TEACHER[policy].split(",") if "=" not in p or p.split("=")[0].strip() in families]
+    return ",".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     fine_tune = args.init is not None and args.profile is not None
@@ -183,8 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         from agent.sim.families import families_for
         print("picking teachers (every baseline on training seeds) ...", file=sys.stderr)
         try:
-            picked = assign_teachers(args.policy, families or families_for(args.policy),
-                                     args.teacher or DEFAULT_TEACHER[args.policy])
+            trained_on = families or families_for(args.policy)
+            picked = assign_teachers(args.policy, trained_on, args.teacher or default_teacher(args.policy, trained_on))
         except TeacherError as exc:
             print(f"rlscore-train: --teacher: {exc}", file=sys.stderr)
             return 2

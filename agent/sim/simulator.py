@@ -342,7 +342,7 @@ class Simulation:
             seen = self._metrics["latency_ms"]
             if seen[node] > request.hard_limit and np.any(seen[self.candidates] <= request.hard_limit):
                 ledger.avoidable_hard_violations += 1
-            ledger.soft_violations += latency > request.soft_limit
+            ledger.soft_violations += int(latency > request.soft_limit)
         c.bind(pod, node)
         ledger.placed += 1
         self.decisions += 1
