@@ -335,8 +335,9 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
     async def node_metrics() -> Response:
         """What the scheduler plugin's in-process scorer needs from the server, refreshed every few
         seconds off the scheduling path: every known node's measured columns (null: unknown), the
-        model version serving each policy (null: the heuristic, which only the server runs), and
-        the settings that shape a pod's request."""
+        model version serving each policy (null: the heuristic, which only the server runs), each
+        policy's rollout stage (a policy in shadow or canary is scored here, where the candidate
+        is), and the settings that shape a pod's request."""
         snapshot = collector.snapshot
         names, columns = await asyncio.to_thread(export_metrics, table)
         payload = {"feature_spec_version": FEATURE_SPEC_VERSION, "default_policy": settings.default_policy,
@@ -344,6 +345,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
                    "stale_after_s": settings.stale_after_s,
                    "snapshot_age_s": snapshot.age() if snapshot.taken_at else None,
                    "model_versions": {p: (m.version if (m := registry.get(p)) else None) for p in POLICIES},
+                   "rollout_stages": rollout.stages(),
                    "nodes": {"names": names, **columns}}
         return Response(orjson.dumps(payload), media_type="application/json")
 

@@ -263,6 +263,11 @@ class RolloutManager:
     def active(self, policy: str) -> bool:
         return self.policies[policy].stage != NONE
 
+    def stages(self) -> dict[str, str]:
+        """Each policy's stage, for the in-process scorer: it leaves a policy in shadow or canary to
+        this server, the one place both models score and the canary share is drawn."""
+        return {p: r.stage for p, r in self.policies.items()}
+
     def consider(self, policy: str, nodes: NodeState, pod: PodRequest, pod_key: tuple[str, str],
                  serving_scores: np.ndarray, serving_version: str | None) -> Comparison:
         """Score with the candidate too, count the comparison, and say who decides this pod."""

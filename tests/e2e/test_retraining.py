@@ -175,7 +175,11 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
                                candidate_sha256=sha256_of(target)), "e2e")
         candidate_version = load_model(target).version
         wait_for(lambda: server.policies()["rollout"]["policies"]["EE"]["stage"] == "shadow", 30, "candidate staged")
-        rollout = replay(live, "poisson", 40, "rl-scheduler-http", "EE", SPEED, seed=3, run="roll", progress=False,
+        # through the in-process profile: its scorer learns of the rollout at its next refresh (every 2 s)
+        # and leaves EE's pods to the server, where both models score them; without that the stages
+        # would never see a pod
+        time.sleep(3)
+        rollout = replay(live, "poisson", 40, "rl-scheduler", "EE", SPEED, seed=3, run="roll", progress=False,
                          usage_scale=3.0)
         assert all(p.node for p in rollout.placements), "pods not scheduled during the rollout"
         status = server.policies()["rollout"]["policies"]["EE"]

@@ -91,6 +91,10 @@ def test_shadow_canary_serving_and_rollback_through_the_api(dirs, make_client):
     client = make_client(model_dir=models, api_token=TOKEN, rollout_auto=False, canary_share=0.2)
     assert rollout_of(client)["stage"] == "shadow"  # the server staged it at start-up (the candidate watch)
 
+    # the in-process scorer is told to leave EE's pods to this server while a candidate is staged
+    stages = client.get("/v1/node-metrics", headers=AUTH).json()["rollout_stages"]
+    assert stages == {"EE": "shadow", "LB": "none", "EL": "none"}
+
     # shadow: the serving model decides every pod; both are compared
     answers = [ask(client, f"shadow-{i}") for i in range(30)]
     assert {a["model_version"] for a in answers} == {serving_version}
@@ -109,12 +113,15 @@ def test_shadow_canary_serving_and_rollback_through_the_api(dirs, make_client):
     share = float(np.mean(by_candidate))
     assert abs(share - 0.2) <= 0.05, share  # within 5 points of the configured share (measured: 21.8%)
     assert by_candidate == [canary_fraction("default", n) < 0.2 for n in names]
+    assert client.get("/v1/node-metrics", headers=AUTH).json()["rollout_stages"]["EE"] == "canary"
     assert [ask(client, n)["source"] == "candidate" for n in names[:50]] == by_candidate[:50]
     assert rollout_of(client)["decided_by_candidate"] == sum(by_candidate) + sum(by_candidate[:50])
 
     # serving: the candidate's file is installed and loaded; the one it replaced is kept
     r = client.post("/v1/rollout/ee/promote", headers=AUTH).json()
     assert r["stage"] == "none" and r["history"][-1]["to"] == "serving"
+    metrics = client.get("/v1/node-metrics", headers=AUTH).json()
+    assert metrics["rollout_stages"]["EE"] == "none" and metrics["model_versions"]["EE"] == candidate_version
     assert ask(client, "after")["model_version"] == candidate_version
     assert (models / "ee.pt").read_bytes() == (candidates / "ee.pt").read_bytes()
     assert load_model(models / "previous" / "ee.pt").version == serving_version

@@ -44,6 +44,9 @@ type scoringState struct {
 	index         map[string]int
 	metrics       nodeMetricColumns
 	models        map[string]*Model // a policy without an entry is served by the server's heuristic
+	// rollout names the policies with a candidate in shadow or canary: only the server compares the
+	// two models and sends a canary share of pods to the candidate, so their pods go over HTTP.
+	rollout map[string]string
 }
 
 // nodeMetricColumns is the server's per-node measured state; NaN is unknown.
@@ -85,6 +88,7 @@ type nodeMetricsResponse struct {
 	StaleAfterS        float64                      `json:"stale_after_s"`
 	SnapshotAgeS       *float64                     `json:"snapshot_age_s"`
 	ModelVersions      map[string]*string           `json:"model_versions"`
+	RolloutStages      map[string]string            `json:"rollout_stages"` // absent from older servers: none
 	Nodes              struct {
 		Names []string `json:"names"`
 		nodeMetricColumns
@@ -210,7 +214,7 @@ func (ls *LocalScorer) Refresh(ctx context.Context) error {
 	st := &scoringState{fetchedAt: time.Now(), snapshotAge: math.NaN(),
 		staleAfter:    time.Duration(r.StaleAfterS * float64(time.Second)),
 		defaultPolicy: r.DefaultPolicy, elSoft: r.ELDefault.Soft, elHard: r.ELDefault.Hard,
-		index: make(map[string]int, n), metrics: m, models: map[string]*Model{}}
+		index: make(map[string]int, n), metrics: m, models: map[string]*Model{}, rollout: map[string]string{}}
 	if r.SnapshotAgeS != nil {
 		st.snapshotAge = *r.SnapshotAgeS
 	}
@@ -220,6 +224,10 @@ func (ls *LocalScorer) Refresh(ctx context.Context) error {
 	previous := ls.state.Load()
 	var problems []string
 	for _, policy := range Policies {
+		if stage := r.RolloutStages[policy]; stage == "shadow" || stage == "canary" {
+			st.rollout[policy] = stage
+			continue
+		}
 		version := r.ModelVersions[policy]
 		if version == nil {
 			continue // the heuristic serves it: only the server runs that
@@ -266,8 +274,8 @@ type localDecision struct {
 	version string
 }
 
-// Score returns the scores of nodes for pod, or a reason (no_snapshot, stale, no_model, invalid_pod,
-// no_nodes) why the HTTP path must answer.
+// Score returns the scores of nodes for pod, or a reason (no_snapshot, stale, rollout, no_model,
+// invalid_pod, no_nodes) why the HTTP path must answer.
 func (ls *LocalScorer) Score(pod *v1.Pod, nodes []fwk.NodeInfo, requestedPolicy string) (localDecision, string) {
 	st := ls.state.Load()
 	if st == nil {
@@ -286,6 +294,9 @@ func (ls *LocalScorer) Score(pod *v1.Pod, nodes []fwk.NodeInfo, requestedPolicy 
 				return localDecision{}, "invalid_pod"
 			}
 		}
+	}
+	if st.rollout[policy] != "" {
+		return localDecision{}, "rollout"
 	}
 	model := st.models[policy]
 	if model == nil {

@@ -159,6 +159,30 @@ func TestLocalScorerScoresOrSaysWhyNot(t *testing.T) {
 	}
 }
 
+func TestLocalScorerLeavesAPolicyInRolloutToTheServer(t *testing.T) {
+	model := exportModel(randomModel(rand.New(rand.NewSource(4)), 8, 8))
+	stages := `"rollout_stages": {"EE": "none", "LB": "none", "EL": "none"}, `
+	body := func() string {
+		return strings.Replace(strings.Replace(metricsBody, "%AGE%", "1", 1), `"model_versions"`, stages+`"model_versions"`, 1)
+	}
+	srv := fakeServer(t, body, model)
+	args := &RLScoreArgs{SuggestionURL: srv.URL + "/suggest", InProcess: true}
+	args.SetDefaults()
+	ls := NewLocalScorer(args, NewClient(args), nil)
+	nodes := nodeInfos("a", "b")
+	for _, tt := range []struct{ stage, want string }{
+		{"none", ""}, {"shadow", "rollout"}, {"canary", "rollout"}, {"none", ""}, // promoted or rolled back
+	} {
+		stages = `"rollout_stages": {"EE": "` + tt.stage + `", "LB": "none", "EL": "none"}, `
+		if err := ls.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, why := ls.Score(testPod(nil), nodes, ""); why != tt.want {
+			t.Fatalf("stage %s: got %q, want %q", tt.stage, why, tt.want)
+		}
+	}
+}
+
 func TestLocalScorerRefreshRefusesBadAnswers(t *testing.T) {
 	model := exportModel(randomModel(rand.New(rand.NewSource(3)), 4, 4))
 	tests := []struct{ name, body, want string }{

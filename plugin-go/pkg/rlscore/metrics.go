@@ -33,7 +33,7 @@ var (
 		Subsystem: metricsSubsystem,
 		Name:      "in_process_decisions_total",
 		Help: "Pods the in-process scorer saw, by result: scored, or why it left them to the server " +
-			"(no_snapshot, stale, no_model, invalid_pod, no_nodes).",
+			"(no_snapshot, stale, rollout, no_model, invalid_pod, no_nodes).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 	inProcessDuration = metrics.NewHistogram(&metrics.HistogramOpts{
