@@ -12,7 +12,7 @@ from agent.evaluate.report import markdown_table
 from agent.features import FEATURE_SPEC_VERSION
 from agent.learn.model_io import load_model, sha256_of, sidecar_path
 from agent.scoring import ModelScorer
-from agent.sim.families import families_for
+from agent.sim.families import evaluation_families_for
 from agent.sim.simulator import Simulation
 from agent.state import NodeState, PodRequest
 
@@ -48,7 +48,7 @@ def test_shipped_evaluation_reproduces_its_sidecar(policy):
     seeds; the baselines' rows come from the same seeded worlds and are not re-run here."""
     evaluation = _meta(policy)["evaluation"]
     model = load_model(MODELS / f"{policy.lower()}.pt", expected_policy=policy)
-    results, _ = evaluate(policy, [ModelScorer(model)], families_for(policy), evaluation["seeds"],
+    results, _ = evaluate(policy, [ModelScorer(model)], evaluation_families_for(policy), evaluation["seeds"],
                           evaluation["arrivals"], baselines=(), progress=False)
     rl = f"| rl-{policy.lower()} |"
     mine = [line for line in markdown_table(policy, summarize(results)).splitlines() if rl in line]

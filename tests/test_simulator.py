@@ -5,7 +5,7 @@ import pytest
 
 from agent.scoring import HeuristicScorer, choose
 from agent.sim import scenarios
-from agent.sim.families import FAMILIES, JITTERED_LIMITS, family, families_for
+from agent.sim.families import FAMILIES, JITTERED_LIMITS, evaluation_families_for, family, families_for
 from agent.sim.outcomes import HOT_UTILIZATION
 from agent.sim.scenarios import PodSampler, _EventMaker
 from agent.sim.simulator import Cluster, Simulation
@@ -113,6 +113,28 @@ def test_world_draws_are_seeded_and_training_jitters_the_limits():
     assert set(families_for("EL")) >= {"scarce-near", "latency-shift"}
     with pytest.raises(ValueError, match="unknown scenario family"):
         family("nope")
+
+
+def test_one_pool_is_judged_on_but_never_trained_on():
+    """An evaluation-only family: every policy is judged on one node pool with power known for some
+    nodes only; training and tuning draw their own pool worlds (POOL_SHARE) and never this family."""
+    for policy in ("EE", "LB", "EL"):
+        assert "one-pool" in evaluation_families_for(policy) and "one-pool" not in families_for(policy)
+        assert set(families_for(policy)) < set(evaluation_families_for(policy))
+    kinds, hidden_shares = set(), []
+    for seed in range(20):
+        world = family("one-pool").world(np.random.default_rng(seed), nodes=12)
+        assert len({node.hardware for node in world.nodes}) == 1 and world.power_visible
+        kinds.add(world.nodes[0].hardware.name)
+        hidden_shares.append(np.mean(world.power_hidden))
+    assert kinds == {"small", "medium", "large"}
+    assert min(hidden_shares) < 0.2 and max(hidden_shares) > 0.4
+    sim = Simulation.of_family("one-pool", seed=3, nodes=8)
+    sim.next_decision()
+    state, _ = sim.candidate_state()
+    hidden = np.asarray(sim.world.power_hidden)[sim.candidates]
+    assert hidden.any() and not hidden.all()
+    assert np.isnan(state.power_idle_watts[hidden]).all() and np.isfinite(state.power_idle_watts[~hidden]).all()
 
 
 def _world(nodes, classes=NGINX, **kw):

@@ -30,6 +30,16 @@ def test_profile_round_trip_gives_the_same_world(name, tmp_path):
     assert load_profile(path).world() == world
 
 
+def test_power_known_for_some_nodes_only_round_trips():
+    world = FAMILIES["one-pool"].world(np.random.default_rng(4), 6)
+    assert any(world.power_hidden) and not all(world.power_hidden)
+    doc = yaml.safe_load(ClusterProfile.of_world(world, "pool").to_yaml())
+    assert [h for g in doc["nodes"] for h in g["powerHidden"]] == list(world.power_hidden)
+    doc["nodes"][0]["powerHidden"] = doc["nodes"][0]["powerHidden"][:-1]
+    with pytest.raises(ValueError, match=r"powerHidden \(5\) and latencyMs \(6\) must align"):
+        ClusterProfile.model_validate(doc)
+
+
 def _profile_doc() -> dict:
     world = FAMILIES["poisson"].world(np.random.default_rng(1), 3, False, False)
     return yaml.safe_load(ClusterProfile.of_world(world, "small").to_yaml())

@@ -14,7 +14,7 @@ from agent.evaluate.goals import check_goals
 from agent.evaluate.report import markdown_table, write_outputs
 from agent.learn.model_io import ModelValidationError, load_model
 from agent.scoring import ModelScorer
-from agent.sim.families import FAMILIES, families_for, family
+from agent.sim.families import FAMILIES, evaluation_families_for, family
 from agent.state import POLICIES
 
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     policy = args.policy
     if args.seeds < 1 or args.arrivals < 1:
         parser.error("--seeds and --arrivals must be >= 1")
-    families = args.families or families_for(policy)
+    families = args.families or evaluation_families_for(policy)
     if args.profile is not None:
         if args.families or args.nodes:
             parser.error("--profile fixes the cluster: it excludes --families and --nodes")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from agent.evaluate.compare import best_baseline
-from agent.sim.families import PROFILE_FAMILIES, families_for
+from agent.sim.families import PROFILE_FAMILIES, evaluation_families_for
 
 OBJECTIVE_TOLERANCE = 0.02
 WAVE1_FAMILIES = {"EE": ("test1", "test2", "poisson"), "LB": ("test1", "test2", "poisson"),
@@ -48,7 +48,7 @@ def check_goals(policy: str, rows: list[dict]) -> list[GoalCheck]:
         def add(goal: str, ok: bool, detail: str) -> None:
             checks.append(GoalCheck(goal, family_name, nodes, bool(ok), detail))
 
-        if family_name in families_for(policy) or family_name in PROFILE_FAMILIES:
+        if family_name in evaluation_families_for(policy) or family_name in PROFILE_FAMILIES:
             best = best_baseline(rows, family_name, nodes, rl)
             add(f"objective <= best baseline x {1 + OBJECTIVE_TOLERANCE:g}",
                 me["objective"] <= best["objective"] * (1 + OBJECTIVE_TOLERANCE) + 1e-9,

@@ -22,7 +22,7 @@ from agent.evaluate.goals import check_goals
 from agent.evaluate.report import markdown_table
 from agent.learn.model_io import load_model, sha256_of, sidecar_path
 from agent.scoring import ModelScorer
-from agent.sim.families import families_for
+from agent.sim.families import evaluation_families_for
 
 SEEDS = 4
 ARRIVALS = 300
@@ -31,7 +31,7 @@ ARRIVALS = 300
 def shipped_evaluation(policy: str, scorers: list, seeds: int = SEEDS, arrivals: int = ARRIVALS,
                        progress: bool = True, families: tuple[str, ...] | None = None) -> tuple[list[dict], list]:
     """Summary rows and goal checks of the standard evaluation (or of the given families)."""
-    results, _ = evaluate(policy, scorers, families or families_for(policy), seeds, arrivals, progress=progress)
+    results, _ = evaluate(policy, scorers, families or evaluation_families_for(policy), seeds, arrivals, progress=progress)
     rows = summarize(results)
     return rows, check_goals(policy, rows)
 
@@ -52,7 +52,7 @@ def evaluate_shipped_model(path: Path, seeds: int = SEEDS, arrivals: int = ARRIV
     """Evaluate a freshly trained model and record the table and goals in its sidecar."""
     model = load_model(path)
     policy = model.policy
-    families = families or families_for(policy)
+    families = families or evaluation_families_for(policy)
     rows, checks = shipped_evaluation(policy, [ModelScorer(model)], seeds, arrivals, progress, families)
     side = sidecar_path(path)
     meta = json.loads(side.read_text())

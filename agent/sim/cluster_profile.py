@@ -49,11 +49,16 @@ class NodeGroup(_Strict):
     names: list[str] = Field(default=[], max_length=100000,
                              description="the nodes' names, aligned with latencyMs (calibrated profiles); "
                                          "the server's drift check compares each named node's latency")
+    power_hidden: list[bool] = Field(alias="powerHidden", default=[], max_length=100000,
+                                     description="aligned with latencyMs: true where the scorer is not told the "
+                                                 "node's power curve (as before Kepler has seen it busy); "
+                                                 "empty: told for every node (with powerVisible)")
 
     @model_validator(mode="after")
     def _names_aligned(self) -> NodeGroup:
-        if self.names and len(self.names) != len(self.latency_ms):
-            raise ValueError(f"names ({len(self.names)}) and latencyMs ({len(self.latency_ms)}) must align")
+        for what, values in (("names", self.names), ("powerHidden", self.power_hidden)):
+            if values and len(values) != len(self.latency_ms):
+                raise ValueError(f"{what} ({len(values)}) and latencyMs ({len(self.latency_ms)}) must align")
         return self
 
     @field_validator("latency_ms")
@@ -163,7 +168,10 @@ class ClusterProfile(_Strict):
                                  tuple(c.usage), tuple(tuple(p) for p in c.latency_limits_ms), c.lifetime_scale)
                         for c in self.workload.pod_classes)
         d = self.dynamics
-        return World(self.family, nodes, classes, arrivals=self.workload.arrivals, load=self.workload.load,
+        hidden = ()
+        if any(g.power_hidden for g in self.nodes):
+            hidden = tuple(h for g in self.nodes for h in (g.power_hidden or [False] * len(g.latency_ms)))
+        return World(self.family, nodes, classes, power_hidden=hidden, arrivals=self.workload.arrivals, load=self.workload.load,
                      mean_lifetime_s=self.workload.mean_lifetime_s, latency_shifts_s=tuple(d.latency_shifts_s),
                      churn=d.churn, churn_interval_s=d.churn_interval_s, metrics_interval_s=d.metrics_interval_s,
                      power_visible=d.power_visible, latency_drift=d.latency_drift,
@@ -172,20 +180,23 @@ class ClusterProfile(_Strict):
     @classmethod
     def of_world(cls, world: World, name: str) -> ClusterProfile:
         types: dict[str, Hardware] = {}
-        groups: list[tuple[str, list[float]]] = []  # runs of one type, so the node order is kept
-        for spec in world.nodes:
+        groups: list[tuple[str, list[float], list[bool]]] = []  # runs of one type, so the node order is kept
+        hidden = world.power_hidden or (False,) * world.size
+        for spec, unknown in zip(world.nodes, hidden):
             hw = spec.hardware
             if types.setdefault(hw.name, hw) != hw:
                 raise ValueError(f"two different machine types are both called {hw.name!r}")
             if not groups or groups[-1][0] != hw.name:
-                groups.append((hw.name, []))
+                groups.append((hw.name, [], []))
             groups[-1][1].append(float(spec.latency_ms))
+            groups[-1][2].append(bool(unknown))
         return cls(
             name=name, family=world.family,
             nodeTypes=[NodeType(name=h.name, cpuMillicores=h.cpu_millicores, memoryBytes=h.memory_bytes,
                                 maxPods=h.max_pods, powerIdleWatts=h.power_idle_watts,
                                 powerMaxWatts=h.power_max_watts, diskBytes=h.disk_bytes) for h in types.values()],
-            nodes=[NodeGroup(type=t, latencyMs=lat) for t, lat in groups],
+            nodes=[NodeGroup(type=t, latencyMs=lat, powerHidden=unknown if world.power_hidden else [])
+                   for t, lat, unknown in groups],
             workload=Workload(arrivals=world.arrivals, load=world.load, meanLifetimeSeconds=world.mean_lifetime_s,
                               hourlyRate=list(world.hourly_rate), startHour=world.start_hour,
                               podClasses=[PodClassProfile(

@@ -41,6 +41,7 @@ class Family:
     summary: str
     draw: Callable[[np.random.Generator, int, bool, bool], World]
     eval_nodes: tuple[int, ...] | None = None  # fixed sizes for evaluation; None: drawn per seed
+    evaluation_only: bool = False  # judged on, never trained or tuned on (families_for leaves it out)
 
     def world(self, rng: np.random.Generator, nodes: int | None = None, limits: bool = False,
               training: bool = False) -> World:
@@ -111,6 +112,17 @@ def _thesis(arrivals: str, shifts: tuple[float, ...] = ()):
 def _poisson(rng, n, limits, training):
     return World("poisson", _random_nodes(rng, n, training=training), _mixed_sizes(_limits(limits, training)),
                  load=float(rng.uniform(0.3, 0.7)), metrics_interval_s=_metrics_interval(rng))
+
+
+def _one_pool(rng, n, limits, training):
+    """One node pool: identical machines (one size per seed), Poisson arrivals of mixed sizes, and the
+    power model known for some nodes only, as while Kepler has seen only the busy ones. Only requests,
+    load and latency tell the nodes apart."""
+    kind = SIZES[int(rng.integers(len(SIZES)))]
+    nodes = tuple(NodeSpec(kind, float(rng.uniform(*LATENCY_RANGE_MS))) for _ in range(n))
+    hidden = rng.random(n) < rng.uniform(0.0, 0.8)
+    return World("one-pool", nodes, _mixed_sizes(_limits(limits, training)), load=float(rng.uniform(0.3, 0.7)),
+                 metrics_interval_s=_metrics_interval(rng), power_hidden=tuple(bool(h) for h in hidden))
 
 
 def _churn(rng, n, limits, training):
@@ -209,6 +221,9 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("hardware", ("EE", "EL"), "two generations, equal capacity, 200/400 W vs 60/220 W", _hardware(True)),
     Family("hardware-unknown", ("EE",), "as hardware, but no power model is known", _hardware(False)),
     Family("churn", ("EE", "LB", "EL"), "poisson arrivals while nodes leave and come back", _churn),
+    # Training already draws one-pool clusters (POOL_SHARE, PARTIAL_POWER_SHARE); this family judges them.
+    Family("one-pool", ("EE", "LB", "EL"), "identical machines, mixed pods, power known for some nodes only",
+           _one_pool, evaluation_only=True),
 )}
 
 
@@ -226,4 +241,10 @@ def family(name: str) -> Family:
 
 
 def families_for(policy: str) -> tuple[str, ...]:
+    """The families a policy trains (and is tuned) on."""
+    return tuple(name for name, f in FAMILIES.items() if policy in f.policies and not f.evaluation_only)
+
+
+def evaluation_families_for(policy: str) -> tuple[str, ...]:
+    """The families a policy is judged on: its training families and the evaluation-only ones."""
     return tuple(name for name, f in FAMILIES.items() if policy in f.policies)
