@@ -44,9 +44,9 @@ type scoringState struct {
 	index         map[string]int
 	metrics       nodeMetricColumns
 	models        map[string]*Model // a policy without an entry is served by the server's heuristic
-	// rollout names the policies with a candidate in shadow or canary: only the server compares the
-	// two models and sends a canary share of pods to the candidate, so their pods go over HTTP.
-	rollout map[string]string
+	// inRollout holds the policies with a candidate in shadow or canary: only the server compares
+	// the two models and sends a canary share of pods to the candidate, so their pods go over HTTP.
+	inRollout map[string]bool
 }
 
 // nodeMetricColumns is the server's per-node measured state; NaN is unknown.
@@ -214,7 +214,7 @@ func (ls *LocalScorer) Refresh(ctx context.Context) error {
 	st := &scoringState{fetchedAt: time.Now(), snapshotAge: math.NaN(),
 		staleAfter:    time.Duration(r.StaleAfterS * float64(time.Second)),
 		defaultPolicy: r.DefaultPolicy, elSoft: r.ELDefault.Soft, elHard: r.ELDefault.Hard,
-		index: make(map[string]int, n), metrics: m, models: map[string]*Model{}, rollout: map[string]string{}}
+		index: make(map[string]int, n), metrics: m, models: map[string]*Model{}, inRollout: map[string]bool{}}
 	if r.SnapshotAgeS != nil {
 		st.snapshotAge = *r.SnapshotAgeS
 	}
@@ -225,7 +225,7 @@ func (ls *LocalScorer) Refresh(ctx context.Context) error {
 	var problems []string
 	for _, policy := range Policies {
 		if stage := r.RolloutStages[policy]; stage == "shadow" || stage == "canary" {
-			st.rollout[policy] = stage
+			st.inRollout[policy] = true
 			continue
 		}
 		version := r.ModelVersions[policy]
@@ -295,7 +295,7 @@ func (ls *LocalScorer) Score(pod *v1.Pod, nodes []fwk.NodeInfo, requestedPolicy 
 			}
 		}
 	}
-	if st.rollout[policy] != "" {
+	if st.inRollout[policy] {
 		return localDecision{}, "rollout"
 	}
 	model := st.models[policy]
