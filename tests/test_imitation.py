@@ -8,7 +8,8 @@ import torch
 from agent.learn.actor_critic import ACConfig, kickstart_weight
 from agent.learn.imitation import agreement, clone, demonstrations
 from agent.learn.network import NodeScorer
-from agent.learn.teachers import SIZE_BANDS, TeacherError, assign_teachers, teacher_for
+from agent.learn.teachers import SIZE_BANDS, TeacherError, assign_teachers, teacher_for, world_teacher
+from agent.sim.families import family
 
 
 def test_cloning_makes_the_actor_choose_as_its_teacher_does():
@@ -80,6 +81,36 @@ def test_demonstrations_follow_the_band_of_each_worlds_size(nodes, alone):
     assert all(np.array_equal(a, b) for a, b in zip(banded.targets, single.targets))
 
 
+def test_a_worlds_teacher_is_the_rule_cheapest_on_its_machines():
+    """On a world of two hardware generations, packing by requests alone (MostAllocated) fills
+    inefficient machines as readily as efficient ones; the per-world choice takes efficient-first
+    there, and keeps the band's teacher unless another rule is cheaper by the margin."""
+    world = family("hardware").world(np.random.default_rng(1), 8, False, True)
+    chosen, costs = world_teacher("EE", world, 1, "most-allocated", ["efficient-first"], decisions=100, futures=2)
+    assert chosen == "efficient-first", costs
+    assert costs["efficient-first"] < 0.9 * costs["most-allocated"], costs  # measured 0.75
+    # the same costs again (its own streams, not the caller's), and a margin no rule clears keeps the default
+    kept, again = world_teacher("EE", world, 1, "most-allocated", ["efficient-first"], decisions=100, futures=2,
+                                margin=1.0)
+    assert kept == "most-allocated" and again == costs
+
+
+def test_per_world_teachers_relabel_only_the_worlds_they_change():
+    teachers = {"fragmentation": "efficient-first", "hardware": "most-allocated", "test1": "efficient-first"}
+    plain = demonstrations("EE", teachers, 2, 100, 6, 6, seed=5)
+    per_world = demonstrations("EE", teachers, 2, 100, 6, 6, seed=5, world_futures=2)
+    assert len(plain) == len(per_world) == 600
+    assert plain.world_teachers == {}
+    # two generations of hardware: efficient-first takes over at least one world from MostAllocated
+    assert per_world.world_teachers["hardware"].get("efficient-first", 0) >= 1, per_world.world_teachers
+    assert sum(per_world.world_teachers["test1"].values()) == 2
+    # the first family (in order) keeps its teacher and is recorded as before; later worlds share the
+    # tie-breaking stream with the relabelled ones, so their ties fall differently
+    assert per_world.world_teachers["fragmentation"] == {"efficient-first": 2}, per_world.world_teachers
+    assert all(np.array_equal(a, b) for a, b in zip(plain.targets[:200], per_world.targets[:200]))
+    assert not all(np.array_equal(a, b) for a, b in zip(plain.targets[200:400], per_world.targets[200:400]))
+
+
 @pytest.mark.parametrize("choice, message", [
     ("most-effective", "unknown teacher 'most-effective'"),
     ("latency-fit", "unknown teacher 'latency-fit' for LB"),  # EL's baseline, not LB's
@@ -113,6 +144,7 @@ def test_the_pull_towards_the_teachers_decays_to_its_floor(kickstart, floor, upd
     (["--timesteps", "0", "--algo", "dqn"], "--timesteps must be >= 1"),
     (["--learning-rate", "0"], "--learning-rate must be > 0"),
     (["--critic-warmup", "1.5"], "--critic-warmup is a share of the run, 0..1"),
+    (["--teacher-futures", "-1"], "--teacher-futures must be >= 0"),
 ])
 def test_the_command_line_refuses_bad_teacher_settings(tmp_path, capsys, extra, message):
     from agent.learn.train import main

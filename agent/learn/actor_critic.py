@@ -73,6 +73,9 @@ class ACConfig(TrainConfig):
     """worlds per family the teachers schedule for those demonstrations"""
     imitation_decisions: int = 256
     """placements recorded per world"""
+    teacher_futures: int = 0
+    """per-world teachers: each world's teacher is the teachers' rule that does best on its machines
+    over this many arrival streams (0: the family's or band's teacher; agent.learn.teachers.world_teacher)"""
     critic_warmup_fraction: float = 0.0
     """after cloning: share of the run in which only the critic learns (a random critic's advantages
     would first push the cloned actor anywhere)"""
@@ -127,10 +130,16 @@ def _imitate(cfg: ACConfig, actor: NodeScorer):
     torch.set_num_threads(cfg.torch_threads)
     print(f"recording the teachers on {cfg.imitation_worlds} worlds per family ...", file=sys.stderr)
     train_demos = demonstrations(cfg.policy, cfg.teachers, cfg.imitation_worlds, cfg.imitation_decisions,
-                                 cfg.min_nodes, cfg.max_nodes, seed=cfg.seed, node_draw=cfg.node_draw)
+                                 cfg.min_nodes, cfg.max_nodes, seed=cfg.seed, node_draw=cfg.node_draw,
+                                 world_futures=cfg.teacher_futures)
     held_out = demonstrations(cfg.policy, cfg.teachers, max(1, cfg.imitation_worlds // 6), cfg.imitation_decisions,
-                              cfg.min_nodes, cfg.max_nodes, seed=cfg.seed + 1, node_draw=cfg.node_draw)
+                              cfg.min_nodes, cfg.max_nodes, seed=cfg.seed + 1, node_draw=cfg.node_draw,
+                              world_futures=cfg.teacher_futures)
     record = clone(actor, train_demos, held_out, cfg.imitation_steps, progress=cfg.progress)
+    if cfg.teacher_futures:
+        record["world_teachers"] = train_demos.world_teachers
+        print("per-world teachers: " + "; ".join(f"{f}: " + ", ".join(f"{t} x{n}" for t, n in taught.items())
+                                                 for f, taught in train_demos.world_teachers.items()), file=sys.stderr)
     print(f"the actor agrees with its teachers on {record['held_out_agreement']:.1%} of held-out decisions",
           file=sys.stderr)
     return record, held_out

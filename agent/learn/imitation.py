@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ from tqdm import tqdm
 from agent.features import node_features
 from agent.learn.actor_critic import masked_logits
 from agent.learn.network import NodeScorer
-from agent.learn.teachers import teacher_for, teacher_targets
+from agent.learn.teachers import teacher_for, teacher_names, teacher_targets, world_teacher
 from agent.scoring import choose
 from agent.sim.families import draw_node_count
 from agent.sim.simulator import Simulation
@@ -37,6 +37,8 @@ class Demonstrations:
     nodes: list[np.ndarray]
     pods: list[np.ndarray]
     targets: list[np.ndarray]
+    world_teachers: dict = field(default_factory=dict)
+    """family -> {teacher: worlds it taught}, with per-world teachers (agent.learn.teachers.world_teacher)"""
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -56,17 +58,25 @@ class Demonstrations:
 
 
 def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decisions: int,
-                   min_nodes: int, max_nodes: int, seed: int = 0, node_draw: str = "uniform") -> Demonstrations:
+                   min_nodes: int, max_nodes: int, seed: int = 0, node_draw: str = "uniform",
+                   world_futures: int = 0) -> Demonstrations:
     """Each family's teacher scheduling `worlds_per_family` training worlds (sizes drawn as the
-    trainer's episodes draw them) for `decisions` placements each, every decision recorded."""
+    trainer's episodes draw them) for `decisions` placements each, every decision recorded. With
+    `world_futures`, each world's teacher is the one of the teachers' rules that does best on its
+    machines over that many arrival streams (agent.learn.teachers.world_teacher)."""
     rng = np.random.default_rng(seed)
     demos = Demonstrations([], [], [])
+    rules = teacher_names(teachers)
     for f_index, family_name in enumerate(sorted(teachers)):
         for w in range(worlds_per_family):
             nodes = draw_node_count(rng, min_nodes, max_nodes, node_draw)
-            sim = Simulation.of_family(family_name, DEMO_SEED_BASE + seed * 10_000 + f_index * 1_000 + w, nodes,
-                                       limits=policy == "EL", training=True)
+            world_seed = DEMO_SEED_BASE + seed * 10_000 + f_index * 1_000 + w
+            sim = Simulation.of_family(family_name, world_seed, nodes, limits=policy == "EL", training=True)
             teacher = teacher_for(teachers, family_name, sim.world.size)
+            if world_futures > 0 and len(rules) > 1:  # with one rule there is nothing to choose
+                teacher, _ = world_teacher(policy, sim.world, world_seed, teacher, rules, decisions, world_futures)
+                taught = demos.world_teachers.setdefault(family_name, {})
+                taught[teacher] = taught.get(teacher, 0) + 1
             for _ in range(decisions):
                 sim.next_decision()
                 state, pod = sim.candidate_state()

@@ -22,6 +22,7 @@ from agent.sim.families import TRAIN_NODES
 from agent.state import NodeState, PodRequest
 
 TEACHER_SEED_BASE = 10**6  # below EVAL_SEED_BASE, away from the trainers' own draws
+TERMINAL_GAMMA = 0.99  # the committed-energy potential's discount (agent.sim.simulator.Simulation.potential)
 
 
 # Cluster-size bands for "per-size" teachers (upper bounds; the smallest band starts at the smallest
@@ -68,6 +69,47 @@ def teacher_for(teachers: dict, family_name: str, nodes: int) -> str:
     if isinstance(teacher, str):
         return teacher
     return next((name for high, name in teacher if nodes <= high), teacher[-1][1])
+
+
+# Per-world teachers: a world's teacher is the rule whose runs on that world's machines cost least,
+# summed over WORLD_FUTURES arrival streams of its own (not the stream it is recorded on, so the
+# choice follows what the network can see -- the machines and the pods' kind -- and not that
+# stream's luck). It replaces the band's teacher only when cheaper by more than WORLD_MARGIN.
+# Measured on EE (8 evaluation seeds): one stream and a 1% margin 27/33 goals, three streams and 2%
+# 31/33, the per-size clone 30/33 (docs/training.md).
+WORLD_FUTURES = 3
+WORLD_MARGIN = 0.02
+WORLD_FUTURE_SEED_BASE = 3 * 10**6  # away from the demonstration and teacher-picking seeds
+
+
+def world_teacher(policy: str, world, seed: int, default: str, rules: list[str], decisions: int,
+                  futures: int = WORLD_FUTURES, margin: float = WORLD_MARGIN) -> tuple[str, dict[str, float]]:
+    """The teacher of one world (see WORLD_FUTURES) and each rule's summed cost: over `decisions`
+    placements from an empty cluster, plus the energy the cluster is committed to at the end (EE, EL),
+    on the policy's objective (agent.sim.outcomes.cost). `seed` draws the world's streams."""
+    from agent.scoring import choose
+    from agent.sim.outcomes import cost
+    from agent.sim.simulator import Simulation
+
+    costs: dict[str, float] = {}
+    for rule in dict.fromkeys((default, *rules)):
+        costs[rule] = 0.0
+        for k in range(futures):
+            stream = int(np.random.SeedSequence([WORLD_FUTURE_SEED_BASE, seed, k]).generate_state(1)[0])
+            sim = Simulation(world, stream)
+            ties = np.random.default_rng(stream)
+            for _ in range(decisions):
+                sim.next_decision()
+                state, pod = sim.candidate_state()
+                sim.place(choose(teacher_targets(rule, state, pod, len(state), ties), ties))
+            total = cost(policy, sim.ledger, sim.units)
+            if policy != "LB":
+                total -= sim.potential(policy, TERMINAL_GAMMA)
+            costs[rule] += total
+    best = min(costs, key=costs.get)
+    if costs[default] - costs[best] <= margin * abs(costs[default]):
+        return default, costs
+    return best, costs
 
 
 def teacher_names(teachers: dict) -> list[str]:

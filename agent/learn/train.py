@@ -91,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
                              "average over the families (consistent targets where families look alike); or a "
                              "baseline's name; `family=baseline` entries override one family (default per policy: "
                              "DEFAULT_TEACHER in agent/learn/train.py)")
+    parser.add_argument("--teacher-futures", type=int, default=None,
+                        help="per-world teachers: each imitation world is taught by the teachers' rule that does "
+                             "best on its machines over this many arrival streams, where it beats the family's "
+                             "teacher by more than 2%% (0: the family's or size band's teacher; default per policy: "
+                             "DEFAULT_TEACHER_FUTURES in agent/learn/train.py)")
     parser.add_argument("--out", default="models", help="output directory for <policy>.pt + .json")
     parser.add_argument("--name", default=None, help="file name (default <policy>.pt)")
     parser.add_argument("--log-dir", default="runs", help="TensorBoard logs ('' disables)")
@@ -116,6 +121,11 @@ DEFAULT_IMITATION_STEPS = 3000
 # EL: per size band too; cloned with log-uniform sizes it met 41/44 goals (mean 0.985 of the best
 # baseline, 8 evaluation seeds) where the per-family clone met 38/44 (1.118) and the stop-21 one 40/44.
 DEFAULT_TEACHER = {"EE": "per-size", "LB": "per-family,usage-skew=load-variation-risk-balancing", "EL": "per-size"}
+# EE: per-world teachers too (3 streams; agent.learn.teachers.world_teacher): 31/33 goals, mean 1.007
+# of the best baseline (8 evaluation seeds), where the per-size clone met 30/33 (1.009); which packing
+# rule wins a world depends on its machines. LB (17/23, usage-skew's LVRB replaced on 8 of 12 worlds)
+# and EL (36/44) did worse with them (docs/training.md).
+DEFAULT_TEACHER_FUTURES = {"EE": 3, "LB": 0, "EL": 0}
 
 
 def default_teacher(policy: str, families: tuple[str, ...]) -> str:
@@ -189,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.imitation_steps < 0:
             print("rlscore-train: --imitation-steps must be >= 0", file=sys.stderr)
             return 2
+        teacher_futures = args.teacher_futures if args.teacher_futures is not None else DEFAULT_TEACHER_FUTURES[args.policy]
+        if teacher_futures < 0:
+            print("rlscore-train: --teacher-futures must be >= 0", file=sys.stderr)
+            return 2
         from agent.learn.teachers import TeacherError, assign_teachers
         from agent.sim.families import families_for
         print("picking teachers (every baseline on training seeds) ...", file=sys.stderr)
@@ -200,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         cfg.kickstart, cfg.kickstart_fraction = kickstart, args.kickstart_fraction
         cfg.teachers = {family: p["teacher"] for family, p in picked.items()}
+        cfg.teacher_futures = teacher_futures
         if args.critic_warmup is not None:
             cfg.critic_warmup_fraction = args.critic_warmup
         print("teachers: " + ", ".join(f"{f}: {t}" for f, t in cfg.teachers.items()), file=sys.stderr)
