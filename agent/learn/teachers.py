@@ -75,8 +75,8 @@ def teacher_for(teachers: dict, family_name: str, nodes: int) -> str:
 # summed over WORLD_FUTURES arrival streams of its own (not the stream it is recorded on, so the
 # choice follows what the network can see -- the machines and the pods' kind -- and not that
 # stream's luck). It replaces the band's teacher only when cheaper by more than WORLD_MARGIN.
-# Measured on EE (8 evaluation seeds): one stream and a 1% margin 27/33 goals, three streams and 2%
-# 31/33, the per-size clone 30/33 (docs/training.md).
+# Measured on EE (8 evaluation seeds): one stream and a 1% margin 27/33 goals; three streams and 2%,
+# training seeds 1-3: 31, 28, 30 goals, where per-size teachers alone met 30, 28, 28 (docs/training.md).
 WORLD_FUTURES = 3
 WORLD_MARGIN = 0.02
 WORLD_FUTURE_SEED_BASE = 3 * 10**6  # away from the demonstration and teacher-picking seeds

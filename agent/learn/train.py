@@ -122,8 +122,8 @@ DEFAULT_IMITATION_STEPS = 3000
 # baseline, 8 evaluation seeds) where the per-family clone met 38/44 (1.118) and the stop-21 one 40/44.
 DEFAULT_TEACHER = {"EE": "per-size", "LB": "per-family,usage-skew=load-variation-risk-balancing", "EL": "per-size"}
 # EE: per-world teachers too (3 streams; agent.learn.teachers.world_teacher): 31/33 goals, mean 1.007
-# of the best baseline (8 evaluation seeds), where the per-size clone met 30/33 (1.009); which packing
-# rule wins a world depends on its machines. LB (17/23, usage-skew's LVRB replaced on 8 of 12 worlds)
+# of the best baseline (8 evaluation seeds), where the per-size clone met 30/33 (1.009); over training
+# seeds 1-3, 29.7 goals on average against 28.7. Which packing rule wins a world depends on its machines. LB (17/23, usage-skew's LVRB replaced on 8 of 12 worlds)
 # and EL (36/44) did worse with them (docs/training.md).
 DEFAULT_TEACHER_FUTURES = {"EE": 3, "LB": 0, "EL": 0}
 
