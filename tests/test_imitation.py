@@ -98,7 +98,7 @@ def test_a_worlds_teacher_is_the_rule_cheapest_on_its_machines():
 def test_per_world_teachers_relabel_only_the_worlds_they_change():
     teachers = {"fragmentation": "efficient-first", "hardware": "most-allocated", "test1": "efficient-first"}
     plain = demonstrations("EE", teachers, 2, 100, 6, 6, seed=5)
-    per_world = demonstrations("EE", teachers, 2, 100, 6, 6, seed=5, world_futures=2)
+    per_world = demonstrations("EE", teachers, 2, 100, 6, 6, seed=5, teacher_futures=2)
     assert len(plain) == len(per_world) == 600
     assert plain.world_teachers == {}
     # two generations of hardware: efficient-first takes over at least one world from MostAllocated

@@ -131,10 +131,10 @@ def _imitate(cfg: ACConfig, actor: NodeScorer):
     print(f"recording the teachers on {cfg.imitation_worlds} worlds per family ...", file=sys.stderr)
     train_demos = demonstrations(cfg.policy, cfg.teachers, cfg.imitation_worlds, cfg.imitation_decisions,
                                  cfg.min_nodes, cfg.max_nodes, seed=cfg.seed, node_draw=cfg.node_draw,
-                                 world_futures=cfg.teacher_futures)
+                                 teacher_futures=cfg.teacher_futures)
     held_out = demonstrations(cfg.policy, cfg.teachers, max(1, cfg.imitation_worlds // 6), cfg.imitation_decisions,
                               cfg.min_nodes, cfg.max_nodes, seed=cfg.seed + 1, node_draw=cfg.node_draw,
-                              world_futures=cfg.teacher_futures)
+                              teacher_futures=cfg.teacher_futures)
     record = clone(actor, train_demos, held_out, cfg.imitation_steps, progress=cfg.progress)
     if cfg.teacher_futures:
         record["world_teachers"] = train_demos.world_teachers

@@ -59,10 +59,10 @@ class Demonstrations:
 
 def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decisions: int,
                    min_nodes: int, max_nodes: int, seed: int = 0, node_draw: str = "uniform",
-                   world_futures: int = 0) -> Demonstrations:
+                   teacher_futures: int = 0) -> Demonstrations:
     """Each family's teacher scheduling `worlds_per_family` training worlds (sizes drawn as the
     trainer's episodes draw them) for `decisions` placements each, every decision recorded. With
-    `world_futures`, each world's teacher is the one of the teachers' rules that does best on its
+    `teacher_futures`, each world's teacher is the one of the teachers' rules that does best on its
     machines over that many arrival streams (agent.learn.teachers.world_teacher)."""
     rng = np.random.default_rng(seed)
     demos = Demonstrations([], [], [])
@@ -73,8 +73,8 @@ def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decision
             world_seed = DEMO_SEED_BASE + seed * 10_000 + f_index * 1_000 + w
             sim = Simulation.of_family(family_name, world_seed, nodes, limits=policy == "EL", training=True)
             teacher = teacher_for(teachers, family_name, sim.world.size)
-            if world_futures > 0 and len(rules) > 1:  # with one rule there is nothing to choose
-                teacher, _ = world_teacher(policy, sim.world, world_seed, teacher, rules, decisions, world_futures)
+            if teacher_futures > 0 and len(rules) > 1:  # with one rule there is nothing to choose
+                teacher, _ = world_teacher(policy, sim.world, world_seed, teacher, rules, decisions, teacher_futures)
                 taught = demos.world_teachers.setdefault(family_name, {})
                 taught[teacher] = taught.get(teacher, 0) + 1
             for _ in range(decisions):

@@ -22,7 +22,6 @@ from agent.sim.families import TRAIN_NODES
 from agent.state import NodeState, PodRequest
 
 TEACHER_SEED_BASE = 10**6  # below EVAL_SEED_BASE, away from the trainers' own draws
-TERMINAL_GAMMA = 0.99  # the committed-energy potential's discount (agent.sim.simulator.Simulation.potential)
 
 
 # Cluster-size bands for "per-size" teachers (upper bounds; the smallest band starts at the smallest
@@ -72,21 +71,21 @@ def teacher_for(teachers: dict, family_name: str, nodes: int) -> str:
 
 
 # Per-world teachers: a world's teacher is the rule whose runs on that world's machines cost least,
-# summed over WORLD_FUTURES arrival streams of its own (not the stream it is recorded on, so the
-# choice follows what the network can see -- the machines and the pods' kind -- and not that
-# stream's luck). It replaces the band's teacher only when cheaper by more than WORLD_MARGIN.
-# Measured on EE (8 evaluation seeds): one stream and a 1% margin 27/33 goals; three streams and 2%,
-# training seeds 1-3: 31, 28, 30 goals, where per-size teachers alone met 30, 28, 28 (docs/training.md).
-WORLD_FUTURES = 3
+# summed over a few arrival streams of its own (not the stream it is recorded on, so the choice
+# follows what the network can see -- the machines and the pods' kind -- and not that stream's luck).
+# It replaces the band's teacher only when cheaper by more than WORLD_MARGIN. Measured on EE (8
+# evaluation seeds): chosen on the recorded stream with a 1% margin (a prototype) 27/33 goals; three
+# streams of its own and 2%, training seeds 1-3: 31, 28, 30 goals, where per-size teachers alone met
+# 30, 28, 28 (docs/training.md). How many streams: DEFAULT_TEACHER_FUTURES in agent/learn/train.py.
 WORLD_MARGIN = 0.02
 WORLD_FUTURE_SEED_BASE = 3 * 10**6  # away from the demonstration and teacher-picking seeds
 
 
-def world_teacher(policy: str, world, seed: int, default: str, rules: list[str], decisions: int,
-                  futures: int = WORLD_FUTURES, margin: float = WORLD_MARGIN) -> tuple[str, dict[str, float]]:
-    """The teacher of one world (see WORLD_FUTURES) and each rule's summed cost: over `decisions`
-    placements from an empty cluster, plus the energy the cluster is committed to at the end (EE, EL),
-    on the policy's objective (agent.sim.outcomes.cost). `seed` draws the world's streams."""
+def world_teacher(policy: str, world, seed: int, default: str, rules: list[str], decisions: int, futures: int,
+                  margin: float = WORLD_MARGIN) -> tuple[str, dict[str, float]]:
+    """The teacher of one world (see above) and each rule's cost summed over `futures` streams: over
+    `decisions` placements from an empty cluster, plus the energy the cluster is committed to at the
+    end (EE, EL), on the policy's objective (agent.sim.outcomes.cost). `seed` draws the streams."""
     from agent.scoring import choose
     from agent.sim.outcomes import cost
     from agent.sim.simulator import Simulation
@@ -103,8 +102,8 @@ def world_teacher(policy: str, world, seed: int, default: str, rules: list[str],
                 state, pod = sim.candidate_state()
                 sim.place(choose(teacher_targets(rule, state, pod, len(state), ties), ties))
             total = cost(policy, sim.ledger, sim.units)
-            if policy != "LB":
-                total -= sim.potential(policy, TERMINAL_GAMMA)
+            if policy != "LB":  # the energy committed at the end (the discount only weighs LB's rates)
+                total -= sim.potential(policy, gamma=0.0)
             costs[rule] += total
     best = min(costs, key=costs.get)
     if costs[default] - costs[best] <= margin * abs(costs[default]):

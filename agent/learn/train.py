@@ -123,8 +123,9 @@ DEFAULT_IMITATION_STEPS = 3000
 DEFAULT_TEACHER = {"EE": "per-size", "LB": "per-family,usage-skew=load-variation-risk-balancing", "EL": "per-size"}
 # EE: per-world teachers too (3 streams; agent.learn.teachers.world_teacher): 31/33 goals, mean 1.007
 # of the best baseline (8 evaluation seeds), where the per-size clone met 30/33 (1.009); over training
-# seeds 1-3, 29.7 goals on average against 28.7. Which packing rule wins a world depends on its machines. LB (17/23, usage-skew's LVRB replaced on 8 of 12 worlds)
-# and EL (36/44) did worse with them (docs/training.md).
+# seeds 1-3, 29.7 goals on average against 28.7. Which packing rule wins a world depends on its
+# machines. LB (17/23; usage-skew's LVRB replaced on 8 of 12 worlds) and EL (36/44) did worse with
+# them (docs/training.md).
 DEFAULT_TEACHER_FUTURES = {"EE": 3, "LB": 0, "EL": 0}
 
 
@@ -199,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.imitation_steps < 0:
             print("rlscore-train: --imitation-steps must be >= 0", file=sys.stderr)
             return 2
-        teacher_futures = args.teacher_futures if args.teacher_futures is not None else DEFAULT_TEACHER_FUTURES[args.policy]
+        teacher_futures = (args.teacher_futures if args.teacher_futures is not None
+                           else DEFAULT_TEACHER_FUTURES[args.policy])
         if teacher_futures < 0:
             print("rlscore-train: --teacher-futures must be >= 0", file=sys.stderr)
             return 2
