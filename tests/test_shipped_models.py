@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.evaluate.compare import evaluate, summarize
+from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE, evaluate, summarize
 from agent.evaluate.report import markdown_table
 from agent.features import FEATURE_SPEC_VERSION
 from agent.learn.model_io import load_model, sha256_of, sidecar_path
@@ -60,6 +60,52 @@ def test_shipped_evaluation_reproduces_its_sidecar(policy):
         table = evaluation["table"]
         rl, pack = _row(table, "scarce-near", "rl-el"), _row(table, "scarce-near", "latency-pack")
         assert float(rl["hard viol."]) < 0.75 * float(pack["hard viol."]), (rl, pack)
+
+
+@pytest.mark.parametrize("policy", ["EE", "LB", "EL"])
+def test_shipped_holdout_figures_are_the_models_own(policy):
+    """The sidecar's hold-out figures (README's "seeds never chosen on") are measured on their own
+    seed range with the evaluation's families; one family's model rows are re-run here."""
+    meta = _meta(policy)
+    holdout, evaluation = meta["holdout"], meta["evaluation"]
+    assert holdout["seed_base"] == HOLDOUT_SEED_BASE and evaluation["seed_base"] == EVAL_SEED_BASE
+    assert holdout["families"] == evaluation["families"]
+    assert holdout["seeds"] == evaluation["seeds"] and holdout["arrivals"] == evaluation["arrivals"]
+    assert holdout["goals_total"] == evaluation["goals_total"]
+    assert holdout["goals_met"] == holdout["goals_total"] - len(holdout["missed"])
+    model = load_model(MODELS / f"{policy.lower()}.pt", expected_policy=policy)
+    family = holdout["families"][0]
+    results, _ = evaluate(policy, [ModelScorer(model)], (family,), holdout["seeds"], holdout["arrivals"],
+                          baselines=(), progress=False, seed_base=HOLDOUT_SEED_BASE)
+    rl = f"| rl-{policy.lower()} |"
+    mine = [line for line in markdown_table(policy, summarize(results)).splitlines() if rl in line]
+    assert mine and mine == [line for line in holdout["table"] if rl in line and line.startswith(f"| {family} |")]
+
+
+def test_holdout_measures_other_worlds_and_leaves_the_evaluation_alone(tmp_path):
+    """`shipped holdout` records the same measurement on the hold-out seeds: other worlds than the
+    evaluation's, written beside it, the evaluation untouched."""
+    import shutil
+
+    from agent.evaluate.shipped import evaluate_shipped_model, holdout_model
+
+    path = tmp_path / "lb.pt"
+    shutil.copy(MODELS / "lb.pt", path)
+    shutil.copy(sidecar_path(MODELS / "lb.pt"), sidecar_path(path))
+    evaluate_shipped_model(path, seeds=2, arrivals=40, progress=False, families=("poisson",))
+    evaluation = json.loads(sidecar_path(path).read_text())["evaluation"]
+    checks = holdout_model(path, seeds=2, arrivals=40, progress=False, families=("poisson",))
+    meta = json.loads(sidecar_path(path).read_text())
+    assert meta["evaluation"] == evaluation
+    holdout = meta["holdout"]
+    assert holdout["seed_base"] == HOLDOUT_SEED_BASE and holdout["families"] == ["poisson"]
+    assert holdout["goals_met"] == sum(c.ok for c in checks) and len(holdout["missed"]) == len(checks) - holdout["goals_met"]
+    # same cells (poisson at 3, 10, 100 nodes; every baseline), different worlds: other figures
+    def cells(table):
+        return sorted(tuple(c.strip() for c in line.split("|")[1:4]) for line in table[2:])
+
+    assert cells(holdout["table"]) == cells(evaluation["table"])
+    assert sorted(holdout["table"][2:]) != sorted(evaluation["table"][2:])
 
 
 @pytest.mark.parametrize("policy", ["EE", "LB", "EL"])
