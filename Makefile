@@ -159,7 +159,8 @@ WINDOW ?= 30m
 retrain: install ## on the local cluster: calibrate -> fine-tune -> gate -> hand the candidate to the server (POLICY=EE WINDOW=30m)
 	@env=$$(local-cluster/cluster.sh env) && eval "$$env" && $(VENV)/bin/rlscore-retrain --policy $(POLICY) \
 	  --prometheus "$$RLSCORE_LOCAL_PROMETHEUS_URL" --kubeconfig "$$KUBECONFIG" --window $(WINDOW) \
-	  --model-dir "$$RLSCORE_LOCAL_DIR/models" --work build/retrain/$(POLICY)
+	  --model-dir "$$RLSCORE_LOCAL_DIR/models" --start-from models/$$(echo $(POLICY) | tr A-Z a-z).pt \
+	  --work build/retrain/$(POLICY)
 
 bench: install deps local-bin ## print figures: models, training, /suggest, plugin overhead, cluster throughput
 	PYTHONPATH=$(CURDIR) $(PY) bench/agent_bench.py

@@ -99,3 +99,22 @@ def test_an_invalid_profile_is_an_error_naming_the_file(tmp_path, capsys):
     bad.write_text("kind: ClusterProfile\nname: x\n")
     assert gate(SHIPPED_EE, tmp_path / "serving.pt", bad) == 2
     assert f"{bad}: invalid cluster profile" in capsys.readouterr().err
+
+
+def test_retraining_starts_from_the_model_that_fits_the_profile_best(tmp_path, churn_profile):
+    """rlscore-retrain --start-from: a stale serving model is not fine-tuned when the image's shipped
+    one does better on the profile; a file the loader refuses is named with its reason, not used."""
+    from agent.live.retrain import START_SEED_BASE, choose_start
+
+    stale = untrained(tmp_path / "serving" / "ee.pt")
+    shipped = copy_model(SHIPPED_EE, tmp_path / "image" / "ee.pt")
+    broken = copy_model(SHIPPED_EE, tmp_path / "broken" / "ee.pt")
+    broken.write_bytes(broken.read_bytes()[:-100])
+    chosen, record = choose_start("EE", [stale, shipped, broken], churn_profile)
+    assert chosen == shipped and record["chosen"] == str(shipped)
+    assert record["objective"][str(shipped)] < record["objective"][str(stale)]
+    assert record["seed_base"] == START_SEED_BASE and list(record["refused"]) == [str(broken)]
+    # the serving model alone is kept without measuring; nothing usable means from scratch
+    assert choose_start("EE", [shipped], churn_profile)[0] == shipped
+    chosen, record = choose_start("LB", [stale, broken], churn_profile)
+    assert chosen is None and "from scratch" in record["reason"] and len(record["refused"]) == 2

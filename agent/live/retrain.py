@@ -7,6 +7,10 @@ serves), the promotion gate on held-out seeds of the profile (rlscore-gate), and
 passes, the candidate installed in the server's candidate directory, where the server stages it
 (shadow, canary, serving). A refused candidate stays in the work directory and changes nothing.
 Every step's output and timing is written to <work>/retrain.json.
+
+With `--start-from` (e.g. the image's shipped model), fine-tuning starts from whichever valid model
+does best on the profile, the serving one included, measured on seeds of the profile that the gate
+never uses: a serving model that has gone stale is not the best starting point for its successor.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ import time
 from pathlib import Path
 
 from agent.state import POLICIES
+
+START_SEED_BASE = 4 * 10**6  # the profile's seeds that choose the starting model; the gate judges on others
+START_SEEDS = 3
 
 
 def _step(name: str, record: dict, fn):
@@ -45,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("retrain"), help="profile, candidate and record go here")
     parser.add_argument("--algo", default="ppo", choices=("dqn", "a2c", "ppo"))
     parser.add_argument("--timesteps", type=int, default=None, help="fine-tuning decisions (default per algorithm)")
+    parser.add_argument("--start-from", type=Path, action="append", default=[], metavar="MODEL",
+                        help="another model to start from, e.g. the image's shipped one (repeatable): the best "
+                             "on the profile, the serving model included, is fine-tuned")
     parser.add_argument("--kickstart", type=float, default=None,
                         help="a2c/ppo: pull towards the profile's best heuristic at first (default: none when "
                              "fine-tuning)")
@@ -57,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from agent.evaluate import gate
     from agent.learn import train
-    from agent.learn.model_io import ModelValidationError, install_model, load_model
+    from agent.learn.model_io import install_model
     from agent.live import calibrate
 
     policy, low = args.policy, args.policy.lower()
@@ -83,12 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     if _step("calibrate", record, lambda: calibrate.main(calibrate_args)) != 0:
         return finish(2, "calibration failed")
 
-    init = []
-    try:
-        load_model(serving, expected_policy=policy)
-        init = ["--init", str(serving)]
-    except ModelValidationError as exc:
-        record["init"] = f"from scratch: the serving model is not usable ({exc})"
+    start, record["init"] = _step("choose start", record, lambda: choose_start(policy, [serving, *args.start_from],
+                                                                                 profile))
+    init = ["--init", str(start)] if start is not None else []
     train_args = ["--policy", policy, "--algo", args.algo, "--profile", str(profile), "--out", str(work),
                   "--name", candidate.name, "--log-dir", "", "--no-eval", "--no-progress", *init]
     if args.timesteps is not None:
@@ -112,6 +119,38 @@ def main(argv: list[str] | None = None) -> int:
     if args.server:
         record["staged"] = _stage(args.server, policy, args.token_file)
     return finish(0, f"candidate handed over at {target}")
+
+
+def choose_start(policy: str, models: list[Path], profile: Path, seeds: int = START_SEEDS) -> tuple[Path | None, dict]:
+    """The model fine-tuning starts from: of those the loader takes, the one with the lowest objective
+    on `seeds` worlds of the profile (START_SEED_BASE, apart from the gate's); None (from scratch)
+    when none is usable. Returns it and what was measured, for the record."""
+    import numpy as np
+
+    from agent.evaluate.compare import evaluate
+    from agent.learn.model_io import ModelValidationError, load_model
+    from agent.scoring import ModelScorer
+    from agent.sim.cluster_profile import load_profile, register_profile
+
+    usable, refused = {}, {}
+    for path in dict.fromkeys(models):
+        try:
+            usable[path] = load_model(path, expected_policy=policy)
+        except (OSError, ModelValidationError) as exc:
+            refused[str(path)] = str(exc)
+    if not usable:
+        return None, {"chosen": None, "reason": "from scratch: no usable model", "refused": refused}
+    objective = {str(path): None for path in usable}
+    if len(usable) > 1:
+        family = register_profile(load_profile(profile))
+        scorers = [ModelScorer(model, name=str(path)) for path, model in usable.items()]
+        results, _ = evaluate(policy, scorers, (family,), seeds, baselines=(), progress=False,
+                              seed_base=START_SEED_BASE)
+        for name in objective:
+            objective[name] = round(float(np.mean([r.objective for r in results if r.scorer == name])), 6)
+    chosen = min(usable, key=lambda p: objective[str(p)] if objective[str(p)] is not None else 0.0)
+    return chosen, {"chosen": str(chosen), "objective": objective, "seeds": seeds, "seed_base": START_SEED_BASE,
+                    "refused": refused}
 
 
 def _stage(server: str, policy: str, token_file: Path | None) -> str:

@@ -154,25 +154,33 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
         work = tmp_path / "retrain"
         code = retrain.main(["--policy", "EE", "--prometheus", cluster.prometheus_url, "--kubeconfig",
                              cluster.kubeconfig, "--window", f"{time.time() - start:.3f}s", "--model-dir", str(models),
-                             "--work", str(work), "--timesteps", "3000", "--seeds", "2"])
+                             "--work", str(work), "--timesteps", "3000", "--seeds", "2",
+                             "--start-from", str(ROOT / "models" / "ee.pt")])
         outcome = json.loads((work / "retrain.json").read_text())
         figures["retrain_seconds"] = outcome["seconds"]
+        figures["retrain_start"] = outcome["init"]
         figures["gate"] = outcome["gate"]["reason"]
         assert code in (0, 1), outcome
+        # the stale serving model is not where fine-tuning starts: the shipped one fits the profile better
+        assert outcome["init"]["chosen"] == str(ROOT / "models" / "ee.pt"), outcome["init"]
         assert (models / "ee.pt").read_bytes() == before  # nothing serves before the rollout says so
+        candidates = models / "candidates"
+        target = candidates / "ee.pt"
         if code == 1:
-            assert not (models / "candidates" / "ee.pt").exists()
+            assert not target.exists()
             assert server.policies()["rollout"]["policies"]["EE"]["stage"] == "none"
 
-        # 5. a candidate with a passing verdict: here the shipped EE model, whose verdict stands in for
-        #    the gate's (tests/test_gate.py runs the gate itself); shadow -> canary -> serving by itself
-        candidates = models / "candidates"
-        candidates.mkdir(exist_ok=True)
-        target = candidates / "ee.pt"
-        shutil.copy(ROOT / "models" / "ee.pt", target)
-        shutil.copy(ROOT / "models" / "ee.json", sidecar_path(target))
-        record(target, Verdict(True, "stands in for the gate in this test", "EE", "e2e", 0, 0, 0.0,
-                               candidate_sha256=sha256_of(target)), "e2e")
+            # 5. a candidate with a passing verdict: here the shipped EE model, whose verdict stands in
+            #    for the gate's (tests/test_gate.py runs the gate itself)
+            candidates.mkdir(exist_ok=True)
+            shutil.copy(ROOT / "models" / "ee.pt", target)
+            shutil.copy(ROOT / "models" / "ee.json", sidecar_path(target))
+            record(target, Verdict(True, "stands in for the gate in this test", "EE", "e2e", 0, 0, 0.0,
+                                   candidate_sha256=sha256_of(target)), "e2e")
+        else:  # 5. the retrained candidate passed the gate and was handed over: it is the one rolled out
+            assert json.loads(sidecar_path(target).read_text())["gate"]["promote"]
+        figures["candidate"] = "retrained, passed the gate" if code == 0 else "stand-in (the gate refused the retrained one)"
+        # shadow -> canary -> serving by itself
         candidate_version = load_model(target).version
         wait_for(lambda: server.policies()["rollout"]["policies"]["EE"]["stage"] == "shadow", 30, "candidate staged")
         # through the in-process profile: its scorer learns of the rollout at its next refresh (every 2 s)
