@@ -118,3 +118,23 @@ def test_retraining_starts_from_the_model_that_fits_the_profile_best(tmp_path, c
     assert choose_start("EE", [shipped], churn_profile)[0] == shipped
     chosen, record = choose_start("LB", [stale, broken], churn_profile)
     assert chosen is None and "from scratch" in record["reason"] and len(record["refused"]) == 2
+
+
+def test_a_candidate_retrained_on_the_profile_beats_the_best_heuristic_and_is_promoted(tmp_path, churn_profile, capsys):
+    """The loop with a retrained candidate, not a stand-in: the shipped EE fine-tuned on the profile
+    (3 000 PPO steps, the critic warmed up first) beats efficient-first and the stale serving model
+    on the gate's held-out seeds, and is promoted."""
+    from agent.learn.train import main as train
+
+    serving = untrained(tmp_path / "serving" / "ee.pt")
+    assert train(["--policy", "EE", "--algo", "ppo", "--profile", str(churn_profile), "--init", str(SHIPPED_EE),
+                  "--timesteps", "3000", "--out", str(tmp_path / "cand"), "--log-dir", "", "--no-eval",
+                  "--no-progress"]) == 0
+    candidate = tmp_path / "cand" / "ee.pt"
+    assert candidate.read_bytes() != SHIPPED_EE.read_bytes()
+    assert gate(candidate, serving, churn_profile) == 0
+    verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
+    assert verdict["promote"] and verdict["best_baseline"] == "efficient-first"
+    assert verdict["objective"]["candidate"] < verdict["objective"]["efficient-first"] < verdict["objective"]["serving"]
+    assert serving.read_bytes() == candidate.read_bytes()
+    assert "PROMOTE" in capsys.readouterr().out

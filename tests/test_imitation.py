@@ -1,6 +1,8 @@
 """Teachers for the actor-critic trainers: who teaches which family, cloning their choices before
 reinforcement learning, and the pull that stays afterwards."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -212,3 +214,20 @@ def test_after_cloning_the_actor_waits_for_the_critic(monkeypatch, warmup, actor
     same = all(torch.equal(cloned[k], v) for k, v in actor.state_dict().items())
     assert same != actor_moves
     assert record["training"]["imitation"]["steps"] == 20
+
+
+@pytest.mark.parametrize("warmup, actor_moves", [(None, True), ("1", False), ("0", True)])
+def test_fine_tuning_from_a_model_file_waits_for_the_critic(tmp_path, warmup, actor_moves):
+    """A model file holds the actor, not its critic: from --init, PPO first trains the critic alone
+    (INIT_CRITIC_WARMUP of the run unless --critic-warmup says otherwise)."""
+    from agent.learn.model_io import load_model
+    from agent.learn.train import INIT_CRITIC_WARMUP, main
+
+    assert 0 < INIT_CRITIC_WARMUP < 1
+    shipped = Path(__file__).resolve().parents[1] / "models" / "lb.pt"
+    args = ["--policy", "LB", "--algo", "ppo", "--families", "test2", "--init", str(shipped), "--timesteps", "2048",
+            "--out", str(tmp_path), "--log-dir", "", "--no-eval", "--no-progress"]
+    assert main(args + (["--critic-warmup", warmup] if warmup is not None else [])) == 0
+    before, after = load_model(shipped).network.state_dict(), load_model(tmp_path / "lb.pt").network.state_dict()
+    same = all(torch.equal(before[k], v) for k, v in after.items())
+    assert same != actor_moves

@@ -77,8 +77,8 @@ class ACConfig(TrainConfig):
     """per-world teachers: each world's teacher is the teachers' rule that does best on its machines
     over this many arrival streams (0: the family's or band's teacher; agent.learn.teachers.world_teacher)"""
     critic_warmup_fraction: float = 0.0
-    """after cloning: share of the run in which only the critic learns (a random critic's advantages
-    would first push the cloned actor anywhere)"""
+    """after cloning or from an --init model: share of the run in which only the critic learns (a
+    random critic's advantages would first push the trained actor anywhere)"""
     env_workers: int = 2
     """processes that step the environments during rollouts (0: in this process)"""
     torch_threads: int = 2
@@ -252,7 +252,8 @@ def _train(cfg: ACConfig, init: NodeScorer | None, envs: EnvWorkers) -> tuple[No
         b_logprobs, b_adv, b_returns = logprobs.reshape(-1), advantages.reshape(-1), returns.reshape(-1)
         b_targets = targets.reshape(batch_size, slots) if targets is not None else None
         kick = kickstart_weight(cfg, update, updates)
-        warming_up = imitation is not None and update < cfg.critic_warmup_fraction * updates
+        # a trained actor (cloned, or loaded to fine-tune; its critic is not stored) waits for its critic
+        warming_up = (imitation is not None or init is not None) and update < cfg.critic_warmup_fraction * updates
         counts = b_mask.sum(dim=1).numpy()
         for _ in range(cfg.update_epochs):
             # Minibatches of similar node counts, trimmed to their largest: episodes draw 2..64
