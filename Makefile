@@ -135,6 +135,7 @@ train: install ## per policy: PPO, the teachers' clone (uniform and log-uniform 
 	  done; \
 	  $(PY) -m agent.evaluate.shipped pick models/$$lower.pt $(CANDIDATES)/$$lower-ppo.pt \
 	    $(CANDIDATES)/$$lower-clone-uniform.pt $(CANDIDATES)/$$lower-clone-log-uniform.pt $(CANDIDATES)/$$lower-dqn.pt || exit 1; \
+	  $(PY) -m agent.evaluate.shipped holdout models/$$lower.pt --no-progress || exit 1; \
 	done
 
 eval: install ## evaluate the shipped models against the baselines (tables and plots in eval/)
