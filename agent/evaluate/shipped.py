@@ -58,50 +58,30 @@ def relative_objective(policy: str, rows: list[dict]) -> float:
 def evaluate_shipped_model(path: Path, seeds: int = SEEDS, arrivals: int = ARRIVALS, progress: bool = True,
                            families: tuple[str, ...] | None = None) -> list:
     """Evaluate a freshly trained model and record the table and goals in its sidecar."""
-    model = load_model(path)
-    policy = model.policy
-    families = families or evaluation_families_for(policy)
-    rows, checks = shipped_evaluation(policy, [ModelScorer(model)], seeds, arrivals, progress, families)
-    meta = json.loads(sidecar_path(path).read_text())
-    meta["evaluation"] = {
-        "command": f"rlscore-eval --policy {policy} --model {path} --seeds {seeds} --arrivals {arrivals}",
-        "seeds": seeds,
-        "arrivals": arrivals,
-        "seed_base": EVAL_SEED_BASE,
-        "families": list(families),
-        "table": markdown_table(policy, rows).splitlines(),
-        "goals": [asdict(c) for c in checks],
-        "goals_met": sum(c.ok for c in checks),
-        "goals_total": len(checks),
-        "all_goals_met": all(c.ok for c in checks),
-        "mean_objective_vs_best_baseline": round(relative_objective(policy, rows), 4),
-    }
-    _write_sidecar(path, meta)
-    return checks
+    return _measure_into_sidecar(path, "evaluation", seeds, arrivals, progress, families, EVAL_SEED_BASE)
 
 
 def holdout_model(path: Path, seeds: int = SEEDS, arrivals: int = ARRIVALS, progress: bool = True,
                   families: tuple[str, ...] | None = None) -> list:
-    """The standard evaluation on the hold-out seeds, recorded under `holdout`: the table, the goals
-    met and the missed ones with their figures."""
+    """The standard evaluation on the hold-out seeds, recorded under `holdout` as `evaluation` is."""
+    return _measure_into_sidecar(path, "holdout", seeds, arrivals, progress, families, HOLDOUT_SEED_BASE)
+
+
+def _measure_into_sidecar(path: Path, key: str, seeds: int, arrivals: int, progress: bool,
+                          families: tuple[str, ...] | None, seed_base: int) -> list:
     model = load_model(path)
     policy = model.policy
     families = families or evaluation_families_for(policy)
-    rows, checks = shipped_evaluation(policy, [ModelScorer(model)], seeds, arrivals, progress, families,
-                                      seed_base=HOLDOUT_SEED_BASE)
+    rows, checks = shipped_evaluation(policy, [ModelScorer(model)], seeds, arrivals, progress, families, seed_base)
+    command = (f"rlscore-eval --policy {policy} --model {path} --seeds {seeds} --arrivals {arrivals}"
+               if key == "evaluation" else f"python -m agent.evaluate.shipped {key} {path}")
+    record = {"command": command, "seeds": seeds, "arrivals": arrivals, "seed_base": seed_base,
+              "families": list(families), "table": markdown_table(policy, rows).splitlines(),
+              "goals": [asdict(c) for c in checks], "goals_met": sum(c.ok for c in checks),
+              "goals_total": len(checks), "all_goals_met": all(c.ok for c in checks),
+              "mean_objective_vs_best_baseline": round(relative_objective(policy, rows), 4)}
     meta = json.loads(sidecar_path(path).read_text())
-    meta["holdout"] = {
-        "command": f"python -m agent.evaluate.shipped holdout {path}",
-        "seeds": seeds,
-        "arrivals": arrivals,
-        "seed_base": HOLDOUT_SEED_BASE,
-        "families": list(families),
-        "table": markdown_table(policy, rows).splitlines(),
-        "goals_met": sum(c.ok for c in checks),
-        "goals_total": len(checks),
-        "mean_objective_vs_best_baseline": round(relative_objective(policy, rows), 4),
-        "missed": [asdict(c) for c in checks if not c.ok],
-    }
+    meta[key] = record
     _write_sidecar(path, meta)
     return checks
 
