@@ -104,7 +104,7 @@ def test_an_invalid_profile_is_an_error_naming_the_file(tmp_path, capsys):
 def test_retraining_starts_from_the_model_that_fits_the_profile_best(tmp_path, churn_profile):
     """rlscore-retrain --start-from: a stale serving model is not fine-tuned when the image's shipped
     one does better on the profile; a file the loader refuses is named with its reason, not used."""
-    from agent.live.retrain import START_SEED_BASE, choose_start
+    from agent.live.retrain import START_SEED_BASE, _describe_start, choose_start
 
     stale = untrained(tmp_path / "serving" / "ee.pt")
     shipped = copy_model(SHIPPED_EE, tmp_path / "image" / "ee.pt")
@@ -114,6 +114,9 @@ def test_retraining_starts_from_the_model_that_fits_the_profile_best(tmp_path, c
     assert chosen == shipped and record["chosen"] == str(shipped)
     assert record["objective"][str(shipped)] < record["objective"][str(stale)]
     assert record["seed_base"] == START_SEED_BASE and list(record["refused"]) == [str(broken)]
+    said = _describe_start(chosen, record).splitlines()  # what rlscore-retrain prints
+    assert said[0].startswith("    not a starting point: ") and str(broken) in said[0]
+    assert said[1].startswith(f"    starting from {shipped} (objective on the profile: {shipped} ")
     # the serving model alone is kept without measuring; nothing usable means from scratch
     assert choose_start("EE", [shipped], churn_profile)[0] == shipped
     chosen, record = choose_start("LB", [stale, broken], churn_profile)

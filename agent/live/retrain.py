@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     start, record["init"] = _step("choose start", record, lambda: choose_start(policy, [serving, *args.start_from],
                                                                                  profile))
     init = ["--init", str(start)] if start is not None else []
+    print(_describe_start(start, record["init"]), file=sys.stderr)
     train_args = ["--policy", policy, "--algo", args.algo, "--profile", str(profile), "--out", str(work),
                   "--name", candidate.name, "--log-dir", "", "--no-eval", "--no-progress", *init]
     if args.timesteps is not None:
@@ -151,6 +152,17 @@ def choose_start(policy: str, models: list[Path], profile: Path, seeds: int = ST
     chosen = min(usable, key=lambda p: objective[str(p)] if objective[str(p)] is not None else 0.0)
     return chosen, {"chosen": str(chosen), "objective": objective, "seeds": seeds, "seed_base": START_SEED_BASE,
                     "refused": refused}
+
+
+def _describe_start(start: Path | None, info: dict) -> str:
+    lines = [f"    not a starting point: {reason}" for reason in info["refused"].values()]
+    if start is None:
+        lines.append("    starting from scratch: no usable model")
+    else:
+        measured = {p: v for p, v in info["objective"].items() if v is not None}
+        lines.append(f"    starting from {start}" + (" (objective on the profile: " + ", ".join(
+            f"{p} {v:.4g}" for p, v in sorted(measured.items(), key=lambda kv: kv[1])) + ")" if measured else ""))
+    return "\n".join(lines)
 
 
 def _stage(server: str, policy: str, token_file: Path | None) -> str:
