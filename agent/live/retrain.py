@@ -125,10 +125,9 @@ def main(argv: list[str] | None = None) -> int:
 def choose_start(policy: str, models: list[Path], profile: Path, seeds: int = START_SEEDS) -> tuple[Path | None, dict]:
     """The model fine-tuning starts from: of those the loader takes, the one with the lowest objective
     on `seeds` worlds of the profile (START_SEED_BASE, apart from the gate's); None (from scratch)
-    when none is usable. Returns it and what was measured, for the record."""
-    import numpy as np
-
-    from agent.evaluate.compare import evaluate
+    when none is usable. Returns it and what was measured (nothing when one model is usable), for
+    the record."""
+    from agent.evaluate.compare import evaluate, summarize
     from agent.learn.model_io import ModelValidationError, load_model
     from agent.scoring import ModelScorer
     from agent.sim.cluster_profile import load_profile, register_profile
@@ -141,15 +140,14 @@ def choose_start(policy: str, models: list[Path], profile: Path, seeds: int = ST
             refused[str(path)] = str(exc)
     if not usable:
         return None, {"chosen": None, "reason": "from scratch: no usable model", "refused": refused}
-    objective = {str(path): None for path in usable}
+    objective: dict[str, float] = {}
     if len(usable) > 1:
         family = register_profile(load_profile(profile))
         scorers = [ModelScorer(model, name=str(path)) for path, model in usable.items()]
         results, _ = evaluate(policy, scorers, (family,), seeds, baselines=(), progress=False,
                               seed_base=START_SEED_BASE)
-        for name in objective:
-            objective[name] = round(float(np.mean([r.objective for r in results if r.scorer == name])), 6)
-    chosen = min(usable, key=lambda p: objective[str(p)] if objective[str(p)] is not None else 0.0)
+        objective = {row["scorer"]: round(row["objective"], 6) for row in summarize(results)}
+    chosen = min(usable, key=lambda p: objective.get(str(p), 0.0))
     return chosen, {"chosen": str(chosen), "objective": objective, "seeds": seeds, "seed_base": START_SEED_BASE,
                     "refused": refused}
 
@@ -159,9 +157,9 @@ def _describe_start(start: Path | None, info: dict) -> str:
     if start is None:
         lines.append("    starting from scratch: no usable model")
     else:
-        measured = {p: v for p, v in info["objective"].items() if v is not None}
+        measured = sorted(info["objective"].items(), key=lambda kv: kv[1])
         lines.append(f"    starting from {start}" + (" (objective on the profile: " + ", ".join(
-            f"{p} {v:.4g}" for p, v in sorted(measured.items(), key=lambda kv: kv[1])) + ")" if measured else ""))
+            f"{p} {v:.4g}" for p, v in measured) + ")" if measured else ""))
     return "\n".join(lines)
 
 
