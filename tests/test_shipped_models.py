@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +81,27 @@ def test_shipped_holdout_figures_are_the_models_own(policy):
     rl = f"| rl-{policy.lower()} |"
     mine = [line for line in markdown_table(policy, summarize(results)).splitlines() if rl in line]
     assert mine and mine == [line for line in holdout["table"] if rl in line and line.startswith(f"| {family} |")]
+
+
+@pytest.mark.parametrize("policy", ["EE", "LB", "EL"])
+def test_each_objective_goal_says_whether_its_seeds_tell_it_from_a_tie(policy):
+    """Both records pair the model with the best baseline seed by seed (agent.evaluate.goals): the
+    ratio is the goal's own, and the misses counted beyond noise are those whose interval lies above 1."""
+    meta = _meta(policy)
+    for key in ("evaluation", "holdout"):
+        record = meta[key]
+        objective = [g for g in record["goals"] if g["goal"].startswith("objective <= best baseline")]
+        assert objective, key
+        for g in objective:
+            paired = g["paired"]
+            mine, theirs = (float(x) for x in re.fullmatch(r"(\S+) vs \S+ (\S+)", g["detail"]).groups())
+            assert paired["seeds"] == record["seeds"], (key, g)
+            assert paired["ratio"] == pytest.approx(mine / theirs, rel=2e-3), (key, g)
+            assert paired["ci95"][0] <= paired["ratio"] <= paired["ci95"][1], (key, g)
+            if abs(paired["ratio"] - 1.02) > 2e-3:  # away from the tolerance, where rounding cannot flip it
+                assert g["ok"] == (paired["ratio"] < 1.02), (key, g)
+        assert record["missed_beyond_noise"] == sum(not g["ok"] and g["paired"]["reading"] == "behind"
+                                                    for g in objective), key
 
 
 def test_holdout_measures_other_worlds_and_leaves_the_evaluation_alone(tmp_path):

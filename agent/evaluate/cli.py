@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from agent.evaluate.compare import evaluate, summarize
-from agent.evaluate.goals import check_goals
+from agent.evaluate.goals import check_goals, describe_paired
 from agent.evaluate.report import markdown_table, write_outputs
 from agent.learn.model_io import ModelValidationError, load_model
 from agent.scoring import ModelScorer
@@ -87,12 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     results, traces = evaluate(policy, scorers, families, args.seeds, args.arrivals, node_counts=args.nodes,
                                progress=not args.no_progress, traces_for=trace_key)
     rows = summarize(results)
-    checks = check_goals(policy, rows) if len(scorers) == 1 else []
+    checks = check_goals(policy, rows, results) if len(scorers) == 1 else []
     out = args.out or Path("eval") / policy.lower()
     write_outputs(out, policy, results, rows, checks, traces, f"{policy}: {', '.join(families)}")
     print(markdown_table(policy, rows))
     for c in checks:
-        print(f"{'PASS' if c.ok else 'FAIL'} {c.family} @ {c.nodes}: {c.goal} ({c.detail})")
+        paired = describe_paired(c.paired)
+        print(f"{'PASS' if c.ok else 'FAIL'} {c.family} @ {c.nodes}: {c.goal} ({c.detail}{'; ' + paired if paired else ''})")
     print(f"wrote {out}/summary.md, summary.csv, runs.csv and plots")
     return 0
 

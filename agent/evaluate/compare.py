@@ -176,8 +176,7 @@ def summarize(results: list[RunResult]) -> list[dict]:
     drawn per seed."""
     groups: dict[tuple, list[RunResult]] = {}
     for r in results:
-        size = r.nodes if family(r.family).eval_nodes else "random"
-        groups.setdefault((r.family, size, r.scorer), []).append(r)
+        groups.setdefault(cell_of(r), []).append(r)
     rows = []
     for (family_name, nodes, scorer), runs in groups.items():
         row = {"family": family_name, "nodes": nodes, "scorer": scorer, "seeds": len(runs)}
@@ -186,6 +185,19 @@ def summarize(results: list[RunResult]) -> list[dict]:
             row[metric] = float(np.nanmean(values)) if not np.all(np.isnan(values)) else float("nan")
         rows.append(row)
     return rows
+
+
+def cell_of(result: RunResult) -> tuple[str, int | str, str]:
+    """(family, nodes, scorer) of a summary row the run belongs to (see summarize)."""
+    return result.family, result.nodes if family(result.family).eval_nodes else "random", result.scorer
+
+
+def objectives_by_seed(results: list[RunResult]) -> dict[tuple, dict[int, float]]:
+    """Each summary row's per-seed objectives, for comparisons paired by seed."""
+    out: dict[tuple, dict[int, float]] = {}
+    for r in results:
+        out.setdefault(cell_of(r), {})[r.seed] = r.objective
+    return out
 
 
 def cells(family_names: tuple[str, ...], seeds: int, node_counts: tuple[int, ...] | None = None,

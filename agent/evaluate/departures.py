@@ -1,0 +1,95 @@
+"""Where a model departs from a heuristic, and on which kind of decision.
+
+The model and the heuristic are asked about the same states: the ones the heuristic's own placements
+lead to, on the evaluation's seeded worlds. A departure is a decision where the model's pick is not
+among the heuristic's tied best. Decisions are split by what the heuristic does: open an empty node,
+or place onto a node that already runs pods. A cloned model that loses to its teacher in a cell shows
+here whether it packs differently or opens other nodes (the choice whose best answer depends on the
+load still to come, which no node feature shows).
+
+    python -m agent.evaluate.departures models/ee.pt --baseline most-allocated --family test1 --nodes 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE, cells
+from agent.learn.model_io import ModelValidationError, load_model
+from agent.scoring import HeuristicScorer, ModelScorer, Scorer, choose
+from agent.sim.families import family
+from agent.sim.simulator import Simulation
+
+OPENING, RUNNING = "opens an empty node", "places onto a running node"
+
+
+@dataclass
+class Departures:
+    decisions: dict[str, int] = field(default_factory=lambda: {OPENING: 0, RUNNING: 0})
+    departed: dict[str, int] = field(default_factory=lambda: {OPENING: 0, RUNNING: 0})
+
+    def lines(self) -> list[str]:
+        total = sum(self.decisions.values())
+        out = [f"{sum(self.departed.values())} of {total} decisions depart from the baseline"]
+        for kind in (OPENING, RUNNING):
+            n, k = self.decisions[kind], self.departed[kind]
+            out.append(f"  where the baseline {kind}: {k} of {n}" + (f" ({100 * k / n:.1f}%)" if n else ""))
+        return out
+
+
+def departures(scorer: Scorer, baseline: str, family_name: str, nodes: int | None, seeds: int, decisions: int,
+               seed_base: int = EVAL_SEED_BASE, limits: bool = False) -> Departures:
+    """Count the scorer's departures from `baseline` along the baseline's own trajectories."""
+    out = Departures()
+    for name, size, seed in cells((family_name,), seeds, (nodes,) if nodes else None, seed_base):
+        sim = Simulation.of_family(name, seed, size, limits=limits)
+        rng = np.random.default_rng(seed)
+        heuristic = HeuristicScorer(baseline, rng)
+        for _ in range(decisions):
+            sim.next_decision()
+            state, pod = sim.candidate_state()
+            values = heuristic.values(state, pod)
+            pick = choose(values, rng)
+            kind = RUNNING if state.pods[pick] > 0 else OPENING
+            out.decisions[kind] += 1
+            out.departed[kind] += int(values[int(np.argmax(scorer.values(state, pod)))] < values.max() - 1e-9)
+            sim.place(pick)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agent.evaluate.departures", description=__doc__.splitlines()[0])
+    parser.add_argument("model", type=Path)
+    parser.add_argument("--baseline", required=True, help="a heuristic of the model's policy, e.g. most-allocated")
+    parser.add_argument("--family", required=True)
+    parser.add_argument("--nodes", type=int, default=None, help="cluster size (default: the family's evaluation sizes)")
+    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--decisions", type=int, default=400, help="placements per world")
+    parser.add_argument("--holdout", action="store_true", help="the hold-out seeds instead of the evaluation's")
+    args = parser.parse_args(argv)
+    try:
+        model = load_model(args.model)
+        family(args.family)
+        scorer = ModelScorer(model)
+        HeuristicScorer(args.baseline, np.random.default_rng(0))
+    except (ModelValidationError, ValueError) as exc:
+        print(f"departures: {exc}", file=sys.stderr)
+        return 2
+    if args.seeds < 1 or args.decisions < 1 or (args.nodes is not None and args.nodes < 1):
+        print("departures: --seeds, --decisions and --nodes must be positive", file=sys.stderr)
+        return 2
+    found = departures(scorer, args.baseline, args.family, args.nodes, args.seeds, args.decisions,
+                       HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE, limits=model.policy == "EL")
+    print(f"{args.model} against {args.baseline} on {args.family}"
+          + (f" at {args.nodes} nodes" if args.nodes else "") + f", {args.seeds} seeds:")
+    print("\n".join(found.lines()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

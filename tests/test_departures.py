@@ -1,0 +1,58 @@
+"""Where a scorer departs from a heuristic, on the heuristic's own trajectories in the simulator."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.evaluate.departures import OPENING, RUNNING, departures, main
+from agent.learn.model_io import load_model
+from agent.scoring import HeuristicScorer, ModelScorer
+
+MODELS = Path(__file__).resolve().parent.parent / "models"
+
+
+def test_a_heuristic_never_departs_from_itself():
+    found = departures(HeuristicScorer("most-allocated", np.random.default_rng(0)), "most-allocated", "test1", 3,
+                       seeds=2, decisions=120)
+    assert sum(found.decisions.values()) == 240
+    assert found.decisions[OPENING] > 0 and found.decisions[RUNNING] > 0
+    assert found.departed == {OPENING: 0, RUNNING: 0}
+
+
+def test_spreading_departs_from_packing_where_packing_places_onto_running_nodes():
+    found = departures(HeuristicScorer("least-allocated", np.random.default_rng(0)), "most-allocated", "test1", 3,
+                       seeds=2, decisions=120)
+    assert found.departed[RUNNING] > 0.3 * found.decisions[RUNNING]
+    assert "depart from the baseline" in found.lines()[0]
+
+
+def test_a_model_is_asked_about_the_same_states():
+    model = ModelScorer(load_model(MODELS / "ee.pt"))
+    found = departures(model, "most-allocated", "poisson", 10, seeds=1, decisions=80)
+    assert sum(found.decisions.values()) == 80
+    assert 0 <= sum(found.departed.values()) <= 80
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--baseline", "nope", "--family", "test1"], "unknown heuristic 'nope'"),
+    (["--baseline", "most-allocated", "--family", "nope"], "unknown scenario family 'nope'"),
+    (["--baseline", "most-allocated", "--family", "test1", "--seeds", "0"], "must be positive"),
+])
+def test_the_cli_names_what_is_wrong(args, message, capsys):
+    assert main([str(MODELS / "ee.pt"), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_cli_refuses_a_broken_model_file(tmp_path, capsys):
+    broken = tmp_path / "ee.pt"
+    broken.write_bytes((MODELS / "ee.pt").read_bytes()[:100])
+    assert main([str(broken), "--baseline", "most-allocated", "--family", "test1"]) == 2
+    assert str(broken) in capsys.readouterr().err
+
+
+def test_the_cli_prints_the_split(capsys):
+    assert main([str(MODELS / "ee.pt"), "--baseline", "most-allocated", "--family", "test1", "--nodes", "3",
+                 "--seeds", "1", "--decisions", "60"]) == 0
+    out = capsys.readouterr().out
+    assert "on test1 at 3 nodes, 1 seeds" in out and f"where the baseline {OPENING}" in out
