@@ -6,8 +6,9 @@
 3. Wave 1's goals still hold on the thesis patterns at 3, 10 and 100 nodes.
 
 Given the per-seed runs, each objective goal also carries the comparison paired by seed (`paired`):
-the same ratio with a 95% bootstrap interval over the seeds. A miss whose interval reaches 1 is a tie
-these seeds cannot tell apart; one whose interval lies above 1 is the model really behind. The best
+the same ratio with a 95% bootstrap interval over the seeds. A miss whose interval reaches 1 cannot
+be told from a tie on these seeds (which is not to say it is one); one whose interval lies above 1 is
+the model really behind. The best
 baseline is chosen on the same seeds, which favours it, so "behind" is if anything overstated.
 """
 
