@@ -27,11 +27,15 @@ def test_spreading_departs_from_packing_where_packing_places_onto_running_nodes(
     assert "depart from the baseline" in found.lines()[0]
 
 
-def test_a_model_is_asked_about_the_same_states():
+def test_the_shipped_ee_follows_its_poisson_teacher_and_not_a_spreading_rule():
+    """The EE clone learned efficient-first on poisson (models/ee.json, world_teachers): asked about
+    that rule's states it departs rarely, about LeastAllocated's almost always."""
     model = ModelScorer(load_model(MODELS / "ee.pt"))
-    found = departures(model, "most-allocated", "poisson", 10, seeds=1, decisions=80)
-    assert sum(found.decisions.values()) == 80
-    assert 0 <= sum(found.departed.values()) <= 80
+    teacher = departures(model, "efficient-first", "poisson", 10, seeds=1, decisions=80)
+    spreading = departures(model, "least-allocated", "poisson", 10, seeds=1, decisions=80)
+    assert sum(teacher.decisions.values()) == sum(spreading.decisions.values()) == 80
+    assert sum(teacher.departed.values()) < 8
+    assert sum(spreading.departed.values()) > 64
 
 
 @pytest.mark.parametrize("args, message", [

@@ -6,7 +6,7 @@ from dataclasses import fields
 import pytest
 
 from agent.evaluate.compare import METRICS, RunResult, summarize
-from agent.evaluate.goals import check_goals, describe_paired, paired_ratio
+from agent.evaluate.goals import check_goals, describe_paired, missed_beyond_noise, paired_ratio
 
 OBJECTIVE_GOAL = "objective <= best baseline x 1.02"
 
@@ -43,6 +43,8 @@ def test_objective_goal_is_paired_by_seed(name, model, ok, reading, behind):
     assert paired["ratio"] == pytest.approx(sum(model) / sum(BASE), abs=1e-4)
     assert paired["ci95"][0] <= paired["ratio"] <= paired["ci95"][1]
     assert f"behind on {behind}: {reading}" in describe_paired(paired)
+    assert goal.described() == f"{OBJECTIVE_GOAL} ({goal.detail}; {describe_paired(paired)})"
+    assert missed_beyond_noise([goal]) == (reading == "behind")
 
 
 def test_without_runs_or_a_zero_baseline_nothing_is_paired():

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from agent.evaluate.compare import evaluate, summarize
-from agent.evaluate.goals import check_goals, describe_paired
+from agent.evaluate.goals import check_goals
 from agent.evaluate.report import markdown_table, write_outputs
 from agent.learn.model_io import ModelValidationError, load_model
 from agent.scoring import ModelScorer
@@ -92,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     write_outputs(out, policy, results, rows, checks, traces, f"{policy}: {', '.join(families)}")
     print(markdown_table(policy, rows))
     for c in checks:
-        paired = describe_paired(c.paired)
-        print(f"{'PASS' if c.ok else 'FAIL'} {c.family} @ {c.nodes}: {c.goal} ({c.detail}{'; ' + paired if paired else ''})")
+        print(f"{'PASS' if c.ok else 'FAIL'} {c.family} @ {c.nodes}: {c.described()}")
     print(f"wrote {out}/summary.md, summary.csv, runs.csv and plots")
     return 0
 

@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decisions", type=int, default=400, help="placements per world")
     parser.add_argument("--holdout", action="store_true", help="the hold-out seeds instead of the evaluation's")
     args = parser.parse_args(argv)
+    if args.seeds < 1 or args.decisions < 1 or (args.nodes is not None and args.nodes < 1):
+        print("departures: --seeds, --decisions and --nodes must be positive", file=sys.stderr)
+        return 2
     try:
         model = load_model(args.model)
         family(args.family)
@@ -79,9 +82,6 @@ def main(argv: list[str] | None = None) -> int:
         HeuristicScorer(args.baseline, np.random.default_rng(0))
     except (ModelValidationError, ValueError) as exc:
         print(f"departures: {exc}", file=sys.stderr)
-        return 2
-    if args.seeds < 1 or args.decisions < 1 or (args.nodes is not None and args.nodes < 1):
-        print("departures: --seeds, --decisions and --nodes must be positive", file=sys.stderr)
         return 2
     found = departures(scorer, args.baseline, args.family, args.nodes, args.seeds, args.decisions,
                        HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE, limits=model.policy == "EL")

@@ -40,6 +40,16 @@ class GoalCheck:
     detail: str
     paired: dict | None = None  # objective goals, when the per-seed runs are given (see above)
 
+    def described(self) -> str:
+        """The goal with its figures and, where paired, the reading by seed."""
+        paired = describe_paired(self.paired)
+        return f"{self.goal} ({self.detail}{'; ' + paired if paired else ''})"
+
+
+def missed_beyond_noise(checks: list[GoalCheck]) -> int:
+    """Missed goals whose paired interval lies above 1: the model really behind."""
+    return sum(not c.ok and bool(c.paired) and c.paired["reading"] == "behind" for c in checks)
+
 
 def paired_ratio(model: dict[int, float], baseline: dict[int, float], resamples: int = PAIRED_RESAMPLES) -> dict | None:
     """The model's mean objective over the baseline's on the seeds both ran, with a 95% bootstrap

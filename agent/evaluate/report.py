@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from agent.evaluate.compare import RunResult, Trace
-from agent.evaluate.goals import GoalCheck, describe_paired
+from agent.evaluate.goals import GoalCheck
 
 # The columns that say most about each policy's objective.
 COLUMNS = {
@@ -52,8 +52,7 @@ def write_outputs(out: Path, policy: str, results: list[RunResult], rows: list[d
         writer = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         writer.writeheader()
         writer.writerows(rows)
-    goal_lines = [f"- [{'x' if c.ok else ' '}] {c.family} @ {c.nodes}: {c.goal} ({c.detail}"
-                  f"{'; ' + describe_paired(c.paired) if c.paired else ''})" for c in checks]
+    goal_lines = [f"- [{'x' if c.ok else ' '}] {c.family} @ {c.nodes}: {c.described()}" for c in checks]
     (out / "summary.md").write_text(f"# {title}\n\nObjective: the policy's cost per arrival, lower is better "
                                     f"(agent/sim/outcomes.py).\n\n{markdown_table(policy, rows)}\n\n## Goals\n\n"
                                     + ("\n".join(goal_lines) or "(no goal applies)") + "\n")

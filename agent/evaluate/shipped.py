@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE, best_baseline, evaluate, summarize
-from agent.evaluate.goals import check_goals, describe_paired
+from agent.evaluate.goals import check_goals, missed_beyond_noise
 from agent.evaluate.report import markdown_table
 from agent.learn.model_io import load_model, sha256_of, sidecar_path
 from agent.scoring import ModelScorer
@@ -79,8 +79,7 @@ def _measure_into_sidecar(path: Path, key: str, seeds: int, arrivals: int, progr
               "families": list(families), "table": markdown_table(policy, rows).splitlines(),
               "goals": [asdict(c) for c in checks], "goals_met": sum(c.ok for c in checks),
               "goals_total": len(checks), "all_goals_met": all(c.ok for c in checks),
-              "missed_beyond_noise": sum(not c.ok and bool(c.paired) and c.paired["reading"] == "behind"
-                                         for c in checks),
+              "missed_beyond_noise": missed_beyond_noise(checks),
               "mean_objective_vs_best_baseline": round(relative_objective(policy, rows), 4)}
     meta = json.loads(sidecar_path(path).read_text())
     meta[key] = record
@@ -156,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
               + (" on the hold-out seeds" if args.command == "holdout" else ""))
         for c in checks:
             if not c.ok:
-                paired = describe_paired(c.paired)
-                print(f"  missed: {c.family} at {c.nodes} nodes: {c.goal} ({c.detail}{'; ' + paired if paired else ''})")
+                print(f"  missed: {c.family} at {c.nodes} nodes: {c.described()}")
     else:
         best = pick(args.target, args.candidates, args.keep_earlier)
         print(f"shipped {best} as {args.target}")
