@@ -141,3 +141,43 @@ def test_a_candidate_retrained_on_the_profile_beats_the_best_heuristic_and_is_pr
     assert verdict["objective"]["candidate"] < verdict["objective"]["efficient-first"] < verdict["objective"]["serving"]
     assert serving.read_bytes() == candidate.read_bytes()
     assert "PROMOTE" in capsys.readouterr().out
+
+
+USAGE_3X = Path(__file__).resolve().parents[1] / "examples" / "cluster-profiles" / "local-usage-3x-4n.yaml"
+SHIPPED_LB = SHIPPED_EE.with_name("lb.pt")
+
+
+@pytest.mark.parametrize("start_objective, requested, weight, says", [
+    (1.50, None, 1.0, "more than 10% behind, so pulled towards least-utilized first"),
+    (1.08, None, 0.0, "within 10%, so no pull"),
+    (0.95, None, 0.0, "within 10%, so no pull"),  # ahead of the heuristic: its edge is kept
+    (1.50, 0.0, 0.0, "set by --kickstart"),
+    (0.95, 0.5, 0.5, "set by --kickstart"),
+])
+def test_fine_tuning_is_pulled_towards_the_best_heuristic_only_when_far_behind_it(start_objective, requested,
+                                                                                  weight, says):
+    from agent.live.retrain import pull_towards_heuristic
+
+    info = {"objective": {"m.pt": start_objective}, "best_heuristic": {"name": "least-utilized", "objective": 1.0}}
+    got, record = pull_towards_heuristic(Path("m.pt"), info, requested)
+    assert got == weight == record["weight"] and says in record["reason"]
+
+
+def test_a_model_the_cluster_has_outgrown_is_pulled_towards_its_best_heuristic_and_improves(tmp_path):
+    """On the local cluster's calibrated profile after pods began to use 3x their requests, the shipped
+    LB (it balances requests) is far behind least-utilized; rlscore-retrain's start measurement says
+    so, and fine-tuning with the pull it then chooses (3 000 PPO steps) makes a candidate much better
+    than the model it started from on the gate's held-out seeds."""
+    from agent.evaluate.gate import judge
+    from agent.learn.train import main as train
+    from agent.live.retrain import choose_start, pull_towards_heuristic
+
+    start, info = choose_start("LB", [SHIPPED_LB], USAGE_3X)
+    assert start == SHIPPED_LB and info["best_heuristic"]["name"] == "least-utilized"
+    weight, why = pull_towards_heuristic(start, info, None)
+    assert weight == 1.0 and why["ratio"] > 1.2, why
+    assert train(["--policy", "LB", "--algo", "ppo", "--profile", str(USAGE_3X), "--init", str(SHIPPED_LB),
+                  "--kickstart", str(weight), "--timesteps", "3000", "--out", str(tmp_path / "cand"),
+                  "--log-dir", "", "--no-eval", "--no-progress"]) == 0
+    verdict = judge("LB", tmp_path / "cand" / "lb.pt", SHIPPED_LB, USAGE_3X, seeds=3, progress=False)
+    assert verdict.objective["candidate"] < 0.85 * verdict.objective["serving"], verdict.objective

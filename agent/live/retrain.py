@@ -11,6 +11,13 @@ Every step's output and timing is written to <work>/retrain.json.
 With `--start-from` (e.g. the image's shipped model), fine-tuning starts from whichever valid model
 does best on the profile, the serving one included, measured on seeds of the profile that the gate
 never uses: a serving model that has gone stale is not the best starting point for its successor.
+
+The same seeds measure the policy's heuristics. When even the best starting model is more than
+FAR_BEHIND behind the profile's best heuristic there (the cluster has changed under it: pods using
+3x their requests leave a request-balancing LB ~40% behind least-utilized), fine-tuning pulls it
+towards that heuristic first (`--kickstart 1`, decaying as rlscore-train does): on its own reward a
+few thousand decisions barely move it. A model level with or ahead of every heuristic is fine-tuned
+without a pull, which would only take its edge away. `--kickstart` overrides the choice.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from agent.state import POLICIES
 
 START_SEED_BASE = 4 * 10**6  # the profile's seeds that choose the starting model; the gate judges on others
 START_SEEDS = 3
+FAR_BEHIND = 0.10  # start objective over the best heuristic's beyond which fine-tuning is pulled towards it
 
 
 def _step(name: str, record: dict, fn):
@@ -56,8 +64,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="another model to start from, e.g. the image's shipped one (repeatable): the best "
                              "on the profile, the serving model included, is fine-tuned")
     parser.add_argument("--kickstart", type=float, default=None,
-                        help="a2c/ppo: pull towards the profile's best heuristic at first (default: none when "
-                             "fine-tuning)")
+                        help="a2c/ppo: pull towards the profile's best heuristic at first (default: 1 when "
+                             f"the starting model is more than {FAR_BEHIND:.0%} behind that heuristic on the "
+                             "profile, else none)")
     parser.add_argument("--seeds", type=int, default=6, help="held-out seeds the gate judges on")
     parser.add_argument("--margin", type=float, default=0.0, help="improvement the gate requires")
     parser.add_argument("--server", default=None, help="suggestion server URL: stage the candidate at once "
@@ -101,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
                   "--name", candidate.name, "--log-dir", "", "--no-eval", "--no-progress", *init]
     if args.timesteps is not None:
         train_args += ["--timesteps", str(args.timesteps)]
-    if args.kickstart is not None:
-        train_args += ["--kickstart", str(args.kickstart)]
+    kickstart, record["kickstart"] = pull_towards_heuristic(start, record["init"], args.kickstart)
+    print(f"    kickstart {kickstart:g}: {record['kickstart']['reason']}", file=sys.stderr)
+    if start is not None or args.kickstart is not None:  # from scratch, rlscore-train's own default applies
+        train_args += ["--kickstart", str(kickstart)]
     if _step("train", record, lambda: train.main(train_args)) != 0:
         return finish(2, "training failed")
 
@@ -125,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
 def choose_start(policy: str, models: list[Path], profile: Path, seeds: int = START_SEEDS) -> tuple[Path | None, dict]:
     """The model fine-tuning starts from: of those the loader takes, the one with the lowest objective
     on `seeds` worlds of the profile (START_SEED_BASE, apart from the gate's); None (from scratch)
-    when none is usable. Returns it and what was measured (nothing when one model is usable), for
-    the record."""
-    from agent.evaluate.compare import evaluate, summarize
+    when none is usable. The policy's heuristics run on the same worlds, so that the record says
+    how far the start is from the best of them. Returns the start and what was measured."""
+    from agent.evaluate.compare import baselines_for, evaluate, summarize
     from agent.learn.model_io import ModelValidationError, load_model
     from agent.scoring import ModelScorer
     from agent.sim.cluster_profile import load_profile, register_profile
@@ -140,16 +151,37 @@ def choose_start(policy: str, models: list[Path], profile: Path, seeds: int = ST
             refused[str(path)] = str(exc)
     if not usable:
         return None, {"chosen": None, "reason": "from scratch: no usable model", "refused": refused}
-    objective: dict[str, float] = {}
-    if len(usable) > 1:
-        family = register_profile(load_profile(profile))
-        scorers = [ModelScorer(model, name=str(path)) for path, model in usable.items()]
-        results, _ = evaluate(policy, scorers, (family,), seeds, baselines=(), progress=False,
-                              seed_base=START_SEED_BASE)
-        objective = {row["scorer"]: round(row["objective"], 6) for row in summarize(results)}
-    chosen = min(usable, key=lambda p: objective.get(str(p), 0.0))
-    return chosen, {"chosen": str(chosen), "objective": objective, "seeds": seeds, "seed_base": START_SEED_BASE,
-                    "refused": refused}
+    family = register_profile(load_profile(profile))
+    scorers = [ModelScorer(model, name=str(path)) for path, model in usable.items()]
+    heuristics = tuple(b for b in baselines_for(policy) if b != "random")
+    results, _ = evaluate(policy, scorers, (family,), seeds, baselines=heuristics, progress=False,
+                          seed_base=START_SEED_BASE)
+    measured = {row["scorer"]: round(row["objective"], 6) for row in summarize(results)}
+    objective = {str(p): measured[str(p)] for p in usable}
+    chosen = min(usable, key=lambda p: objective[str(p)])
+    best = min(heuristics, key=lambda h: measured[h])
+    return chosen, {"chosen": str(chosen), "objective": objective,
+                    "best_heuristic": {"name": best, "objective": measured[best]}, "seeds": seeds,
+                    "seed_base": START_SEED_BASE, "refused": refused}
+
+
+def pull_towards_heuristic(start: Path | None, info: dict, requested: float | None) -> tuple[float, dict]:
+    """The kickstart weight fine-tuning gets, and why (for the record): the operator's, else 1 when
+    the start is more than FAR_BEHIND behind the profile's best heuristic, else 0."""
+    if requested is not None:
+        return requested, {"weight": requested, "reason": "set by --kickstart"}
+    if start is None:
+        from agent.learn.train import DEFAULT_KICKSTART
+        return DEFAULT_KICKSTART, {"weight": DEFAULT_KICKSTART,
+                                   "reason": "from scratch: the teachers are cloned first (rlscore-train's default)"}
+    mine, best = info["objective"][str(start)], info["best_heuristic"]
+    ratio = mine / best["objective"] if best["objective"] > 0 else 1.0
+    behind = ratio > 1.0 + FAR_BEHIND
+    reason = (f"the start's objective {mine:.4g} is x{ratio:.3f} the best heuristic's ({best['name']} "
+              f"{best['objective']:.4g}) on the profile: " + (f"more than {FAR_BEHIND:.0%} behind, so pulled "
+              f"towards {best['name']} first" if behind else f"within {FAR_BEHIND:.0%}, so no pull"))
+    weight = 1.0 if behind else 0.0
+    return weight, {"weight": weight, "reason": reason, "ratio": round(ratio, 4), "heuristic": best["name"]}
 
 
 def _describe_start(start: Path | None, info: dict) -> str:
@@ -158,8 +190,9 @@ def _describe_start(start: Path | None, info: dict) -> str:
         lines.append("    starting from scratch: no usable model")
     else:
         measured = sorted(info["objective"].items(), key=lambda kv: kv[1])
-        lines.append(f"    starting from {start}" + (" (objective on the profile: " + ", ".join(
-            f"{p} {v:.4g}" for p, v in measured) + ")" if measured else ""))
+        best = info["best_heuristic"]
+        lines.append(f"    starting from {start} (objective on the profile: " + ", ".join(
+            f"{p} {v:.4g}" for p, v in measured) + f"; best heuristic {best['name']} {best['objective']:.4g})")
     return "\n".join(lines)
 
 
