@@ -166,18 +166,45 @@ def test_fine_tuning_is_pulled_towards_the_best_heuristic_only_when_far_behind_i
 def test_a_model_the_cluster_has_outgrown_is_pulled_towards_its_best_heuristic_and_improves(tmp_path):
     """On the local cluster's calibrated profile after pods began to use 3x their requests, the shipped
     LB (it balances requests) is far behind least-utilized; rlscore-retrain's start measurement says
-    so, and fine-tuning with the pull it then chooses (3 000 PPO steps) makes a candidate much better
-    than the model it started from on the gate's held-out seeds."""
+    so, and fine-tuning with the pull it then chooses (3 000 PPO steps) makes a candidate clearly
+    better than the model it started from on the gate's held-out seeds."""
     from agent.evaluate.gate import judge
     from agent.learn.train import main as train
     from agent.live.retrain import choose_start, pull_towards_heuristic
 
     start, info = choose_start("LB", [SHIPPED_LB], USAGE_3X)
-    assert start == SHIPPED_LB and info["best_heuristic"]["name"] == "least-utilized"
+    # the best heuristic reads measured load (which of them changes with the seeds)
+    assert start == SHIPPED_LB and info["best_heuristic"]["name"] in (
+        "least-utilized", "target-load-packing", "load-variation-risk-balancing"), info
     weight, why = pull_towards_heuristic(start, info, None)
-    assert weight == 1.0 and why["ratio"] > 1.2, why
+    assert weight == 1.0 and why["ratio"] > 1.1, why
     assert train(["--policy", "LB", "--algo", "ppo", "--profile", str(USAGE_3X), "--init", str(SHIPPED_LB),
                   "--kickstart", str(weight), "--timesteps", "3000", "--out", str(tmp_path / "cand"),
                   "--log-dir", "", "--no-eval", "--no-progress"]) == 0
-    verdict = judge("LB", tmp_path / "cand" / "lb.pt", SHIPPED_LB, USAGE_3X, seeds=3, progress=False)
-    assert verdict.objective["candidate"] < 0.85 * verdict.objective["serving"], verdict.objective
+    verdict = judge("LB", tmp_path / "cand" / "lb.pt", SHIPPED_LB, USAGE_3X, progress=False)  # 48 seeds
+    # measured: 0.941 against 1.159 (without the pull: 1.201)
+    assert verdict.objective["candidate"] < 0.9 * verdict.objective["serving"], verdict.objective
+    assert verdict.paired["serving"]["reading"] == "ahead", verdict.paired
+
+
+@pytest.mark.parametrize("nodes, seeds", [(1, 48), (4, 48), (16, 12), (20, 10), (32, 6), (5000, 6)])
+def test_the_gate_runs_more_seeds_on_smaller_clusters(nodes, seeds):
+    """One seed's objective swings far more on a small cluster; a run costs about its node count."""
+    from agent.evaluate.gate import default_seeds
+
+    assert default_seeds(nodes) == seeds
+
+
+def test_the_verdict_carries_its_paired_reading_over_the_profiles_default_seeds(tmp_path, capsys):
+    """Without --seeds, a 4-node profile is judged on 48 seeds, and the record says, beside each mean
+    comparison, whether the seeds tell the candidate from the serving model and the best heuristic."""
+    serving = untrained(tmp_path / "serving" / "lb.pt", policy="LB")
+    candidate = copy_model(SHIPPED_LB, tmp_path / "cand" / "lb.pt")
+    main(["--policy", "LB", "--candidate", str(candidate), "--serving", str(serving), "--profile", str(USAGE_3X),
+          "--no-progress"])
+    verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
+    assert verdict["seeds"] == 48 and verdict["paired"]["serving"]["seeds"] == 48
+    # the shipped LB balances requests: far ahead of a random network, far behind least-utilized-like rules
+    assert verdict["paired"]["serving"]["reading"] == "ahead"
+    assert verdict["paired"]["best_baseline"]["reading"] == "behind" and not verdict["promote"]
+    assert "over 48 seeds, 95% " in verdict["reason"] and "behind beyond noise" in capsys.readouterr().out

@@ -6,6 +6,14 @@ the server falls back to) and the best hand-written scorer for the policy, on th
 objective, by at least `--margin`. The verdict and the figures go into the candidate's sidecar, where
 the suggestion server reads them before it stages the candidate; `--promote-to` copies a passing
 candidate there. A refused candidate changes nothing.
+
+How many seeds: on a small cluster one seed's objective swings far more than candidates differ. On
+the local cluster's 4-node profile after pods began to use 3x their requests, least-utilized was the
+best heuristic on the gate's first 6 seeds (1.072 against TargetLoadPacking's 1.157) and
+TargetLoadPacking on 48 others (1.106 against 1.146). A run costs about its node count, so by
+default the gate runs SEED_NODE_BUDGET / nodes seeds, 6 to 48 (48 at 4 nodes, 10 at 20, 6 from 32 up;
+well under a minute on a 2-core machine), and records beside each mean comparison its paired reading
+over the seeds (the ratio, a 95% bootstrap interval and whether it lies below 1, agent.evaluate.goals).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, baselines_for, evaluate
+from agent.evaluate.goals import paired_ratio
 from agent.heuristics import POLICY_HEURISTIC
 from agent.learn.model_io import (ModelValidationError, install_model, load_model, sha256_of, sidecar_path,
                                   write_atomically)
@@ -28,6 +37,12 @@ from agent.sim.cluster_profile import ProfileError, load_profile, register_profi
 from agent.state import POLICIES
 
 CANDIDATE, SERVING = "candidate", "serving"
+SEED_NODE_BUDGET = 192  # seeds x nodes the gate runs by default (see the module's docstring)
+MIN_SEEDS, MAX_SEEDS = 6, 48
+
+
+def default_seeds(nodes: int) -> int:
+    return int(np.clip(round(SEED_NODE_BUDGET / max(nodes, 1)), MIN_SEEDS, MAX_SEEDS))
 
 
 @dataclass
@@ -41,15 +56,19 @@ class Verdict:
     margin: float
     objective: dict[str, float] = field(default_factory=dict)  # scorer -> mean objective (lower is better)
     wins: dict[str, int] = field(default_factory=dict)  # seeds on which the candidate beat serving / best baseline
+    paired: dict[str, dict | None] = field(default_factory=dict)  # serving / best_baseline -> goals.paired_ratio
     best_baseline: str | None = None
     serving: str | None = None  # the serving model's version, or heuristic:<name>
     candidate_sha256: str | None = None
     decided_at: float = field(default_factory=time.time)
 
 
-def judge(policy: str, candidate: Path, serving: Path | None, profile_path: Path, seeds: int = 6,
+def judge(policy: str, candidate: Path, serving: Path | None, profile_path: Path, seeds: int | None = None,
           arrivals: int = 300, margin: float = 0.0, progress: bool = True) -> Verdict:
+    """The verdict on `seeds` held-out seeds of the profile (default: default_seeds of its size)."""
     profile = load_profile(profile_path)
+    if seeds is None:
+        seeds = default_seeds(profile.world().size)
     verdict = Verdict(False, "", policy, profile.name, seeds, arrivals, margin)
     try:
         digest = sha256_of(candidate)
@@ -83,6 +102,8 @@ def judge(policy: str, candidate: Path, serving: Path | None, profile_path: Path
     seeds_run = sorted(by[CANDIDATE])
     verdict.wins = {"serving": int(sum(by[CANDIDATE][s] < by[reference][s] for s in seeds_run)),
                     "best_baseline": int(sum(by[CANDIDATE][s] < by[best][s] for s in seeds_run))}
+    verdict.paired = {"serving": paired_ratio(by[CANDIDATE], by[reference]),
+                      "best_baseline": paired_ratio(by[CANDIDATE], by[best])}
     mine = verdict.objective[CANDIDATE]
     failures = [f"{label} {verdict.objective[name]:.4g}" for label, name in (("serving", reference), (best, best))
                 if not mine < verdict.objective[name] * (1.0 - margin)]
@@ -91,7 +112,17 @@ def judge(policy: str, candidate: Path, serving: Path | None, profile_path: Path
                       f"heuristic {best} {verdict.objective[best]:.4g}" if verdict.promote else
                       f"candidate {mine:.4g} does not beat " + " and ".join(failures)
                       + (f" by {margin:.0%}" if margin else ""))
+    verdict.reason += f" ({_describe_paired(verdict.paired['best_baseline'], best, seeds)})"
     return verdict
+
+
+def _describe_paired(paired: dict | None, best: str, seeds: int) -> str:
+    if paired is None:
+        return f"{seeds} seeds"
+    low, high = paired["ci95"]
+    return (f"x{paired['ratio']:.3f} of {best} over {seeds} seeds, 95% {low:.3f}-{high:.3f}: "
+            + {"ahead": "ahead beyond noise", "behind": "behind beyond noise", "tie": "not told apart from a tie"}[
+                paired["reading"]])
 
 
 def record(candidate: Path, verdict: Verdict, command: str) -> None:
@@ -109,14 +140,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidate", required=True, type=Path, help="the retrained model (.pt beside its .json)")
     parser.add_argument("--serving", type=Path, default=None, help="the model serving now (default models/<policy>.pt)")
     parser.add_argument("--profile", required=True, type=Path, help="the cluster profile to judge on")
-    parser.add_argument("--seeds", type=int, default=6, help="held-out seeds")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help=f"held-out seeds (default: {SEED_NODE_BUDGET} / the profile's nodes, {MIN_SEEDS} to "
+                             f"{MAX_SEEDS})")
     parser.add_argument("--arrivals", type=int, default=300, help="measured arrivals per seed")
     parser.add_argument("--margin", type=float, default=0.0, help="required improvement, e.g. 0.02 for 2%%")
     parser.add_argument("--promote-to", type=Path, default=None,
                         help="copy a passing candidate (and its sidecar) to this path")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    if args.seeds < 1 or args.arrivals < 1 or not 0 <= args.margin < 1:
+    if (args.seeds is not None and args.seeds < 1) or args.arrivals < 1 or not 0 <= args.margin < 1:
         parser.error("--seeds and --arrivals must be >= 1, --margin within [0, 1)")
     serving = args.serving or Path("models") / f"{args.policy.lower()}.pt"
     try:

@@ -31,7 +31,6 @@ from pathlib import Path
 from agent.state import POLICIES
 
 START_SEED_BASE = 4 * 10**6  # the profile's seeds that choose the starting model; the gate judges on others
-START_SEEDS = 3
 FAR_BEHIND = 0.10  # start objective over the best heuristic's beyond which fine-tuning is pulled towards it
 
 
@@ -67,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a2c/ppo: pull towards the profile's best heuristic at first (default: 1 when "
                              f"the starting model is more than {FAR_BEHIND:.0%} behind that heuristic on the "
                              "profile, else none)")
-    parser.add_argument("--seeds", type=int, default=6, help="held-out seeds the gate judges on")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="held-out seeds the gate judges on (default: rlscore-gate's, by the profile's size)")
     parser.add_argument("--margin", type=float, default=0.0, help="improvement the gate requires")
     parser.add_argument("--server", default=None, help="suggestion server URL: stage the candidate at once "
                                                        "(otherwise the server's watch finds it)")
@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     verdict = _step("gate", record, lambda: gate.judge(policy, candidate, serving, profile, args.seeds,
                                                          margin=args.margin, progress=False))
     gate.record(candidate, verdict, "rlscore-retrain (gate)")
-    record["gate"] = {"promote": verdict.promote, "reason": verdict.reason, "objective": verdict.objective}
+    record["gate"] = {"promote": verdict.promote, "reason": verdict.reason, "objective": verdict.objective,
+                      "seeds": verdict.seeds, "paired": verdict.paired}
     print(f"    gate: {'PROMOTE' if verdict.promote else 'REFUSED'}: {verdict.reason}", file=sys.stderr)
     if not verdict.promote:
         return finish(1, "refused by the gate; the serving model is untouched")
@@ -133,9 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     return finish(0, f"candidate handed over at {target}")
 
 
-def choose_start(policy: str, models: list[Path], profile: Path, seeds: int = START_SEEDS) -> tuple[Path | None, dict]:
+def choose_start(policy: str, models: list[Path], profile: Path, seeds: int | None = None) -> tuple[Path | None, dict]:
     """The model fine-tuning starts from: of those the loader takes, the one with the lowest objective
-    on `seeds` worlds of the profile (START_SEED_BASE, apart from the gate's); None (from scratch)
+    on `seeds` worlds of the profile (START_SEED_BASE, apart from the gate's; as many as the gate runs
+    by default: on a small cluster a few seeds cannot tell the models apart); None (from scratch)
     when none is usable. The policy's heuristics run on the same worlds, so that the record says
     how far the start is from the best of them. Returns the start and what was measured."""
     from agent.evaluate.compare import baselines_for, evaluate, summarize
@@ -151,7 +153,11 @@ def choose_start(policy: str, models: list[Path], profile: Path, seeds: int = ST
             refused[str(path)] = str(exc)
     if not usable:
         return None, {"chosen": None, "reason": "from scratch: no usable model", "refused": refused}
-    family = register_profile(load_profile(profile))
+    from agent.evaluate.gate import default_seeds
+
+    loaded = load_profile(profile)
+    seeds = seeds if seeds is not None else default_seeds(loaded.world().size)
+    family = register_profile(loaded)
     scorers = [ModelScorer(model, name=str(path)) for path, model in usable.items()]
     heuristics = tuple(b for b in baselines_for(policy) if b != "random")
     results, _ = evaluate(policy, scorers, (family,), seeds, baselines=heuristics, progress=False,

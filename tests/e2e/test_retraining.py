@@ -154,7 +154,7 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
         work = tmp_path / "retrain"
         code = retrain.main(["--policy", "EE", "--prometheus", cluster.prometheus_url, "--kubeconfig",
                              cluster.kubeconfig, "--window", f"{time.time() - start:.3f}s", "--model-dir", str(models),
-                             "--work", str(work), "--timesteps", "3000", "--seeds", "2",
+                             "--work", str(work), "--timesteps", "3000",
                              "--start-from", str(ROOT / "models" / "ee.pt")])
         outcome = json.loads((work / "retrain.json").read_text())
         figures["retrain_seconds"] = outcome["seconds"]
