@@ -96,6 +96,15 @@ EOF
 # every 5 s here (a busy spell between two tests is seen after a server restart).
 LOCAL_POWER_HISTORY='avg_over_time((sum by (node_name) (kepler_node_cpu_idle_watts) + sum by (node_name) (kepler_node_cpu_active_watts) / (avg by (node_name) (kepler_node_cpu_usage_ratio) >= 0.05))[1h:5s])'
 
+# The emulated node counters go backwards when pods leave (local-cluster/metrics.yaml), so the server
+# reads cpu (and traffic, emulated from it) from cAdvisor's per-container counters, which end with
+# their pod instead. A range selector keeps a series' samples for its whole window after the series
+# went stale, so `and` keeps only containers that exist now (without it, a deleted pod's cpu counted
+# for a minute); a node without pods reads 0.
+LOCAL_BUSY_CORES='(sum by (node) (irate(container_cpu_usage_seconds_total{container!=""}[1m]) and on (namespace, pod, container) container_cpu_usage_seconds_total{container!=""}) or on (node) (0 * max by (node) (machine_cpu_cores)))'
+LOCAL_CPU_QUERY="$LOCAL_BUSY_CORES / on (node) max by (node) (machine_cpu_cores)"
+LOCAL_NETWORK_QUERY="$LOCAL_BUSY_CORES * 1000000 + 20000"
+
 server_start() {
   # shellcheck disable=SC1091
   . "$OURS/ports.env"
@@ -110,6 +119,8 @@ server_start() {
   RLSCORE_KUBERNETES=kubeconfig RLSCORE_KUBECONFIG=$KUBECONFIG_FILE \
   RLSCORE_MODEL_DIR=$OURS/models RLSCORE_REFRESH_INTERVAL_S=${RLSCORE_REFRESH_INTERVAL_S:-2} \
   RLSCORE_POWER_MAX_HISTORY_QUERY="${RLSCORE_POWER_MAX_HISTORY_QUERY:-$LOCAL_POWER_HISTORY}" \
+  RLSCORE_CPU_QUERY="${RLSCORE_CPU_QUERY:-$LOCAL_CPU_QUERY}" \
+  RLSCORE_NETWORK_QUERY="${RLSCORE_NETWORK_QUERY:-$LOCAL_NETWORK_QUERY}" \
     nohup "$ROOT/.venv/bin/rlscore-server" --host 127.0.0.1 --port "$SERVER_PORT" \
     >>"$OURS/server.log" 2>&1 &
   echo $! >"$OURS/server.pid"
@@ -228,6 +239,8 @@ export RLSCORE_LOCAL_TLS_SERVER_PORT=$TLS_SERVER_PORT
 export RLSCORE_LOCAL_TLS_DIR=$OURS/tls
 export RLSCORE_LOCAL_DIR=$OURS
 export RLSCORE_LOCAL_CLUSTER_DIR=$CLUSTER_DIR
+export RLSCORE_LOCAL_CPU_QUERY='$LOCAL_CPU_QUERY'
+export RLSCORE_LOCAL_NETWORK_QUERY='$LOCAL_NETWORK_QUERY'
 EOF
 }
 

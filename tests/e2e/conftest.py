@@ -63,7 +63,8 @@ def cluster():
     up = subprocess.run([str(CLUSTER_SH), "up"], env=env, timeout=600, capture_output=True, text=True)
     assert up.returncode == 0, f"cluster.sh up failed:\n{up.stdout}\n{up.stderr}"
     exported = subprocess.run([str(CLUSTER_SH), "env"], env=env, check=True, capture_output=True, text=True).stdout
-    values = dict(line.removeprefix("export ").split("=", 1) for line in exported.splitlines() if "=" in line)
+    values = {k: v.strip("'") for k, v in (line.removeprefix("export ").split("=", 1)
+                                         for line in exported.splitlines() if "=" in line)}
     live = LiveCluster(values["KUBECONFIG"], namespace="e2e")
     live.ensure_namespace()
     c = E2ECluster(env, values["KUBECONFIG"], live, values["RLSCORE_LOCAL_SERVER_URL"], values["RLSCORE_LOCAL_PROMETHEUS_URL"],
