@@ -47,8 +47,6 @@ QUERIES = {
     "node_power_active": "sum by (node_name) (kepler_node_cpu_active_watts)",
     "node_power_usage": "avg by (node_name) (kepler_node_cpu_usage_ratio)",
 }
-# busy cpu fraction per node, as the suggestion server reads it (node_exporter): for hot_node_share
-NODE_CPU_QUERY = '1 - avg by (instance, node) (irate(node_cpu_seconds_total{mode="idle"}[1m]))'
 
 
 @dataclass
@@ -315,12 +313,11 @@ def _kepler_power(read, by_name: dict[str, NodeRecord]) -> None:
         node.power_source = "kepler"
 
 
-def hot_node_share(prometheus, nodes: list[str], start: float, end: float, step_s: float = 1.0,
-                   query: str = NODE_CPU_QUERY) -> float:
+def hot_node_share(prometheus, query: str, nodes: list[str], start: float, end: float, step_s: float = 1.0) -> float:
     """The share of node-time above HOT_UTILIZATION measured cpu between `start` and `end`: the
-    simulator's hot-node share, read from a live cluster. A series names its node by a `node` label,
-    else by its `instance` without the port. A node without a sample at a step counts as not hot at
-    that step; steps without any sample are left out."""
+    simulator's hot-node share, read from a live cluster. `query` gives each node's busy cpu fraction
+    (the server's RLSCORE_CPU_QUERY) with a `node` label. A node without a sample at a step counts as
+    not hot at that step; steps without any sample are left out."""
     from agent.sim.outcomes import HOT_UTILIZATION
 
     if not end > start or not nodes:
@@ -328,10 +325,9 @@ def hot_node_share(prometheus, nodes: list[str], start: float, end: float, step_
     wanted = set(nodes)
     hot: dict[float, int] = {}
     for labels, times, values in RangeReader(prometheus, start, end, step_s).series(query):
-        if (labels.get("node") or labels.get("instance", "").rsplit(":", 1)[0]) not in wanted:
-            continue
-        for when, value in zip(times, values):
-            hot[when] = hot.get(when, 0) + int(value > HOT_UTILIZATION)
+        if labels.get("node") in wanted:
+            for when, value in zip(times, values):
+                hot[when] = hot.get(when, 0) + int(value > HOT_UTILIZATION)
     if not hot:
         raise HistoryError(f"no cpu samples for {', '.join(sorted(wanted))} from {start} to {end}")
     return float(np.mean(list(hot.values())) / len(wanted))

@@ -89,8 +89,8 @@ def shifted_sim_to_real(cluster: E2ECluster, result, start: float, end: float, m
     simulated, trace = replay_history(profile, history, ModelScorer(load_model(model)), "EE")
     nodes = [f"kwok-node-{i}" for i in range(4)]
     out = {"pods_recorded": len(history.pods), "pods_played": len(result.placements),
-           "hot_node_share": {"live": hot_node_share(prometheus, nodes, start, end,
-                                                     query=cluster.values["RLSCORE_LOCAL_CPU_QUERY"]),
+           "hot_node_share": {"live": hot_node_share(prometheus, cluster.values["RLSCORE_LOCAL_CPU_QUERY"], nodes,
+                                                     start, end),
                               "simulated": simulated.hot_node_share},
            "mean_active_nodes": {"live": float(np.mean(result.active_nodes)),
                                  "simulated": float(np.mean(trace.active_nodes))}}
