@@ -147,19 +147,20 @@ USAGE_3X = Path(__file__).resolve().parents[1] / "examples" / "cluster-profiles"
 SHIPPED_LB = SHIPPED_EE.with_name("lb.pt")
 
 
-@pytest.mark.parametrize("start_objective, requested, weight, says", [
-    (1.50, None, 1.0, "more than 10% behind, so pulled towards least-utilized first"),
-    (1.08, None, 0.0, "within 10%, so no pull"),
-    (0.95, None, 0.0, "within 10%, so no pull"),  # ahead of the heuristic: its edge is kept
-    (1.50, 0.0, 0.0, "set by --kickstart"),
-    (0.95, 0.5, 0.5, "set by --kickstart"),
+@pytest.mark.parametrize("start_objective, requested, algo, weight, says", [
+    (1.50, None, "ppo", 1.0, "more than 10% behind, so pulled towards least-utilized first"),
+    (1.08, None, "ppo", 0.0, "within 10%, so no pull"),
+    (0.95, None, "ppo", 0.0, "within 10%, so no pull"),  # ahead of the heuristic: its edge is kept
+    (1.50, 0.0, "ppo", 0.0, "set by --kickstart"),
+    (0.95, 0.5, "a2c", 0.5, "set by --kickstart"),
+    (1.50, None, "dqn", 0.0, "dqn has no pull"),  # rlscore-train would refuse --kickstart 1
 ])
 def test_fine_tuning_is_pulled_towards_the_best_heuristic_only_when_far_behind_it(start_objective, requested,
-                                                                                  weight, says):
+                                                                                  algo, weight, says):
     from agent.live.retrain import pull_towards_heuristic
 
     info = {"objective": {"m.pt": start_objective}, "best_heuristic": {"name": "least-utilized", "objective": 1.0}}
-    got, record = pull_towards_heuristic(Path("m.pt"), info, requested)
+    got, record = pull_towards_heuristic(Path("m.pt"), info, requested, algo)
     assert got == weight == record["weight"] and says in record["reason"]
 
 

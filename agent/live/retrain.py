@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                   "--name", candidate.name, "--log-dir", "", "--no-eval", "--no-progress", *init]
     if args.timesteps is not None:
         train_args += ["--timesteps", str(args.timesteps)]
-    kickstart, record["kickstart"] = pull_towards_heuristic(start, record["init"], args.kickstart)
+    kickstart, record["kickstart"] = pull_towards_heuristic(start, record["init"], args.kickstart, args.algo)
     print(f"    kickstart {kickstart:g}: {record['kickstart']['reason']}", file=sys.stderr)
     if start is not None or args.kickstart is not None:  # from scratch, rlscore-train's own default applies
         train_args += ["--kickstart", str(kickstart)]
@@ -172,11 +172,15 @@ def choose_start(policy: str, models: list[Path], profile: Path, seeds: int | No
                     "seed_base": START_SEED_BASE, "refused": refused}
 
 
-def pull_towards_heuristic(start: Path | None, info: dict, requested: float | None) -> tuple[float, dict]:
+def pull_towards_heuristic(start: Path | None, info: dict, requested: float | None,
+                           algo: str = "ppo") -> tuple[float, dict]:
     """The kickstart weight fine-tuning gets, and why (for the record): the operator's, else 1 when
-    the start is more than FAR_BEHIND behind the profile's best heuristic, else 0."""
+    the start is more than FAR_BEHIND behind the profile's best heuristic, else 0. DQN has no pull
+    (rlscore-train refuses --kickstart > 0 with it)."""
     if requested is not None:
         return requested, {"weight": requested, "reason": "set by --kickstart"}
+    if algo == "dqn":
+        return 0.0, {"weight": 0.0, "reason": "dqn has no pull towards a teacher (a2c and ppo have)"}
     if start is None:
         from agent.learn.train import DEFAULT_KICKSTART
         return DEFAULT_KICKSTART, {"weight": DEFAULT_KICKSTART,
