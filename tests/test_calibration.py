@@ -117,6 +117,33 @@ def test_build_profile_describes_the_history(tmp_path):
     assert load_profile(path) == profile
 
 
+@pytest.mark.parametrize("measured, expected, note", [
+    ([None, None, None], [0.02, 0.08], "no node's background cpu measured"),  # the generic range, said
+    ([0.0, 0.0, None], [0.0, 0.0], None),  # KWOK's nodes: nothing besides the pods
+    ([0.05, 0.12, 0.03], [0.03, 0.12], None),
+    ([0.05, 0.97, 0.03], [0.03, 0.9], "capped"),
+])
+def test_the_profile_carries_the_nodes_background_cpu(measured, expected, note):
+    history = _history()
+    for node, value in zip(history.nodes, measured):
+        node.background_cpu = value
+    profile, notes = build_profile(history, "bg")
+    assert profile.dynamics.background_cpu == expected
+    assert profile.world().background_cpu == tuple(expected)  # what the simulator draws each node's from
+    assert (note is None) or any(note in n for n in notes), notes
+
+
+def test_the_simulator_adds_the_profile_background_to_every_node():
+    from agent.sim.simulator import Simulation
+
+    history = _history()
+    for node in history.nodes:
+        node.background_cpu = 0.3
+    profile, _ = build_profile(history, "bg")
+    sim = Simulation(profile.world(), 0)
+    assert np.allclose(sim.cluster.cpu_utilization(), 0.3)  # no pod yet: the background alone
+
+
 def test_a_load_beyond_the_schema_is_capped_and_said():
     history = _history()
     history.nodes = history.nodes[:1]

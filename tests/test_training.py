@@ -1,5 +1,7 @@
 """Short real training runs: the trainers learn what the outcome reward asks for."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -124,3 +126,37 @@ def test_profile_training_refuses_bad_input(tmp_path, capsys, extra, message):
     bad.write_text("kind: ClusterProfile\nname: x\n")
     assert main(["--policy", "EE", "--profile", str(bad), "--out", str(tmp_path), *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_hidden_widths_reach_the_saved_model(tmp_path):
+    """--hidden sets the actor's layer widths; the loader rebuilds that architecture and it serves."""
+    from agent.learn.train import main
+
+    assert main(["--policy", "LB", "--algo", "ppo", "--families", "test2", "--hidden", "32,16,8", "--timesteps", "256",
+                 "--kickstart", "0", "--out", str(tmp_path), "--log-dir", "", "--no-eval", "--no-progress"]) == 0
+    model = load_model(tmp_path / "lb.pt", expected_policy="LB")
+    assert model.network.hidden == (32, 16, 8)
+    assert model.metadata["training"]["hyperparameters"]["hidden"] == [32, 16, 8]
+    assert np.isfinite(model.q_values(*_probe())).all()
+
+
+@pytest.mark.parametrize("widths, message", [
+    ("0,64", "expected comma-separated layer widths"),
+    ("64,x", "expected comma-separated layer widths"),
+    ("5000", "each 1-4096"),
+    (",".join(["8"] * 9), "at most 8 layers"),
+])
+def test_hidden_refuses_bad_widths(widths, message, tmp_path, capsys):
+    from agent.learn.train import main
+
+    with pytest.raises(SystemExit):
+        main(["--policy", "LB", "--hidden", widths, "--out", str(tmp_path)])
+    assert message in capsys.readouterr().err
+
+
+def test_hidden_and_init_exclude_each_other(tmp_path, capsys):
+    from agent.learn.train import main
+
+    shipped = Path(__file__).resolve().parents[1] / "models" / "lb.pt"
+    assert main(["--policy", "LB", "--hidden", "128,128", "--init", str(shipped), "--out", str(tmp_path)]) == 2
+    assert "--hidden and --init exclude each other" in capsys.readouterr().err

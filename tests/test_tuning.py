@@ -55,6 +55,9 @@ def _profile_doc() -> dict:
     (lambda d: d["workload"].update(arrivals="bursty"), "workload.arrivals"),
     (lambda d: d.update(color="blue"), "color"),
     (lambda d: d["workload"]["podClasses"][0].update(latencyLimitsMs=[[30, 20]]), "soft <= hard"),
+    (lambda d: d["dynamics"].update(backgroundCpu=[0.1, 0.05]), "backgroundCpu must be"),
+    (lambda d: d["dynamics"].update(backgroundCpu=[0.1, 0.95]), "backgroundCpu must be"),
+    (lambda d: d["dynamics"].update(backgroundCpu=[0.1]), "backgroundCpu"),
 ])
 def test_invalid_profiles_are_refused_with_the_field_named(change, message, tmp_path):
     doc = _profile_doc()

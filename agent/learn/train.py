@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent.learn.model_io import ModelValidationError, load_model, save_model
+from agent.learn.model_io import MAX_HIDDEN_UNITS, ModelValidationError, load_model, save_model
 from agent.learn.network import NodeScorer
 from agent.learn.rewards import REWARD_VARIANTS
 from agent.sim.families import FAMILIES, NODE_DRAWS
@@ -50,6 +50,16 @@ def _families(text: str) -> tuple[str, ...]:
     return names
 
 
+def _widths(text: str) -> tuple[int, ...]:
+    try:
+        widths = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        widths = ()
+    if not 1 <= len(widths) <= 8 or not all(1 <= w <= MAX_HIDDEN_UNITS for w in widths):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated layer widths, each 1-{MAX_HIDDEN_UNITS}, at most 8 layers")
+    return widths
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlscore-train", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -68,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--node-draw", default="uniform", choices=NODE_DRAWS,
                         help="how each episode's cluster size (2..64 nodes) is drawn")
     parser.add_argument("--init", type=Path, default=None, help="fine-tune this model instead of starting afresh")
+    parser.add_argument("--hidden", type=_widths, default=None,
+                        help="equivariant layer widths, e.g. 128,128 (default 64,64; with --init: the model's own)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="train on this cluster profile (rlscore-calibrate) instead of the scenario families")
     parser.add_argument("--kickstart", type=float, default=None,
@@ -156,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     if timesteps < 0 or (timesteps == 0 and args.algo == "dqn"):
         print("rlscore-train: --timesteps must be >= 1 (0 with a2c/ppo: the teachers' clone alone)", file=sys.stderr)
         return 2
+    if args.hidden is not None and args.init is not None:
+        print("rlscore-train: --hidden and --init exclude each other (fine-tuning keeps the model's widths)",
+              file=sys.stderr)
+        return 2
     families, sizes, extra = args.families or (), {}, {}
     if args.profile is not None:
         if args.families:
@@ -184,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                      families=families, out=args.out, log_dir=args.log_dir,
                      progress=not args.no_progress, init=str(args.init or ""), profile=str(args.profile or ""),
                      extra_metadata=extra, **sizes, **({"hidden": tuple(init.hidden)} if init is not None else {}),
+                     **({"hidden": args.hidden} if args.hidden is not None else {}),
                      **({"learning_rate": args.learning_rate} if args.learning_rate is not None else {}))
     if init is not None:
         cfg.critic_warmup_fraction = args.critic_warmup if args.critic_warmup is not None else INIT_CRITIC_WARMUP

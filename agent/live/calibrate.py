@@ -21,10 +21,10 @@ import numpy as np
 
 from agent.live.history import (DEFAULT_USAGE, QUERIES, History, HistoryError, NodeRecord, PodRecord,
                                  read_history)
-from agent.sim.cluster_profile import (ClusterProfile, Dynamics, NodeGroup, NodeType, PodClassProfile, Workload,
-                                       save_profile)
+from agent.sim.cluster_profile import (MAX_BACKGROUND_CPU, ClusterProfile, Dynamics, NodeGroup, NodeType,
+                                       PodClassProfile, Workload, save_profile)
 from agent.sim.outcomes import UNKNOWN_IDLE_W_PER_CORE, UNKNOWN_MAX_W_PER_CORE
-from agent.sim.world import GIB
+from agent.sim.world import DEFAULT_BACKGROUND_CPU, GIB
 
 LATENCY_DRIFT_MS = 2.0  # a node whose latency wandered more than this (std) counts as drifting
 MAX_LOAD = 2.0  # the profile schema's bound on the poisson load
@@ -162,8 +162,20 @@ def build_profile(history: History, name: str, metrics_interval_s: float = 5.0) 
         workload=Workload(arrivals="poisson", load=round(load, 6), meanLifetimeSeconds=round(life, 3),
                           podClasses=classes, hourlyRate=hourly, startHour=start_hour),
         dynamics=Dynamics(metricsIntervalSeconds=metrics_interval_s, latencyDrift=bool(drifting),
-                          powerVisible=power_known))
+                          powerVisible=power_known, backgroundCpu=background_range(history.nodes, notes)))
     return profile, notes
+
+
+def background_range(nodes: list[NodeRecord], notes: list[str]) -> list[float]:
+    """[lowest, highest] of the nodes' measured background cpu; the generic range when none was measured."""
+    known = [n.background_cpu for n in nodes if n.background_cpu is not None]
+    if not known:
+        notes.append(f"no node's background cpu measured: the generic {list(DEFAULT_BACKGROUND_CPU)} assumed")
+        return list(DEFAULT_BACKGROUND_CPU)
+    low, high = min(min(known), MAX_BACKGROUND_CPU), min(max(known), MAX_BACKGROUND_CPU)
+    if high >= MAX_BACKGROUND_CPU:
+        notes.append(f"a node's background cpu is over {MAX_BACKGROUND_CPU}: capped")
+    return [round(low, 4), round(high, 4)]
 
 
 def _parser() -> argparse.ArgumentParser:

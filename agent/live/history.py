@@ -19,6 +19,7 @@ import numpy as np
 from kubernetes.utils.quantity import parse_quantity
 
 from agent.live.loadgen import LATENCY_ANNOTATION
+from suggestion_server.config import Settings
 
 POWER_IDLE_KEYS = ("rlscore.io/power-idle-watts", "metrics.rlscore.io/power-idle-watts")
 POWER_MAX_KEYS = ("rlscore.io/power-max-watts", "metrics.rlscore.io/power-max-watts")
@@ -43,6 +44,11 @@ QUERIES = {
     "pod_latency_limits": ("max by (namespace, pod, annotation_rlscore_io_latency_soft_ms, "
                            "annotation_rlscore_io_latency_hard_ms) (kube_pod_annotations)"),
     "node_latency": "avg by (node) (rlscore_node_user_latency_ms)",
+    # each node's busy cpu fraction, as the suggestion server reads it (RLSCORE_CPU_QUERY; by `node`
+    # label), and the cores its pods use: what is left is what the node uses besides its pods
+    "node_cpu_busy": Settings.model_fields["cpu_query"].default,
+    "node_pod_cpu": ('sum by (node) (irate(container_cpu_usage_seconds_total{container!=""}[1m]) '
+                     '* on (namespace, pod) group_left (node) max by (namespace, pod, node) (kube_pod_info{node!=""}))'),
     "node_power_idle": "sum by (node_name) (kepler_node_cpu_idle_watts)",
     "node_power_active": "sum by (node_name) (kepler_node_cpu_active_watts)",
     "node_power_usage": "avg by (node_name) (kepler_node_cpu_usage_ratio)",
@@ -61,6 +67,7 @@ class NodeRecord:
     power_source: str | None = None  # labels | kepler | None (unknown)
     latency_ms: float | None = None  # mean over the window
     latency_std_ms: float | None = None
+    background_cpu: float | None = None  # share of its cpu used besides its pods (median over the window)
 
 
 @dataclass
@@ -211,6 +218,7 @@ def read_history(core, prometheus, start: float, end: float, step_s: float = 5.0
         if (node := by_name.get(labels.get("node", ""))) is not None:
             node.latency_ms, node.latency_std_ms = float(values.mean()), float(values.std())
     _kepler_power(read, by_name)
+    _background_cpu(read, by_name, notes)
 
     created = {(lab.get("namespace", ""), lab.get("pod", "")): (times, values)
                for lab, times, values in read("pod_created") if lab.get("pod")}
@@ -311,6 +319,39 @@ def _kepler_power(read, by_name: dict[str, NodeRecord]) -> None:
         node.power_idle_watts = base
         node.power_max_watts = base + float(np.median(va[ia][busy] / vr[ir][busy]))
         node.power_source = "kepler"
+
+
+MIN_BACKGROUND_SAMPLES = 5
+
+
+def _background_cpu(read, by_name: dict[str, NodeRecord], notes: list[str]) -> None:
+    """Each node's busy share minus its pods' cores over its capacity, the median over the window's
+    steps (a pod's first and last scrapes, where the two rates disagree, are outliers the median
+    skips). A node with too few samples of either series keeps None, and a note says so."""
+    busy = {lab.get("node"): (t, v) for lab, t, v in read("node_cpu_busy") if lab.get("node") in by_name}
+    pods = {lab.get("node"): (t, v) for lab, t, v in read("node_pod_cpu") if lab.get("node") in by_name}
+    if busy and not pods:
+        notes.append("background cpu unknown: no per-node pod cpu (node_pod_cpu: cAdvisor joined with kube_pod_info)")
+        return
+    unknown = []
+    for name, node in by_name.items():
+        if name not in busy:
+            unknown.append(name)
+            continue
+        tb, vb = busy[name]
+        tp, vp = pods.get(name, (np.array([]), np.array([])))
+        # steps where the node ran no pod have no pods' sample: all of its busy share is background
+        used = np.zeros(len(tb))
+        _, ib, ip = np.intersect1d(tb, tp, return_indices=True)
+        used[ib] = vp[ip]
+        if len(tb) < MIN_BACKGROUND_SAMPLES:
+            unknown.append(name)
+            continue
+        rest = vb - used * 1000.0 / node.cpu_millicores
+        node.background_cpu = round(float(np.clip(np.median(rest), 0.0, 1.0)), 4)
+    if unknown:
+        notes.append(f"background cpu unknown for {len(unknown)} node(s) ({', '.join(unknown[:5])}"
+                     f"{', ...' if len(unknown) > 5 else ''}): no busy-cpu series with a node label (node_cpu_busy)")
 
 
 def hot_node_share(prometheus, query: str, nodes: list[str], start: float, end: float, step_s: float = 1.0) -> float:

@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="do not verify an https Prometheus's certificate")
     parser.add_argument("--kubeconfig", default=None, help="default: in-cluster, else KUBECONFIG or ~/.kube/config")
     parser.add_argument("--window", default="1h", help="history to calibrate from, e.g. 30m, 6h")
+    parser.add_argument("--query", action="append", default=[], metavar="NAME=PROMQL",
+                        help="handed to rlscore-calibrate: replace one of its series queries (agent/live/history.py "
+                             "QUERIES), e.g. node_cpu_busy=<the server's RLSCORE_CPU_QUERY>")
     parser.add_argument("--model-dir", type=Path, default=Path("models"), help="the server's model directory")
     parser.add_argument("--candidate-dir", type=Path, default=None, help="default <model-dir>/candidates")
     parser.add_argument("--work", type=Path, default=Path("retrain"), help="profile, candidate and record go here")
@@ -100,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                       "--name", f"retrain-{low}"] + (["--kubeconfig", args.kubeconfig] if args.kubeconfig else [])
     calibrate_args += (["--prometheus-ca-file", str(args.prometheus_ca_file)] if args.prometheus_ca_file else []) + (
         ["--prometheus-insecure-skip-verify"] if args.prometheus_insecure_skip_verify else [])
+    calibrate_args += [f"--query={q}" for q in args.query]
     if _step("calibrate", record, lambda: calibrate.main(calibrate_args)) != 0:
         return finish(2, "calibration failed")
 

@@ -15,10 +15,11 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agent.sim.world import Hardware, NodeSpec, PodClass, World
+from agent.sim.world import DEFAULT_BACKGROUND_CPU, Hardware, NodeSpec, PodClass, World
 
 API_VERSION = "rlscore.io/v1alpha1"
 KIND = "ClusterProfile"
+MAX_BACKGROUND_CPU = 0.9  # a node whose own daemons use more is not a node pods can be judged on
 
 
 class _Strict(BaseModel):
@@ -138,6 +139,19 @@ class Dynamics(_Strict):
     churn_interval_s: float = Field(alias="churnIntervalSeconds", default=400.0, gt=0)
     power_visible: bool = Field(alias="powerVisible", default=True,
                                 description="whether the scorer knows the nodes' power curves")
+    background_cpu: list[float] = Field(alias="backgroundCpu", default=list(DEFAULT_BACKGROUND_CPU),
+                                        min_length=2, max_length=2,
+                                        description="[low, high] share of each node's cpu used besides its pods "
+                                                    "(kubelet, daemons), drawn per node")
+
+    @field_validator("background_cpu")
+    @classmethod
+    def _background_range(cls, value: list[float]) -> list[float]:
+        low, high = value
+        if not 0.0 <= low <= high <= MAX_BACKGROUND_CPU:
+            raise ValueError(f"backgroundCpu must be [low, high] with 0 <= low <= high <= {MAX_BACKGROUND_CPU}, "
+                             f"got {value}")
+        return value
 
 
 class ClusterProfile(_Strict):
@@ -175,7 +189,8 @@ class ClusterProfile(_Strict):
                      mean_lifetime_s=self.workload.mean_lifetime_s, latency_shifts_s=tuple(d.latency_shifts_s),
                      churn=d.churn, churn_interval_s=d.churn_interval_s, metrics_interval_s=d.metrics_interval_s,
                      power_visible=d.power_visible, latency_drift=d.latency_drift,
-                     hourly_rate=tuple(self.workload.hourly_rate), start_hour=self.workload.start_hour)
+                     hourly_rate=tuple(self.workload.hourly_rate), start_hour=self.workload.start_hour,
+                     background_cpu=(d.background_cpu[0], d.background_cpu[1]))
 
     @classmethod
     def of_world(cls, world: World, name: str) -> ClusterProfile:
@@ -207,7 +222,7 @@ class ClusterProfile(_Strict):
             dynamics=Dynamics(metricsIntervalSeconds=world.metrics_interval_s,
                               latencyShiftsSeconds=list(world.latency_shifts_s), latencyDrift=world.latency_drift,
                               churn=world.churn, churnIntervalSeconds=world.churn_interval_s,
-                              powerVisible=world.power_visible))
+                              powerVisible=world.power_visible, backgroundCpu=list(world.background_cpu)))
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(by_alias=True, mode="json"), sort_keys=False, width=120)

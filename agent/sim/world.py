@@ -71,6 +71,11 @@ class SimPod:
     depart_at: float = float("inf")  # when its controller deletes it; only the training potential reads it
 
 
+# kubelet, container runtime and system daemons on a node of a generic cluster; a calibrated profile
+# records what its nodes use besides their pods (rlscore-calibrate)
+DEFAULT_BACKGROUND_CPU = (0.02, 0.08)
+
+
 @dataclass(frozen=True)
 class World:
     """One concrete cluster and workload. `arrivals` is the arrival process: `poisson` (exponential
@@ -91,6 +96,7 @@ class World:
     latency_drift: bool = True
     hourly_rate: tuple[float, ...] = ()  # poisson: 24 multipliers of the arrival rate by hour of day (mean 1)
     start_hour: float = 0.0  # the hour of day at simulated time 0
+    background_cpu: tuple[float, float] = DEFAULT_BACKGROUND_CPU  # share of each node's cpu its own daemons use, drawn per node
     tags: dict = field(default_factory=dict, compare=False)
 
     @property

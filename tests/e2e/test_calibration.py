@@ -58,8 +58,10 @@ def test_calibration_reads_back_the_played_workload(cluster, tmp_path):
     # a scrape that started before `end` can be stored after it: wait until every sample in the window
     # is in, so this read and the command line's below see the same data
     time.sleep(end - time.time() + 3)
+    # the local cluster's busy cpu is its pods' (its node counters go backwards under churn; cluster.sh)
+    busy = {"node_cpu_busy": cluster.values["RLSCORE_LOCAL_CPU_QUERY"]}
     history = read_history(client.CoreV1Api(cluster.live.core.api_client),
-                           PrometheusConnect(cluster.prometheus_url, disable_ssl=True), start, end, 1.0)
+                           PrometheusConnect(cluster.prometheus_url, disable_ssl=True), start, end, 1.0, busy)
     everything, _ = build_profile(history, "e2e")  # what the command line writes (every pod in the window)
     # only this run's pods from here on: another pod's series may reach into the window
     foreign = [p.name for p in history.pods if not (p.namespace == cluster.live.namespace and p.name.startswith(run))]
@@ -78,6 +80,10 @@ def test_calibration_reads_back_the_played_workload(cluster, tmp_path):
     assert [(name, lat) for g in profile.nodes for name, lat in zip(g.names, g.latency_ms)] == [
         (n, float(nodes[n].metadata.annotations["rlscore.io/latency-ms"])) for n in sorted(nodes)]
     assert profile.dynamics.power_visible
+    # a KWOK node runs nothing besides its pods: no background cpu (the simulator's generic 2-8% would
+    # make every simulated node hotter than the live one)
+    assert all(n.background_cpu is not None and n.background_cpu <= 0.02 for n in history.nodes), history.nodes
+    assert profile.dynamics.background_cpu[1] <= 0.02
 
     # the pod mix: one class per size, weighted by how many arrived
     # (a pod that lives less than a scrape interval can slip between two scrapes: only those may be missing)
@@ -112,7 +118,7 @@ def test_calibration_reads_back_the_played_workload(cluster, tmp_path):
     out = tmp_path / "cluster.yaml"
     assert calibrate.main(["--prometheus", cluster.prometheus_url, "--kubeconfig", cluster.kubeconfig, "--window",
                            f"{end - start:.0f}s", "--end", repr(end), "--step", "1", "--name", "e2e",
-                           "--out", str(out)]) == 0
+                           "--out", str(out), "--query", f"node_cpu_busy={busy['node_cpu_busy']}"]) == 0
     written = load_profile(out)
     assert written == everything, (written.to_yaml(), everything.to_yaml())
 
