@@ -35,6 +35,7 @@ from agent.sim.cluster_profile import save_profile
 from tests.e2e.conftest import ROOT, E2ECluster, cleanup
 
 SPEED = 4.0
+REFRESH_S = 1.0  # how often the test's server refreshes its node metrics: how stale the scorer's are
 
 
 class Server:
@@ -45,7 +46,7 @@ class Server:
         port = self.url.rsplit(":", 1)[1]
         # the local cluster's cpu and traffic queries (its node counters go backwards under churn)
         env = {**os.environ, "RLSCORE_KUBERNETES": "kubeconfig", "RLSCORE_KUBECONFIG": cluster.kubeconfig,
-               "RLSCORE_PROMETHEUS_URL": cluster.prometheus_url, "RLSCORE_REFRESH_INTERVAL_S": "1",
+               "RLSCORE_PROMETHEUS_URL": cluster.prometheus_url, "RLSCORE_REFRESH_INTERVAL_S": str(REFRESH_S),
                "RLSCORE_CPU_QUERY": cluster.values["RLSCORE_LOCAL_CPU_QUERY"],
                "RLSCORE_NETWORK_QUERY": cluster.values["RLSCORE_LOCAL_NETWORK_QUERY"],
                **{f"RLSCORE_{k.upper()}": v for k, v in settings.items()}}
@@ -92,7 +93,8 @@ def shifted_sim_to_real(cluster: E2ECluster, result, start: float, end: float, m
     history = read_history(client.CoreV1Api(cluster.live.core.api_client), prometheus, start, end, 1.0,
                            local_busy(cluster))
     history.pods = [p for p in history.pods if p.name.startswith(f"{result.run}-")]
-    profile, _ = calibrate.build_profile(history, f"e2e-{result.run}")
+    # the simulated scorer's metrics as stale as the live one's were (calibration's default is 5 s)
+    profile, _ = calibrate.build_profile(history, f"e2e-{result.run}", metrics_interval_s=REFRESH_S)
     simulated, trace = replay_history(profile, history, ModelScorer(load_model(model)), "EE")
     nodes = [f"kwok-node-{i}" for i in range(4)]
     out = {"pods_recorded": len(history.pods), "pods_played": len(result.placements),
