@@ -327,7 +327,8 @@ MIN_BACKGROUND_SAMPLES = 5
 def _background_cpu(read, by_name: dict[str, NodeRecord], notes: list[str]) -> None:
     """Each node's busy share minus its pods' cores over its capacity, the median over the window's
     steps (a pod's first and last scrapes, where the two rates disagree, are outliers the median
-    skips). A node with too few samples of either series keeps None, and a note says so."""
+    skips). A node with fewer than MIN_BACKGROUND_SAMPLES busy samples keeps None, and a note says so;
+    a step without a pods' sample is one where the node ran no pod."""
     busy = {lab.get("node"): (t, v) for lab, t, v in read("node_cpu_busy") if lab.get("node") in by_name}
     pods = {lab.get("node"): (t, v) for lab, t, v in read("node_pod_cpu") if lab.get("node") in by_name}
     if busy and not pods:
@@ -340,7 +341,6 @@ def _background_cpu(read, by_name: dict[str, NodeRecord], notes: list[str]) -> N
             continue
         tb, vb = busy[name]
         tp, vp = pods.get(name, (np.array([]), np.array([])))
-        # steps where the node ran no pod have no pods' sample: all of its busy share is background
         used = np.zeros(len(tb))
         _, ib, ip = np.intersect1d(tb, tp, return_indices=True)
         used[ib] = vp[ip]
@@ -351,7 +351,8 @@ def _background_cpu(read, by_name: dict[str, NodeRecord], notes: list[str]) -> N
         node.background_cpu = round(float(np.clip(np.median(rest), 0.0, 1.0)), 4)
     if unknown:
         notes.append(f"background cpu unknown for {len(unknown)} node(s) ({', '.join(unknown[:5])}"
-                     f"{', ...' if len(unknown) > 5 else ''}): no busy-cpu series with a node label (node_cpu_busy)")
+                     f"{', ...' if len(unknown) > 5 else ''}): fewer than {MIN_BACKGROUND_SAMPLES} busy-cpu samples with "
+                     "their `node` label (node_cpu_busy)")
 
 
 def hot_node_share(prometheus, query: str, nodes: list[str], start: float, end: float, step_s: float = 1.0) -> float:
