@@ -178,3 +178,14 @@ def test_rlscore_retrain_hands_the_prometheus_certificate_settings_to_calibratio
                          "--prometheus-ca-file", str(tmp_path / "missing-ca.pem")])
     assert code == 2
     assert f"--prometheus-ca-file {tmp_path / 'missing-ca.pem'}: no such file" in capsys.readouterr().err
+
+
+def test_rlscore_retrain_hands_its_queries_to_calibration(tmp_path, capsys):
+    """--query reaches rlscore-calibrate, which checks the name before reading anything."""
+    from agent.live import retrain
+
+    code = retrain.main(["--policy", "EE", "--prometheus", "http://127.0.0.1:1", "--work", str(tmp_path),
+                         "--query", "node_busy=up"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--query takes NAME=PROMQL" in err and "node_busy" in err

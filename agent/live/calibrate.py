@@ -173,7 +173,7 @@ def background_range(nodes: list[NodeRecord], notes: list[str]) -> list[float]:
         notes.append(f"no node's background cpu measured: the generic {list(DEFAULT_BACKGROUND_CPU)} assumed")
         return list(DEFAULT_BACKGROUND_CPU)
     low, high = min(min(known), MAX_BACKGROUND_CPU), min(max(known), MAX_BACKGROUND_CPU)
-    if high >= MAX_BACKGROUND_CPU:
+    if max(known) > MAX_BACKGROUND_CPU:
         notes.append(f"a node's background cpu is over {MAX_BACKGROUND_CPU}: capped")
     return [round(low, 4), round(high, 4)]
 

@@ -334,19 +334,16 @@ def _background_cpu(read, by_name: dict[str, NodeRecord], notes: list[str]) -> N
     if busy and not pods:
         notes.append("background cpu unknown: no per-node pod cpu (node_pod_cpu: cAdvisor joined with kube_pod_info)")
         return
-    unknown = []
+    unknown, no_samples = [], (np.array([]), np.array([]))
     for name, node in by_name.items():
-        if name not in busy:
-            unknown.append(name)
-            continue
-        tb, vb = busy[name]
-        tp, vp = pods.get(name, (np.array([]), np.array([])))
-        used = np.zeros(len(tb))
-        _, ib, ip = np.intersect1d(tb, tp, return_indices=True)
-        used[ib] = vp[ip]
+        tb, vb = busy.get(name, no_samples)
         if len(tb) < MIN_BACKGROUND_SAMPLES:
             unknown.append(name)
             continue
+        tp, vp = pods.get(name, no_samples)
+        used = np.zeros(len(tb))
+        _, ib, ip = np.intersect1d(tb, tp, return_indices=True)
+        used[ib] = vp[ip]
         rest = vb - used * 1000.0 / node.cpu_millicores
         node.background_cpu = round(float(np.clip(np.median(rest), 0.0, 1.0)), 4)
     if unknown:

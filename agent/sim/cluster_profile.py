@@ -190,7 +190,7 @@ class ClusterProfile(_Strict):
                      churn=d.churn, churn_interval_s=d.churn_interval_s, metrics_interval_s=d.metrics_interval_s,
                      power_visible=d.power_visible, latency_drift=d.latency_drift,
                      hourly_rate=tuple(self.workload.hourly_rate), start_hour=self.workload.start_hour,
-                     background_cpu=(d.background_cpu[0], d.background_cpu[1]))
+                     background_cpu=tuple(d.background_cpu))
 
     @classmethod
     def of_world(cls, world: World, name: str) -> ClusterProfile:
