@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from agent.live.calibrate import build_profile, hourly_shape, main, mean_lifetime, parse_duration
-from agent.live.history import History, NodeRecord, PodRecord, cpu_seconds_rate, workload_name
+from agent.live.history import (History, NodeRecord, PodRecord, cpu_seconds_rate, scrape_interval, usage_onset,
+                                workload_name)
 from agent.sim.cluster_profile import load_profile, save_profile
 from agent.sim.world import GIB
 
@@ -33,6 +34,37 @@ def test_cpu_seconds_rate_reads_scrapes_not_repeated_samples_and_survives_a_rest
     # a container restart: the counter drops to what it counted since
     assert cpu_seconds_rate(np.array([0.0, 2.0, 4.0, 6.0]), np.array([10.0, 11.0, 0.5, 1.5])) == pytest.approx(2.5 / 6)
     assert cpu_seconds_rate(np.array([0.0, 1.0]), np.array([3.0, 3.0])) is None  # one scrape only
+
+
+@pytest.mark.parametrize("created, times, values, expected", [
+    # scraped every 2 s from 3 s, read at 1 s steps: the counter first rose at the scrape of 5 s,
+    # first read at the step of 5 s (half a step after the scrape on average)
+    (1.5, np.arange(3.0, 10.0), np.array([0.1, 0.1, 0.5, 0.5, 0.9, 0.9, 1.3]), 3.0),
+    (1.5, np.arange(3.0, 10.0), np.array([0.0, 0.0, 0.0, 0.0, 0.4, 0.4, 0.8]), 5.0),  # idle at first
+    (1.5, np.arange(3.0, 6.0), np.array([0.2, 0.2, 0.2]), None),  # never rose: not known
+    (-5.0, np.arange(3.0, 10.0), np.array([0.1, 0.1, 0.5, 0.5, 0.9, 0.9, 1.3]), None),  # before the window
+    (5.8, np.array([5.0, 6.0]), np.array([0.0, 1.0]), 0.0),  # never negative
+])
+def test_usage_onset_is_when_a_rate_first_shows_the_pod(created, times, values, expected):
+    assert usage_onset(created, times, values, start=0.0, step_s=1.0) == (None if expected is None else pytest.approx(expected))
+
+
+def test_scrape_interval_is_the_time_between_counter_changes():
+    every_2s = (np.arange(0.0, 12.0), np.repeat(np.arange(6.0), 2))
+    every_3s = (np.arange(0.0, 12.0), np.repeat(np.arange(4.0), 3))
+    assert scrape_interval([every_2s, every_2s, every_3s], 1.0) == 2.0
+    assert scrape_interval([(np.array([0.0, 1.0]), np.array([1.0, 1.0]))], 1.0) == 0.0  # no change: not known
+
+
+@pytest.mark.parametrize("last_seen, step, scrape, alive, expected", [
+    (20.0, 1.0, 2.0, False, 19.5),  # series ended at the scrape ~20.5 s; it went between 18.5 and 20.5
+    (20.0, 1.0, 0.0, False, 20.5),  # scrape interval unknown: half a step after its last sample
+    (20.0, 5.0, 30.0, False, 10.0),  # never before it was created
+    (20.0, 1.0, 2.0, True, float("inf")),  # still there
+])
+def test_a_pod_ended_between_the_last_scrape_that_saw_it_and_the_next(last_seen, step, scrape, alive, expected):
+    pod = PodRecord("default", "web-0", "web", 10.0, last_seen, alive, 250.0, 2**20, step_s=step, scrape_s=scrape)
+    assert pod.ended == expected
 
 
 def _pod(i, created, last_seen, alive=False, cpu=250.0, workload="web", usage=0.5, memory=0.5 * GIB, limits=None):
@@ -142,6 +174,22 @@ def test_the_simulator_adds_the_profile_background_to_every_node():
     profile, _ = build_profile(history, "bg")
     sim = Simulation(profile.world(), 0)
     assert np.allclose(sim.cluster.cpu_utilization(), 0.3)  # no pod yet: the background alone
+
+
+@pytest.mark.parametrize("onsets, lingers, onset, linger, note", [
+    ([None, None], [None, None], 0.0, 0.0, "no pod's usage onset measured"),  # at once, said
+    ([2.0, 3.0, 4.0, None], [1.0, None, 0.0, None], 3.0, 0.5, None),
+])
+def test_the_profile_carries_how_late_usage_shows_and_how_long_it_lingers(onsets, lingers, onset, linger, note):
+    history = _history()
+    for pod in history.pods:
+        pod.usage_onset_s = pod.usage_linger_s = None
+    for pod, o, g in zip(history.pods, onsets, lingers):
+        pod.usage_onset_s, pod.usage_linger_s = o, g
+    profile, notes = build_profile(history, "onset")
+    assert (profile.dynamics.usage_onset_s, profile.dynamics.usage_linger_s) == (onset, linger)
+    assert (profile.world().usage_onset_s, profile.world().usage_linger_s) == (onset, linger)  # what the simulator uses
+    assert (note is None) or any(note in n for n in notes), notes
 
 
 def test_a_load_beyond_the_schema_is_capped_and_said():

@@ -30,7 +30,7 @@ def test_mask_marks_exactly_the_feasible_nodes_and_only_they_are_placed_on():
         node, pod = int(sim.candidates[action]), sim.pod
         placements = []
         original_bind = sim.cluster.bind
-        sim.cluster.bind = lambda p, n: (placements.append((p.id, n)), original_bind(p, n))
+        sim.cluster.bind = lambda p, n, **kw: (placements.append((p.id, n)), original_bind(p, n, **kw))
         obs, _, _, truncated, info = env.step(action)
         sim.cluster.bind = original_bind
         assert not info["invalid_action"]

@@ -188,6 +188,56 @@ def test_hot_nodes_and_pods_that_find_no_node_are_counted():
     assert sim.ledger.arrivals == sim.ledger.placed + sim.ledger.unschedulable
 
 
+def test_usage_shows_after_its_onset_and_lingers_after_the_pod_went():
+    """Requests count from binding to leaving; the usage the metrics show begins usage_onset_s after
+    binding and ends usage_linger_s after leaving (a pod gone before its onset never shows)."""
+    busy = SimPod(0, 1000.0, 2**20, usage=1.0)
+    brief = SimPod(1, 500.0, 2**20, usage=1.0)
+    events = [scenarios.Event(0.0, 0, "arrive", pod=busy), scenarios.Event(10.0, 1, "depart", pod_id=0),
+              scenarios.Event(20.0, 2, "arrive", pod=brief), scenarios.Event(21.0, 3, "depart", pod_id=1),
+              scenarios.Event(40.0, 4, "arrive", pod=SimPod(2, 100.0, 2**20))]
+    sim = Simulation(_world([NodeSpec(SMALL, 5.0)], usage_onset_s=3.0, usage_linger_s=1.0), seed=0, events=events)
+    sim.cluster.background_cpu[:] = 0.0
+    c = sim.cluster
+    sim.next_decision()
+    sim.place(0)
+    assert c.cpu_requested[0] == 1000.0 and c.cpu_utilization()[0] == 0.0
+    sim._advance(2.9)
+    assert c.cpu_utilization()[0] == 0.0
+    sim._advance(3.1)
+    assert c.cpu_utilization()[0] == pytest.approx(0.25)
+    assert sim._next_arrival() is None  # the departure at 10 s: requests freed, usage still shows
+    assert c.cpu_requested[0] == 0.0 and c.cpu_utilization()[0] == pytest.approx(0.25)
+    sim._advance(11.1)
+    assert c.cpu_utilization()[0] == 0.0
+    sim.next_decision()
+    sim.place(0)  # the brief pod: gone at 21 s, before its usage would show at 23 s
+    sim.next_decision()  # the last arrival, at 40 s
+    assert c.cpu_requested[0] == 0.0 and c.cpu_used[0] == 0.0 and not c.starting and not c.lingering
+    # hot (above 85%) never; utilization integrated: 0.25 from 3 s to 10 s on the active node
+    assert sim.ledger.hot_node_s == 0.0
+
+
+def test_without_onset_and_linger_usage_follows_the_pod_exactly():
+    pod = SimPod(0, 4000.0, 2**20, usage=1.0)
+    events = [scenarios.Event(0.0, 0, "arrive", pod=pod), scenarios.Event(10.0, 1, "depart", pod_id=0),
+              scenarios.Event(20.0, 2, "arrive", pod=SimPod(1, 100.0, 2**20))]
+    sim = Simulation(_world([NodeSpec(SMALL, 5.0)]), seed=0, events=events)
+    sim.next_decision()
+    sim.place(0)
+    sim.next_decision()
+    assert sim.ledger.hot_node_s == pytest.approx(10.0)  # hot the whole time it ran
+    delayed = Simulation(_world([NodeSpec(SMALL, 5.0)], usage_onset_s=4.0, usage_linger_s=2.0), seed=0,
+                         events=[scenarios.Event(0.0, 0, "arrive", pod=SimPod(0, 4000.0, 2**20, usage=1.0)),
+                                 scenarios.Event(10.0, 1, "depart", pod_id=0),
+                                 scenarios.Event(20.0, 2, "arrive", pod=SimPod(1, 100.0, 2**20))])
+    delayed.next_decision()
+    delayed.place(0)
+    delayed.next_decision()
+    # hot from its onset until it left; the lingering usage is on a node without pods (off)
+    assert delayed.ledger.hot_node_s == pytest.approx(6.0)
+
+
 def test_violations_use_the_real_latency_at_placement_and_know_when_they_were_avoidable():
     strict = (PodClass("strict", 1.0, (250.0,), latency_limits=((10.0, 15.0),)),)
     sim = Simulation(_world([NodeSpec(SMALL, 5.0), NodeSpec(LARGE, 40.0)], strict, arrivals="test2"), seed=0)

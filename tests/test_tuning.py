@@ -58,6 +58,8 @@ def _profile_doc() -> dict:
     (lambda d: d["dynamics"].update(backgroundCpu=[0.1, 0.05]), "backgroundCpu must be"),
     (lambda d: d["dynamics"].update(backgroundCpu=[0.1, 0.95]), "backgroundCpu must be"),
     (lambda d: d["dynamics"].update(backgroundCpu=[0.1]), "backgroundCpu"),
+    (lambda d: d["dynamics"].update(usageOnsetSeconds=-1), "usageOnsetSeconds"),
+    (lambda d: d["dynamics"].update(usageLingerSeconds="soon"), "usageLingerSeconds"),
 ])
 def test_invalid_profiles_are_refused_with_the_field_named(change, message, tmp_path):
     doc = _profile_doc()

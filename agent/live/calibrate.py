@@ -162,8 +162,26 @@ def build_profile(history: History, name: str, metrics_interval_s: float = 5.0) 
         workload=Workload(arrivals="poisson", load=round(load, 6), meanLifetimeSeconds=round(life, 3),
                           podClasses=classes, hourlyRate=hourly, startHour=start_hour),
         dynamics=Dynamics(metricsIntervalSeconds=metrics_interval_s, latencyDrift=bool(drifting),
-                          powerVisible=power_known, backgroundCpu=background_range(history.nodes, notes)))
+                          powerVisible=power_known, backgroundCpu=background_range(history.nodes, notes),
+                          usageOnsetSeconds=usage_onset(history.pods, notes), usageLingerSeconds=usage_linger(history.pods)))
     return profile, notes
+
+
+def usage_onset(pods: list[PodRecord], notes: list[str]) -> float:
+    """The mean over the pods of the seconds from creation until their cpu shows in a rate (the mean:
+    each pod's is read to a sampling step, and the seconds add up); 0 (at once) when no pod's was
+    measured."""
+    known = [p.usage_onset_s for p in pods if p.usage_onset_s is not None]
+    if not known:
+        notes.append("no pod's usage onset measured (no cpu counter that rose after its creation): usage shows at once")
+        return 0.0
+    return round(float(np.mean(known)), 3)
+
+
+def usage_linger(pods: list[PodRecord]) -> float:
+    """The mean over the pods that went of the seconds their cpu still showed after; 0 when none went."""
+    known = [p.usage_linger_s for p in pods if p.usage_linger_s is not None]
+    return round(float(np.mean(known)), 3) if known else 0.0
 
 
 def background_range(nodes: list[NodeRecord], notes: list[str]) -> list[float]:

@@ -75,7 +75,7 @@ class PodRecord:
     namespace: str
     name: str
     workload: str
-    created: float  # unix seconds
+    created: float  # unix seconds (kube_pod_created's whole second, plus half a second)
     last_seen: float  # the last sample of its kube-state-metrics series
     alive: bool  # still there at the end of the window: its lifetime is not known yet
     cpu_millicores: float
@@ -83,11 +83,17 @@ class PodRecord:
     usage: float | None = None  # mean cpu used / cpu requested over its life
     latency_limits_ms: tuple[float, float] | None = None
     step_s: float = 0.0  # the sampling step its times were read at
+    scrape_s: float = 0.0  # how often Prometheus scraped its series (0: not known)
+    usage_onset_s: float | None = None  # from its creation until its cpu counter first rose in a scrape
+    usage_linger_s: float | None = None  # from when it went until its cpu counter's series ended
 
     @property
     def ended(self) -> float:
-        """When it went: between its last sample and the next one that did not come."""
-        return self.last_seen + self.step_s / 2 if not self.alive else float("inf")
+        """When it went: its series ends at the first scrape without it (half a step after its last
+        sample), and it went at some moment between that scrape and the one before."""
+        if self.alive:
+            return float("inf")
+        return max(self.last_seen + self.step_s / 2 - self.scrape_s / 2, self.created)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -109,8 +115,8 @@ class History:
 
     def arrived(self, pod: PodRecord) -> bool:
         """Created within the window. Creation timestamps are whole seconds: a pod created in the
-        second the window starts in carries a time up to a second before it."""
-        return pod.created + 1.0 > self.start
+        second the window starts in carries a time up to half a second before it."""
+        return pod.created + 0.5 > self.start
 
 
 class HistoryError(RuntimeError):
@@ -231,6 +237,7 @@ def read_history(core, prometheus, start: float, end: float, step_s: float = 5.0
 
     cpu, memory, usage = per_pod("pod_cpu_request"), per_pod("pod_memory_request"), per_pod("pod_cpu_seconds")
     apps, owners, limits = per_pod("pod_app"), per_pod("pod_owner"), per_pod("pod_latency_limits")
+    scrape = scrape_interval([(t, v) for _, t, v in usage.values()], step_s)
     pods, no_request = [], 0
     for key, (times, values) in created.items():
         # requests do not change over a pod's life: the median sample is the request
@@ -242,9 +249,12 @@ def read_history(core, prometheus, start: float, end: float, step_s: float = 5.0
         owner = owners.get(key, ({}, None, None))[0]
         workload = workload_name(key[1], apps.get(key, ({}, None, None))[0].get("label_app"),
                                  owner.get("owner_kind"), owner.get("owner_name"))
-        used = None
+        born = float(values[-1]) + 0.5  # creation timestamps are whole seconds: the middle of that one
+        used = onset = None
         if key in usage and (cores := cpu_seconds_rate(usage[key][1], usage[key][2])) is not None:
             used = cores * 1000.0 / cpu_m
+            onset = usage_onset(born, usage[key][1], usage[key][2], start, step_s)
+            counter_end = float(usage[key][1][-1]) + step_s / 2
         pair = None
         if key in limits:
             lab = limits[key][0]
@@ -253,9 +263,13 @@ def read_history(core, prometheus, start: float, end: float, step_s: float = 5.0
             if soft is not None and hard is not None and 0 <= soft <= hard:
                 pair = (soft, hard)
         last = float(times[-1])
-        pods.append(PodRecord(key[0], key[1], workload, created=float(values[-1]), last_seen=last,
+        pods.append(PodRecord(key[0], key[1], workload, created=born, last_seen=last,
                               alive=last >= end - 2 * step_s, cpu_millicores=cpu_m, memory_bytes=mem,
-                              usage=used, latency_limits_ms=pair, step_s=step_s))
+                              usage=used, usage_onset_s=onset, latency_limits_ms=pair, step_s=step_s,
+                              scrape_s=scrape))
+        record = pods[-1]
+        if used is not None and not record.alive and counter_end < end - 2 * step_s:
+            record.usage_linger_s = max(counter_end - record.ended, 0.0)
     if no_request:
         notes.append(f"{no_request} pod(s) without a cpu request (kube_pod_container_resource_requests) left out")
     if not pods:
@@ -297,6 +311,29 @@ def cpu_seconds_rate(times: np.ndarray, values: np.ndarray) -> float | None:
         return None
     steps = np.diff(values)
     return float(np.where(steps >= 0, steps, values[1:]).sum() / (times[-1] - times[0]))
+
+
+def scrape_interval(counters: list[tuple[np.ndarray, np.ndarray]], step_s: float) -> float:
+    """How often Prometheus scrapes the pods' series: the median time between two changes of a cpu
+    counter (a step shorter than the scrape interval repeats each scrape's value). 0 when no counter
+    changed twice; never more than the step can tell apart from it."""
+    gaps = []
+    for times, values in counters:
+        fresh = times[np.concatenate(([True], np.diff(values) != 0))]
+        gaps.extend(np.diff(fresh[1:]))  # the first sample may come from a scrape before the window
+    return float(np.median(gaps)) if gaps else 0.0
+
+
+def usage_onset(created: float, times: np.ndarray, values: np.ndarray, start: float, step_s: float) -> float | None:
+    """Seconds from a pod's creation until its cpu counter first rose from one scrape to the next:
+    from then on a rate over the counter (what node cpu queries read) shows the pod's use. The first
+    sample after that scrape is up to a step later. None for a pod created before the window
+    (`start`) or whose counter never rose."""
+    if created < start:
+        return None
+    fresh = np.concatenate(([True], np.diff(values) != 0))
+    rose = times[fresh][1:][np.diff(values[fresh]) > 0]
+    return max(float(rose[0]) - step_s / 2 - created, 0.0) if len(rose) else None
 
 
 def _kepler_power(read, by_name: dict[str, NodeRecord]) -> None:

@@ -143,6 +143,10 @@ class Dynamics(_Strict):
                                         min_length=2, max_length=2,
                                         description="[low, high] share of each node's cpu used besides its pods "
                                                     "(kubelet, daemons), drawn per node")
+    usage_onset_s: float = Field(alias="usageOnsetSeconds", default=0.0, ge=0, le=3600,
+                                 description="seconds from a pod's binding until its usage shows in the node's metrics")
+    usage_linger_s: float = Field(alias="usageLingerSeconds", default=0.0, ge=0, le=3600,
+                                  description="seconds a pod's usage still shows in the node's metrics after it went")
 
     @field_validator("background_cpu")
     @classmethod
@@ -190,7 +194,8 @@ class ClusterProfile(_Strict):
                      churn=d.churn, churn_interval_s=d.churn_interval_s, metrics_interval_s=d.metrics_interval_s,
                      power_visible=d.power_visible, latency_drift=d.latency_drift,
                      hourly_rate=tuple(self.workload.hourly_rate), start_hour=self.workload.start_hour,
-                     background_cpu=tuple(d.background_cpu))
+                     background_cpu=tuple(d.background_cpu), usage_onset_s=d.usage_onset_s,
+                     usage_linger_s=d.usage_linger_s)
 
     @classmethod
     def of_world(cls, world: World, name: str) -> ClusterProfile:
@@ -222,7 +227,8 @@ class ClusterProfile(_Strict):
             dynamics=Dynamics(metricsIntervalSeconds=world.metrics_interval_s,
                               latencyShiftsSeconds=list(world.latency_shifts_s), latencyDrift=world.latency_drift,
                               churn=world.churn, churnIntervalSeconds=world.churn_interval_s,
-                              powerVisible=world.power_visible, backgroundCpu=list(world.background_cpu)))
+                              powerVisible=world.power_visible, backgroundCpu=list(world.background_cpu),
+                              usageOnsetSeconds=world.usage_onset_s, usageLingerSeconds=world.usage_linger_s))
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(by_alias=True, mode="json"), sort_keys=False, width=120)

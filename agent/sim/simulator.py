@@ -1,6 +1,6 @@
 """A discrete-event cluster simulator: nodes with power curves, pods with requests, real usage and
-lifetimes, measured metrics that arrive with a delay, drifting node-to-user latency, and nodes that
-leave and join.
+lifetimes, usage that shows some seconds after a pod is bound, measured metrics that arrive with a
+delay, drifting node-to-user latency, and nodes that leave and join.
 
 `Simulation` advances a world's event stream to the next pod that needs a node, offers the feasible
 nodes as a `NodeState` (what the scheduler's filters would pass to our score plugin, with metrics as
@@ -10,6 +10,7 @@ hot-node time, imbalance, pods that found no node, latency violations.
 
 from __future__ import annotations
 
+import heapq
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -54,6 +55,8 @@ class Cluster:
         self.background_cpu = rng.uniform(*world.background_cpu, n)  # system daemons, kubelet, ...
         self.background_memory = rng.uniform(0.05, 0.15, n)
         self.placement: dict[int, tuple[int, SimPod]] = {}
+        self.starting: set[int] = set()  # bound pods whose usage does not show yet (World.usage_onset_s)
+        self.lingering: dict[int, tuple[int, SimPod]] = {}  # gone pods whose usage still shows (World.usage_linger_s)
         # for the committed-energy potential: per node, sum of used millicores x departure time, the
         # latest departure of its pods, and its pods' departures
         self.used_until = np.zeros(n)
@@ -101,21 +104,43 @@ class Cluster:
         )
         return np.flatnonzero(fits)
 
-    def bind(self, pod: SimPod, node: int) -> None:
+    def bind(self, pod: SimPod, node: int, using: bool = True) -> None:
+        """`using=False`: the pod holds its requests but its usage shows only at `start_using`."""
         self.placement[pod.id] = (node, pod)
-        self._account(node, pod, +1)
+        self._account_requests(node, pod, +1)
+        if using:
+            self._account_usage(node, pod, +1)
+        else:
+            self.starting.add(pod.id)
 
-    def unbind(self, pod_id: int) -> bool:
+    def start_using(self, pod_id: int) -> None:
+        """A bound pod's usage begins to show (a pod that left in the meantime is ignored)."""
+        if pod_id in self.starting:
+            self.starting.discard(pod_id)
+            node, pod = self.placement[pod_id]
+            self._account_usage(node, pod, +1)
+
+    def unbind(self, pod_id: int, keep_usage: bool = False) -> bool:
+        """`keep_usage`: its requests are freed now, its usage shows until `stop_using`."""
         entry = self.placement.pop(pod_id, None)
         if entry is None:
             return False
-        self._account(entry[0], entry[1], -1)
+        self._account_requests(entry[0], entry[1], -1)
+        if pod_id in self.starting:
+            self.starting.discard(pod_id)
+        elif keep_usage:
+            self.lingering[pod_id] = entry
+        else:
+            self._account_usage(entry[0], entry[1], -1)
         return True
 
-    def _account(self, node: int, pod: SimPod, sign: int) -> None:
-        used = pod.cpu_millicores * pod.usage
+    def stop_using(self, pod_id: int) -> None:
+        entry = self.lingering.pop(pod_id, None)
+        if entry is not None:
+            self._account_usage(entry[0], entry[1], -1)
+
+    def _account_requests(self, node: int, pod: SimPod, sign: int) -> None:
         if np.isfinite(pod.depart_at):
-            self.used_until[node] += sign * used * pod.depart_at
             departures = self._departures[node]
             if sign > 0:
                 departures[pod.id] = pod.depart_at
@@ -126,12 +151,17 @@ class Cluster:
                     self.last_departure[node] = max(departures.values(), default=0.0)
         self.cpu_requested[node] += sign * pod.cpu_millicores
         self.memory_requested[node] += sign * pod.memory_bytes
-        self.cpu_used[node] += sign * pod.cpu_millicores * pod.usage
+        self.disk_used[node] += sign * pod.disk_bytes
+        self.pods[node] += sign
+
+    def _account_usage(self, node: int, pod: SimPod, sign: int) -> None:
+        used = pod.cpu_millicores * pod.usage
+        if np.isfinite(pod.depart_at):
+            self.used_until[node] += sign * used * pod.depart_at
+        self.cpu_used[node] += sign * used
         self.memory_used[node] += sign * pod.memory_bytes * min(pod.usage, 1.0)
         self.network[node] += sign * pod.network_bytes_per_s
         self.connections[node] += sign * pod.connections
-        self.disk_used[node] += sign * pod.disk_bytes
-        self.pods[node] += sign
 
     def node_down(self, node: int) -> list[SimPod]:
         """Take a node out (never the last one); returns its pods, which their controllers recreate."""
@@ -193,6 +223,8 @@ class Simulation:
         self._metrics: dict[str, np.ndarray] | None = None
         self._util_mean = self._util_var = None
         self._last_scrape = 0.0
+        # (time, pod id, whether it begins to show): pending changes of what the metrics show
+        self._usage_changes: list[tuple[float, int, bool]] = []
         self._scrape()
         self._next_scrape = world.metrics_interval_s
 
@@ -216,12 +248,21 @@ class Simulation:
 
     def _advance(self, until: float) -> None:
         """Integrate the ledger's rates up to `until` (state is constant between events), taking
-        metric scrapes on the way."""
-        interval = self.world.metrics_interval_s
-        while interval > 0 and self._next_scrape <= until:
-            self._integrate(self._next_scrape)
-            self._scrape()
-            self._next_scrape += interval
+        metric scrapes and pods' usage beginning and ceasing to show on the way."""
+        interval, onsets = self.world.metrics_interval_s, self._usage_changes
+        while True:
+            scrape = self._next_scrape if interval > 0 else float("inf")
+            onset = onsets[0][0] if onsets else float("inf")
+            if min(scrape, onset) > until:
+                break
+            if onset <= scrape:
+                self._integrate(onset)
+                _, pod_id, showing = heapq.heappop(onsets)
+                (self.cluster.start_using if showing else self.cluster.stop_using)(pod_id)
+            else:
+                self._integrate(scrape)
+                self._scrape()
+                self._next_scrape += interval
         self._integrate(until)
 
     def _integrate(self, until: float) -> None:
@@ -295,7 +336,9 @@ class Simulation:
         if event.kind == "arrive":
             return event.pod
         if event.kind == "depart":
-            self.cluster.unbind(event.pod_id)
+            linger = self.world.usage_linger_s
+            if self.cluster.unbind(event.pod_id, keep_usage=linger > 0) and linger > 0:
+                heapq.heappush(self._usage_changes, (self.time + linger, event.pod_id, False))
         elif event.kind == "shift-latency":
             self.cluster.shift_latency(self._drift_rng)
             self.latency_shifts.append(self.decisions)
@@ -343,7 +386,10 @@ class Simulation:
             if seen[node] > request.hard_limit and np.any(seen[self.candidates] <= request.hard_limit):
                 ledger.avoidable_hard_violations += 1
             ledger.soft_violations += int(latency > request.soft_limit)
-        c.bind(pod, node)
+        onset = self.world.usage_onset_s
+        c.bind(pod, node, using=onset <= 0)
+        if onset > 0:
+            heapq.heappush(self._usage_changes, (self.time + onset, pod.id, True))
         ledger.placed += 1
         self.decisions += 1
         self.pod = None

@@ -97,6 +97,10 @@ class World:
     hourly_rate: tuple[float, ...] = ()  # poisson: 24 multipliers of the arrival rate by hour of day (mean 1)
     start_hour: float = 0.0  # the hour of day at simulated time 0
     background_cpu: tuple[float, float] = DEFAULT_BACKGROUND_CPU  # share of each node's cpu its own daemons use, drawn per node
+    # seconds from a pod's binding until its usage shows in the node's metrics (container start, and
+    # a rate needs two scrapes); 0: at once
+    usage_onset_s: float = 0.0
+    usage_linger_s: float = 0.0  # seconds a pod's usage still shows after it went (until the next scrape)
     tags: dict = field(default_factory=dict, compare=False)
 
     @property

@@ -84,6 +84,11 @@ def test_calibration_reads_back_the_played_workload(cluster, tmp_path):
     # make every simulated node hotter than the live one)
     assert all(n.background_cpu is not None and n.background_cpu <= 0.02 for n in history.nodes), history.nodes
     assert profile.dynamics.background_cpu[1] <= 0.02
+    # a pod's cpu shows seconds after it was created (it starts, then a rate needs two of the 2 s
+    # scrapes: measured 2.5-3.0 s) and still shows until the first scrape without it (about 1 s)
+    assert {p.scrape_s for p in history.pods} == {2.0}
+    assert 1.0 <= profile.dynamics.usage_onset_s <= 6.0, profile.dynamics
+    assert 0.0 <= profile.dynamics.usage_linger_s <= 2.0, profile.dynamics
 
     # the pod mix: one class per size, weighted by how many arrived
     # (a pod that lives less than a scrape interval can slip between two scrapes: only those may be missing)

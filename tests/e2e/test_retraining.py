@@ -97,10 +97,14 @@ def shifted_sim_to_real(cluster: E2ECluster, result, start: float, end: float, m
     profile, _ = calibrate.build_profile(history, f"e2e-{result.run}", metrics_interval_s=REFRESH_S)
     simulated, trace = replay_history(profile, history, ModelScorer(load_model(model)), "EE")
     nodes = [f"kwok-node-{i}" for i in range(4)]
+    # the replay ends at its last arrival: pods created in the last scrapes before `end` have no
+    # series yet, so live time after that arrival has load the replay never saw
+    replayed_until = max(p.created for p in history.pods)
     out = {"pods_recorded": len(history.pods), "pods_played": len(result.placements),
            "background_cpu": profile.dynamics.background_cpu,
+           "usage_onset_s": profile.dynamics.usage_onset_s, "usage_linger_s": profile.dynamics.usage_linger_s,
            "hot_node_share": {"live": hot_node_share(prometheus, cluster.values["RLSCORE_LOCAL_CPU_QUERY"], nodes,
-                                                     start, end),
+                                                     start, replayed_until),
                               "simulated": simulated.hot_node_share},
            "mean_active_nodes": {"live": float(np.mean(result.active_nodes)),
                                  "simulated": float(np.mean(trace.active_nodes))}}
@@ -253,12 +257,13 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
         hot = shifted_sim_to_real(cluster, promoted, promoted_start, promoted_end, models / "ee.pt")
         figures["sim_to_real_shifted"]["promoted"] = hot
         # hot-node time of a trained model's placements, live against the simulator: the goal is 10%
-        # (measured 1% and 28% on the same workload: the replayed pods' measured usage varies); 40
-        # pods and a share near 0.2 allow 35% here. The broken node counters it guards against read
-        # 2.5-12x off. (The stale run's share is only printed: an untrained network's placements
-        # follow the small differences between live and simulated features.)
+        # (with usage onset and linger calibrated, measured 3-13% over five runs; the rest is where
+        # the replay's placements part from the live ones); 40 pods and a share near 0.2 allow 25%
+        # here. The broken node counters it guards against read 2.5-12x off. (The stale run's share
+        # is only printed: an untrained network's placements follow the small differences between
+        # live and simulated features.)
         live_hot, sim_hot = hot["hot_node_share"]["live"], hot["hot_node_share"]["simulated"]
-        assert live_hot > 0.05 and abs(sim_hot - live_hot) <= 0.35 * max(live_hot, sim_hot) + 0.02, hot
+        assert live_hot > 0.05 and abs(sim_hot - live_hot) <= 0.25 * max(live_hot, sim_hot) + 0.02, hot
         figures["mean_active_nodes"] = {"stale": float(np.mean(stale.active_nodes)),
                                         "promoted": float(np.mean(promoted.active_nodes))}
         figures["stale_version"], figures["promoted_version"] = stale_version, candidate_version
