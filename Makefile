@@ -160,7 +160,7 @@ WINDOW ?= 30m
 retrain: install ## on the local cluster: calibrate -> fine-tune -> gate -> hand the candidate to the server (POLICY=EE WINDOW=30m)
 	@env=$$(local-cluster/cluster.sh env) && eval "$$env" && $(VENV)/bin/rlscore-retrain --policy $(POLICY) \
 	  --prometheus "$$RLSCORE_LOCAL_PROMETHEUS_URL" --kubeconfig "$$KUBECONFIG" --window $(WINDOW) \
-	  --query "node_cpu_busy=$$RLSCORE_LOCAL_CPU_QUERY" \
+	  --query "node_cpu_busy=$$RLSCORE_LOCAL_CPU_QUERY" --metrics-interval "$$RLSCORE_LOCAL_REFRESH_INTERVAL_S" \
 	  --model-dir "$$RLSCORE_LOCAL_DIR/models" --start-from models/$$(echo $(POLICY) | tr A-Z a-z).pt \
 	  --work build/retrain/$(POLICY)
 

@@ -103,6 +103,8 @@ LOCAL_POWER_HISTORY='avg_over_time((sum by (node_name) (kepler_node_cpu_idle_wat
 # for a minute); a node without pods reads 0.
 LOCAL_BUSY_CORES='(sum by (node) (irate(container_cpu_usage_seconds_total{container!=""}[1m]) and on (namespace, pod, container) container_cpu_usage_seconds_total{container!=""}) or on (node) (0 * max by (node) (machine_cpu_cores)))'
 LOCAL_CPU_QUERY="$LOCAL_BUSY_CORES / on (node) max by (node) (machine_cpu_cores)"
+# how often the server refreshes its node metrics (calibration hands it to the simulator)
+LOCAL_REFRESH_S=${RLSCORE_REFRESH_INTERVAL_S:-2}
 LOCAL_NETWORK_QUERY="$LOCAL_BUSY_CORES * 1000000 + 20000"
 
 server_start() {
@@ -117,7 +119,7 @@ server_start() {
   [ -d "$OURS/models" ] || { mkdir -p "$OURS/models" && cp "$ROOT"/models/{ee,lb,el}.{pt,json} "$OURS/models/"; }
   RLSCORE_PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT \
   RLSCORE_KUBERNETES=kubeconfig RLSCORE_KUBECONFIG=$KUBECONFIG_FILE \
-  RLSCORE_MODEL_DIR=$OURS/models RLSCORE_REFRESH_INTERVAL_S=${RLSCORE_REFRESH_INTERVAL_S:-2} \
+  RLSCORE_MODEL_DIR=$OURS/models RLSCORE_REFRESH_INTERVAL_S=$LOCAL_REFRESH_S \
   RLSCORE_POWER_MAX_HISTORY_QUERY="${RLSCORE_POWER_MAX_HISTORY_QUERY:-$LOCAL_POWER_HISTORY}" \
   RLSCORE_CPU_QUERY="${RLSCORE_CPU_QUERY:-$LOCAL_CPU_QUERY}" \
   RLSCORE_NETWORK_QUERY="${RLSCORE_NETWORK_QUERY:-$LOCAL_NETWORK_QUERY}" \
@@ -241,6 +243,7 @@ export RLSCORE_LOCAL_DIR=$OURS
 export RLSCORE_LOCAL_CLUSTER_DIR=$CLUSTER_DIR
 export RLSCORE_LOCAL_CPU_QUERY='$LOCAL_CPU_QUERY'
 export RLSCORE_LOCAL_NETWORK_QUERY='$LOCAL_NETWORK_QUERY'
+export RLSCORE_LOCAL_REFRESH_INTERVAL_S=$LOCAL_REFRESH_S
 EOF
 }
 

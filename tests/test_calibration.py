@@ -213,6 +213,8 @@ def test_parse_duration(text, seconds):
     (["--query", "no-equals-sign"], "--query takes NAME=PROMQL"),
     (["--prometheus-ca-file", "/nonexistent/ca.pem"], "--prometheus-ca-file /nonexistent/ca.pem: no such file"),
     (["--prometheus-ca-file", __file__, "--prometheus-insecure-skip-verify"], "not both"),
+    (["--metrics-interval", "nan"], "--metrics-interval must be 0..3600 seconds"),
+    (["--step", "0"], "--step must be a positive number"),
 ])
 def test_cli_refuses_bad_arguments_with_the_reason(args, message, capsys):
     assert main(["--prometheus", "http://127.0.0.1:1", *args]) == 2
@@ -237,3 +239,13 @@ def test_rlscore_retrain_hands_its_queries_to_calibration(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "--query takes NAME=PROMQL" in err and "node_busy" in err
+
+
+def test_rlscore_retrain_hands_the_metrics_interval_to_calibration(tmp_path, capsys):
+    """--metrics-interval reaches rlscore-calibrate, which checks it before reading anything."""
+    from agent.live import retrain
+
+    code = retrain.main(["--policy", "EE", "--prometheus", "http://127.0.0.1:1", "--work", str(tmp_path),
+                         "--metrics-interval", "-1"])
+    assert code == 2
+    assert "--metrics-interval must be 0..3600 seconds, got -1.0" in capsys.readouterr().err

@@ -236,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
         bad = [q for q in args.query if "=" not in q] + [k for k in overrides if k not in QUERIES]
         if bad:
             raise ValueError(f"--query takes NAME=PROMQL with NAME one of {', '.join(QUERIES)}; got {bad}")
+        if not 0.0 <= args.metrics_interval <= 3600.0:  # NaN fails too
+            raise ValueError(f"--metrics-interval must be 0..3600 seconds, got {args.metrics_interval}")
+        if args.step is not None and not args.step > 0:
+            raise ValueError(f"--step must be a positive number of seconds, got {args.step}")
         if args.prometheus_ca_file is not None:
             if args.prometheus_insecure_skip_verify:
                 raise ValueError("--prometheus-ca-file or --prometheus-insecure-skip-verify, not both")

@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--query", action="append", default=[], metavar="NAME=PROMQL",
                         help="handed to rlscore-calibrate: replace one of its series queries (agent/live/history.py "
                              "QUERIES), e.g. node_cpu_busy=<the server's RLSCORE_CPU_QUERY>")
+    parser.add_argument("--metrics-interval", type=float, default=5.0,
+                        help="how stale the server's node metrics are (its RLSCORE_REFRESH_INTERVAL_S), seconds")
     parser.add_argument("--model-dir", type=Path, default=Path("models"), help="the server's model directory")
     parser.add_argument("--candidate-dir", type=Path, default=None, help="default <model-dir>/candidates")
     parser.add_argument("--work", type=Path, default=Path("retrain"), help="profile, candidate and record go here")
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         return code
 
     calibrate_args = ["--prometheus", args.prometheus, "--window", args.window, "--out", str(profile),
-                      "--name", f"retrain-{low}"] + (["--kubeconfig", args.kubeconfig] if args.kubeconfig else [])
+                      "--name", f"retrain-{low}", "--metrics-interval", repr(args.metrics_interval)] + (
+                         ["--kubeconfig", args.kubeconfig] if args.kubeconfig else [])
     calibrate_args += (["--prometheus-ca-file", str(args.prometheus_ca_file)] if args.prometheus_ca_file else []) + (
         ["--prometheus-insecure-skip-verify"] if args.prometheus_insecure_skip_verify else [])
     calibrate_args += [f"--query={q}" for q in args.query]

@@ -203,7 +203,8 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
                              cluster.kubeconfig, "--window", f"{time.time() - start:.3f}s", "--model-dir", str(models),
                              "--work", str(work), "--timesteps", "3000",
                              "--start-from", str(ROOT / "models" / "ee.pt"),
-                             "--query", f"node_cpu_busy={local_busy(cluster)['node_cpu_busy']}"])
+                             "--query", f"node_cpu_busy={local_busy(cluster)['node_cpu_busy']}",
+                             "--metrics-interval", str(REFRESH_S)])
         outcome = json.loads((work / "retrain.json").read_text())
         figures["retrain_seconds"] = outcome["seconds"]
         figures["retrain_start"] = outcome["init"]
