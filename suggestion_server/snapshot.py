@@ -142,7 +142,9 @@ class StateCollector:
         record["power_idle_metrics"] = idle
         active, usage = values.get("power_active_watts"), values.get("power_usage_ratio")
         if active is not None and usage is not None and usage >= KEPLER_MIN_USAGE and active >= 0:
-            estimate = idle + active / min(usage, 1.0)
+            # active watts are the dynamic draw at `usage`: divided by that same usage, even above 1
+            # (a ratio over 1 with the active watts it gave was read as watts at full load before)
+            estimate = idle + active / usage
             previous = self._power_max.get(name)
             self._power_max[name] = estimate if previous is None else (
                 previous + KEPLER_SMOOTHING * (estimate - previous))

@@ -84,6 +84,25 @@ def test_power_model_from_kepler_and_the_thesis_metrics_from_node_exporter(stack
     assert any("power model unknown for 1 node(s) (worker-3)" in reason for reason in body["reasons"])
 
 
+def test_full_load_power_is_right_when_kepler_reports_usage_above_one(tmp_path):
+    """An emulation that does not throttle (KWOK's) reports usage ratios above 1, with the active
+    watts of that usage: full load is still idle + active / usage (it read 1.4x the dynamic range)."""
+    exporter = FakeNodeExporter({"worker-1": 1.4}, power={"worker-1": (200.0, 400.0)})
+    prometheus = PrometheusServer(tmp_path, [f"127.0.0.1:{exporter.port}"])
+    try:
+        app = create_app(settings(prometheus_url=prometheus.url, refresh_interval_s=0.5, stale_after_s=30,
+                                  prometheus_timeout_s=1.0))
+        with TestClient(app) as client:
+            def state():
+                row = client.get("/state", params={"node": ["worker-1"]}).json()["nodes"][0]
+                return row if row["power_max_watts"] is not None else None
+            row = wait_for(state, 60, "worker-1's Kepler series in the snapshot", 0.5)
+            assert row["power_max_watts"] == pytest.approx(400.0, rel=0.02)
+    finally:
+        prometheus.stop()
+        exporter.close()
+
+
 def test_a_restarted_server_knows_the_power_model_of_nodes_idle_now_from_prometheus_history(tmp_path, caplog):
     """Kepler tells full-load watts only while a node is busy. worker-1 was busy (usage 0.9) and is
     idle (0) when the server starts: the history query still gives its model; without the query
