@@ -138,3 +138,18 @@ class NodeState:
             index = np.flatnonzero(index)
         return NodeState.trusted([self.names[i] for i in index],
                                  **{name: getattr(self, name)[index] for name in NODE_ARRAYS})
+
+
+def as_served(pod: PodRequest, policy: str,
+              el_defaults: tuple[float, float] = (DEFAULT_LATENCY_SOFT_MS, DEFAULT_LATENCY_HARD_MS)) -> PodRequest:
+    """The pod as the suggestion server hands it to a policy's scorer: latency limits for EL only
+    (EE and LB were trained, and are measured, on pods without them), and EL's defaults for a pod
+    without any. The simulator shows its scorers the same, so that a replay decides as live."""
+    soft, hard = pod.latency_soft_ms, pod.latency_hard_ms
+    if policy != "EL":
+        soft = hard = None
+    elif soft is None and hard is None:
+        soft, hard = el_defaults
+    if (soft, hard) == (pod.latency_soft_ms, pod.latency_hard_ms):
+        return pod
+    return PodRequest(pod.cpu_millicores, pod.memory_bytes, soft, hard)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from agent.state import PodRequest, normalize_policy
+from agent.state import PodRequest, as_served, normalize_policy
 from suggestion_server.schemas import PodIn
 
 ANNOTATION_POLICY = "rlscore.io/policy"
@@ -62,8 +62,4 @@ def pod_request(pod: PodIn, policy: str, el_defaults: tuple[float, float]) -> Po
     if soft is not None and hard is not None and soft > hard:
         raise RequestFieldError(("body", "pod", "annotations"),
                                 f"latency soft limit {soft} ms exceeds the hard limit {hard} ms")
-    if policy != "EL":
-        soft = hard = None
-    elif soft is None and hard is None:
-        soft, hard = el_defaults
-    return PodRequest(pod.cpu_request_millicores, pod.memory_request_bytes, soft, hard)
+    return as_served(PodRequest(pod.cpu_request_millicores, pod.memory_request_bytes, soft, hard), policy, el_defaults)

@@ -238,6 +238,26 @@ def test_without_onset_and_linger_usage_follows_the_pod_exactly():
     assert delayed.ledger.hot_node_s == pytest.approx(6.0)
 
 
+@pytest.mark.parametrize("limits, policy, seen", [
+    ((10.0, 15.0), "EE", (None, None)),  # EE and LB are served pods without limits
+    ((10.0, 15.0), "LB", (None, None)),
+    ((10.0, 15.0), "EL", (10.0, 15.0)),
+    (None, "EL", (20.0, 30.0)),  # EL's defaults for a pod without limits, as the server's
+    ((10.0, 15.0), None, (10.0, 15.0)),  # no policy: the pod as it is
+])
+def test_scorers_see_the_pod_as_the_server_serves_it_to_their_policy(limits, policy, seen):
+    soft, hard = limits or (None, None)
+    pod = SimPod(0, 250.0, 2**20, soft, hard)
+    events = [scenarios.Event(0.0, 0, "arrive", pod=pod), scenarios.Event(1.0, 1, "arrive", pod=SimPod(1, 250.0, 2**20))]
+    sim = Simulation(_world([NodeSpec(SMALL, 40.0)]), seed=0, events=events)
+    sim.next_decision()
+    _, request = sim.candidate_state(policy)
+    assert (request.latency_soft_ms, request.latency_hard_ms) == seen
+    sim.place(0)
+    # what the pod was really asked for is what the ledger judges, whatever the scorer saw
+    assert sim.ledger.hard_violations == (1 if limits else 0)
+
+
 def test_violations_use_the_real_latency_at_placement_and_know_when_they_were_avoidable():
     strict = (PodClass("strict", 1.0, (250.0,), latency_limits=((10.0, 15.0),)),)
     sim = Simulation(_world([NodeSpec(SMALL, 5.0), NodeSpec(LARGE, 40.0)], strict, arrivals="test2"), seed=0)

@@ -110,12 +110,12 @@ def measure(scorer: Scorer, sim: Simulation, seed: int, policy: str, arrivals: i
     burn = int(np.ceil(sim.world.pods_alive)) if burn_in is None else burn_in
     while sim.ledger.arrivals < burn:
         sim.next_decision()
-        sim.place(choose(scorer.values(*sim.candidate_state()), tie_rng))
+        sim.place(choose(scorer.values(*sim.candidate_state(policy)), tie_rng))
     start, shifts_before = sim.ledger.copy(), len(sim.latency_shifts)
     arrivals = max(arrivals, burn)
     while sim.ledger.arrivals - start.arrivals < arrivals:
         sim.next_decision()
-        state, pod = sim.candidate_state()
+        state, pod = sim.candidate_state(policy)
         t0 = time.perf_counter()
         candidate = choose(scorer.values(state, pod), tie_rng)
         spent += time.perf_counter() - t0

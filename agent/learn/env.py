@@ -72,7 +72,7 @@ class SchedulingEnv(gym.Env):
 
     def _observe(self) -> dict[str, np.ndarray]:
         assert self.sim is not None
-        self._state, self._pod = self.sim.candidate_state()
+        self._state, self._pod = self.sim.candidate_state(self.policy)
         self._potential = self.sim.potential(self.policy, self.outcome.gamma)
         features, pod_vec = node_features(self._state, self._pod)
         n = len(self._state)

@@ -79,7 +79,7 @@ def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decision
                 taught[teacher] = taught.get(teacher, 0) + 1
             for _ in range(decisions):
                 sim.next_decision()
-                state, pod = sim.candidate_state()
+                state, pod = sim.candidate_state(policy)
                 target = teacher_targets(teacher, state, pod, len(state), rng)
                 features, pod_vec = node_features(state, pod)
                 demos.nodes.append(features)

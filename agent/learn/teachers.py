@@ -99,7 +99,7 @@ def world_teacher(policy: str, world, seed: int, default: str, rules: list[str],
             ties = np.random.default_rng(stream)
             for _ in range(decisions):
                 sim.next_decision()
-                state, pod = sim.candidate_state()
+                state, pod = sim.candidate_state(policy)
                 sim.place(choose(teacher_targets(rule, state, pod, len(state), ties), ties))
             total = cost(policy, sim.ledger, sim.units)
             if policy != "LB":  # the energy committed at the end (the discount only weighs LB's rates)

@@ -20,7 +20,7 @@ from agent.sim.families import LATENCY_RANGE_MS, family
 from agent.sim.outcomes import EL_ENERGY_WEIGHT, HOT_UTILIZATION, Ledger, Units, cv as _cv, rate
 from agent.sim.scenarios import Event
 from agent.sim.world import SimPod, World
-from agent.state import NodeState, PodRequest
+from agent.state import NodeState, PodRequest, as_served
 
 LATENCY_DRIFT_MS_PER_SQRT_S = 0.15
 UTILIZATION_WINDOW_S = 60.0  # time constant of the utilization mean and spread (LoadVariationRiskBalancing)
@@ -348,9 +348,10 @@ class Simulation:
             self.cluster.node_up(event.node)
         return None
 
-    def candidate_state(self) -> tuple[NodeState, PodRequest]:
+    def candidate_state(self, policy: str | None = None) -> tuple[NodeState, PodRequest]:
         """The feasible nodes and the pod, as the scorer sees them at serving time: sizes and
-        requests live (the server's watch cache), metrics as of the last scrape."""
+        requests live (the server's watch cache), metrics as of the last scrape; with `policy`, the
+        pod as the server hands it to that policy's scorer (agent.state.as_served)."""
         assert self.pod is not None, "call next_decision() first"
         if self.world.metrics_interval_s <= 0:
             self._scrape()
@@ -367,7 +368,8 @@ class Simulation:
             max_pods=c.max_pods[idx], cpu_requested=requested, memory_requested=c.memory_requested[idx],
             pods=c.pods[idx], cpu_requested_since_metrics=np.maximum(requested - self._requested_at_scrape[idx], 0.0),
             **{k: v[idx] for k, v in m.items()}, **power)
-        return state, pod_request(self.pod)
+        pod = pod_request(self.pod)
+        return state, (as_served(pod, policy) if policy is not None else pod)
 
     def place(self, candidate: int) -> int:
         """Bind the current pod to candidate number `candidate`; returns the node index."""
