@@ -315,8 +315,8 @@ def cpu_seconds_rate(times: np.ndarray, values: np.ndarray) -> float | None:
 
 def scrape_interval(counters: list[tuple[np.ndarray, np.ndarray]], step_s: float) -> float:
     """How often Prometheus scrapes the pods' series: the median time between two changes of a cpu
-    counter (a step shorter than the scrape interval repeats each scrape's value). 0 when no counter
-    changed twice; never more than the step can tell apart from it."""
+    counter (a step shorter than the scrape interval repeats each scrape's value; a longer one reads
+    as the step). 0 when no counter changed twice."""
     gaps = []
     for times, values in counters:
         fresh = times[np.concatenate(([True], np.diff(values) != 0))]
