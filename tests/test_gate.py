@@ -164,26 +164,32 @@ def test_fine_tuning_is_pulled_towards_the_best_heuristic_only_when_far_behind_i
     assert got == weight == record["weight"] and says in record["reason"]
 
 
-def test_a_model_the_cluster_has_outgrown_is_pulled_towards_its_best_heuristic_and_improves(tmp_path):
-    """On the local cluster's calibrated profile after pods began to use 3x their requests, the shipped
-    LB (it balances requests) is far behind least-utilized; rlscore-retrain's start measurement says
-    so, and fine-tuning with the pull it then chooses (3 000 PPO steps) makes a candidate clearly
-    better than the model it started from on the gate's held-out seeds."""
+def test_a_model_far_behind_the_clusters_best_heuristic_is_pulled_towards_it_and_improves(tmp_path):
+    """On the local cluster's calibrated profile after pods began to use 3x their requests, an LB
+    model that never learned (random weights) is far behind the best heuristic; rlscore-retrain's
+    start measurement says so, and fine-tuning with the pull it then chooses (3 000 PPO steps) makes a
+    candidate clearly better than the model it started from on the gate's held-out seeds. (The
+    shipped LB is within 10% of it there, since the simulator shows LB pods without latency limits
+    as the server does: no pull.)"""
     from agent.evaluate.gate import judge
     from agent.learn.train import main as train
     from agent.live.retrain import choose_start, pull_towards_heuristic
 
-    start, info = choose_start("LB", [SHIPPED_LB], USAGE_3X)
+    torch.manual_seed(11)
+    behind = save_model(tmp_path / "lb.pt", NodeScorer((64, 64)), "LB", {"training": {"steps": 0, "note": "test"}})
+    start, info = choose_start("LB", [behind, SHIPPED_LB], USAGE_3X)
+    # the shipped LB is the better start, and within 10% of the best heuristic: no pull from it
+    assert start == SHIPPED_LB and pull_towards_heuristic(start, info, None)[0] == 0.0, info
     # the best heuristic reads measured load (which of them changes with the seeds)
-    assert start == SHIPPED_LB and info["best_heuristic"]["name"] in (
-        "least-utilized", "target-load-packing", "load-variation-risk-balancing"), info
+    assert info["best_heuristic"]["name"] in ("least-utilized", "target-load-packing",
+                                              "load-variation-risk-balancing"), info
+    start, info = choose_start("LB", [behind], USAGE_3X)
     weight, why = pull_towards_heuristic(start, info, None)
     assert weight == 1.0 and why["ratio"] > 1.1, why
-    assert train(["--policy", "LB", "--algo", "ppo", "--profile", str(USAGE_3X), "--init", str(SHIPPED_LB),
+    assert train(["--policy", "LB", "--algo", "ppo", "--profile", str(USAGE_3X), "--init", str(behind),
                   "--kickstart", str(weight), "--timesteps", "3000", "--out", str(tmp_path / "cand"),
                   "--log-dir", "", "--no-eval", "--no-progress"]) == 0
-    verdict = judge("LB", tmp_path / "cand" / "lb.pt", SHIPPED_LB, USAGE_3X, progress=False)  # 48 seeds
-    # measured: 0.941 against 1.159 (without the pull: 1.201)
+    verdict = judge("LB", tmp_path / "cand" / "lb.pt", behind, USAGE_3X, progress=False)  # 48 seeds
     assert verdict.objective["candidate"] < 0.9 * verdict.objective["serving"], verdict.objective
     assert verdict.paired["serving"]["reading"] == "ahead", verdict.paired
 
