@@ -52,8 +52,8 @@ def test_usage_onset_is_when_a_rate_first_shows_the_pod(created, times, values, 
 def test_scrape_interval_is_the_time_between_counter_changes():
     every_2s = (np.arange(0.0, 12.0), np.repeat(np.arange(6.0), 2))
     every_3s = (np.arange(0.0, 12.0), np.repeat(np.arange(4.0), 3))
-    assert scrape_interval([every_2s, every_2s, every_3s], 1.0) == 2.0
-    assert scrape_interval([(np.array([0.0, 1.0]), np.array([1.0, 1.0]))], 1.0) == 0.0  # no change: not known
+    assert scrape_interval([every_2s, every_2s, every_3s]) == 2.0
+    assert scrape_interval([(np.array([0.0, 1.0]), np.array([1.0, 1.0]))]) == 0.0  # no change: not known
 
 
 @pytest.mark.parametrize("last_seen, step, scrape, alive, expected", [

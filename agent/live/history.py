@@ -237,7 +237,7 @@ def read_history(core, prometheus, start: float, end: float, step_s: float = 5.0
 
     cpu, memory, usage = per_pod("pod_cpu_request"), per_pod("pod_memory_request"), per_pod("pod_cpu_seconds")
     apps, owners, limits = per_pod("pod_app"), per_pod("pod_owner"), per_pod("pod_latency_limits")
-    scrape = scrape_interval([(t, v) for _, t, v in usage.values()], step_s)
+    scrape = scrape_interval([(t, v) for _, t, v in usage.values()])
     pods, no_request = [], 0
     for key, (times, values) in created.items():
         # requests do not change over a pod's life: the median sample is the request
@@ -254,7 +254,6 @@ def read_history(core, prometheus, start: float, end: float, step_s: float = 5.0
         if key in usage and (cores := cpu_seconds_rate(usage[key][1], usage[key][2])) is not None:
             used = cores * 1000.0 / cpu_m
             onset = usage_onset(born, usage[key][1], usage[key][2], start, step_s)
-            counter_end = float(usage[key][1][-1]) + step_s / 2
         pair = None
         if key in limits:
             lab = limits[key][0]
@@ -263,13 +262,14 @@ def read_history(core, prometheus, start: float, end: float, step_s: float = 5.0
             if soft is not None and hard is not None and 0 <= soft <= hard:
                 pair = (soft, hard)
         last = float(times[-1])
-        pods.append(PodRecord(key[0], key[1], workload, created=born, last_seen=last,
-                              alive=last >= end - 2 * step_s, cpu_millicores=cpu_m, memory_bytes=mem,
-                              usage=used, usage_onset_s=onset, latency_limits_ms=pair, step_s=step_s,
-                              scrape_s=scrape))
-        record = pods[-1]
-        if used is not None and not record.alive and counter_end < end - 2 * step_s:
-            record.usage_linger_s = max(counter_end - record.ended, 0.0)
+        record = PodRecord(key[0], key[1], workload, created=born, last_seen=last, alive=last >= end - 2 * step_s,
+                           cpu_millicores=cpu_m, memory_bytes=mem, usage=used, usage_onset_s=onset,
+                           latency_limits_ms=pair, step_s=step_s, scrape_s=scrape)
+        if used is not None and not record.alive:
+            counter_end = float(usage[key][1][-1]) + step_s / 2  # its counter's series ended here
+            if counter_end < end - 2 * step_s:
+                record.usage_linger_s = max(counter_end - record.ended, 0.0)
+        pods.append(record)
     if no_request:
         notes.append(f"{no_request} pod(s) without a cpu request (kube_pod_container_resource_requests) left out")
     if not pods:
@@ -300,26 +300,32 @@ def trace_events(history: History) -> list:
     return sorted(events)
 
 
+def scrapes(times: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A counter's samples where its value changed: read at a step below the scrape interval, each
+    scrape's value repeats, and only the first sample of each run is a scrape."""
+    fresh = np.concatenate(([True], np.diff(values) != 0))
+    return times[fresh], values[fresh]
+
+
 def cpu_seconds_rate(times: np.ndarray, values: np.ndarray) -> float | None:
     """Cores used on average between the first and the last scrape of a cpu-seconds counter; a drop
     is a restart, after which the counter counts from 0. A range query with a step below the scrape
     interval repeats each scrape's value: only the first sample of each run is a scrape. None when
     fewer than two scrapes are left."""
-    fresh = np.concatenate(([True], np.diff(values) != 0))
-    times, values = times[fresh], values[fresh]
+    times, values = scrapes(times, values)
     if len(times) < 2:
         return None
     steps = np.diff(values)
     return float(np.where(steps >= 0, steps, values[1:]).sum() / (times[-1] - times[0]))
 
 
-def scrape_interval(counters: list[tuple[np.ndarray, np.ndarray]], step_s: float) -> float:
+def scrape_interval(counters: list[tuple[np.ndarray, np.ndarray]]) -> float:
     """How often Prometheus scrapes the pods' series: the median time between two changes of a cpu
     counter (a step shorter than the scrape interval repeats each scrape's value; a longer one reads
     as the step). 0 when no counter changed twice."""
     gaps = []
     for times, values in counters:
-        fresh = times[np.concatenate(([True], np.diff(values) != 0))]
+        fresh, _ = scrapes(times, values)
         gaps.extend(np.diff(fresh[1:]))  # the first sample may come from a scrape before the window
     return float(np.median(gaps)) if gaps else 0.0
 
@@ -331,8 +337,8 @@ def usage_onset(created: float, times: np.ndarray, values: np.ndarray, start: fl
     (`start`) or whose counter never rose."""
     if created < start:
         return None
-    fresh = np.concatenate(([True], np.diff(values) != 0))
-    rose = times[fresh][1:][np.diff(values[fresh]) > 0]
+    times, values = scrapes(times, values)
+    rose = times[1:][np.diff(values) > 0]
     return max(float(rose[0]) - step_s / 2 - created, 0.0) if len(rose) else None
 
 
