@@ -215,3 +215,16 @@ def test_the_verdict_carries_its_paired_reading_over_the_profiles_default_seeds(
     assert verdict["paired"]["serving"]["reading"] == "ahead"
     assert verdict["paired"]["best_baseline"]["reading"] == "behind" and not verdict["promote"]
     assert "over 48 seeds, 95% " in verdict["reason"] and "behind beyond noise" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("serving_arg", ["same path", "another path to it"])
+def test_a_model_is_not_judged_against_itself_and_its_sidecar_is_left_alone(tmp_path, churn_profile, capsys,
+                                                                            serving_arg):
+    """`--candidate models/ee.pt` with the default serving model once wrote a verdict into the
+    shipped sidecar; the gate refuses before it writes anything."""
+    model = copy_model(SHIPPED_EE, tmp_path / "models" / "ee.pt")
+    before = sidecar_path(model).read_bytes()
+    serving = model if serving_arg == "same path" else tmp_path / "models" / "." / "ee.pt"
+    assert gate(model, serving, churn_profile) == 2
+    assert "is the serving model itself" in capsys.readouterr().err
+    assert sidecar_path(model).read_bytes() == before

@@ -133,6 +133,13 @@ def record(candidate: Path, verdict: Verdict, command: str) -> None:
     write_atomically(side, (json.dumps(meta, indent=2) + "\n").encode())
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and a.samefile(b)
+    except OSError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlscore-gate", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -152,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     if (args.seeds is not None and args.seeds < 1) or args.arrivals < 1 or not 0 <= args.margin < 1:
         parser.error("--seeds and --arrivals must be >= 1, --margin within [0, 1)")
     serving = args.serving or Path("models") / f"{args.policy.lower()}.pt"
+    if _same_file(args.candidate, serving):
+        # the verdict goes into the candidate's sidecar: it would land in the serving model's
+        print(f"rlscore-gate: the candidate {args.candidate} is the serving model itself ({serving}); "
+              "judge a copy of it against the serving one", file=sys.stderr)
+        return 2
     try:
         verdict = judge(args.policy, args.candidate, serving, args.profile, args.seeds, args.arrivals, args.margin,
                         progress=not args.no_progress)
