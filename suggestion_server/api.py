@@ -344,7 +344,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
                    "el_default_latency_ms": {"soft": settings.el_default_soft_ms, "hard": settings.el_default_hard_ms},
                    "stale_after_s": settings.stale_after_s,
                    "snapshot_age_s": snapshot.age() if snapshot.taken_at else None,
-                   "model_versions": {p: (m.version if (m := registry.get(p)) else None) for p in POLICIES},
+                   "model_versions": {p: (m.version if (m := registry.get(p)) and m.heuristic is None else None)
+                                      for p in POLICIES},
                    "rollout_stages": rollout.stages(),
                    "nodes": {"names": names, **columns}}
         return Response(orjson.dumps(payload), media_type="application/json")
@@ -360,6 +361,9 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         model = registry.get(name)
         if model is None:
             return _error(404, ["path", "policy"], f"no valid {name} model is loaded; the heuristic serves it")
+        if model.heuristic is not None:
+            return _error(404, ["path", "policy"], f"{name} is served by the heuristic {model.heuristic} "
+                                                   f"({model.version}), which has no weights")
         return Response(orjson.dumps(model.export()), media_type="application/json")
 
     @app.get("/healthz")

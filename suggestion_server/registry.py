@@ -1,5 +1,7 @@
 """The loaded policies. A model replaces the serving one only after the agent's loader validated
-it; a bad file leaves the previous model (or the heuristic) serving and is reported."""
+it; a bad file leaves the previous model (or the heuristic) serving and is reported. A model file may
+name a heuristic (the retraining loop's fallback when the best rule beats the model): it serves as
+that heuristic, reported as such."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.learn.model_io import LoadedModel, ModelValidationError, load_model
+from agent.heuristics import POLICY_HEURISTIC
+from agent.learn.model_io import HeuristicModel, LoadedModel, ModelValidationError, load_model
 from agent.state import POLICIES
 from suggestion_server import metrics
 
@@ -20,7 +23,7 @@ log = logging.getLogger("rlscore.models")
 class PolicyModel:
     policy: str
     path: Path
-    model: LoadedModel | None = None
+    model: LoadedModel | HeuristicModel | None = None
     error: str | None = None
     loaded_at: float | None = None
     file_stamp: tuple[float, int] | None = field(default=None, repr=False)
@@ -28,7 +31,9 @@ class PolicyModel:
     def status(self) -> dict:
         return {"policy": self.policy, "path": str(self.path),
                 "model_version": self.model.version if self.model else None,
-                "serving": "model" if self.model else "heuristic",
+                "serving": "model" if self.model and self.model.heuristic is None else "heuristic",
+                # the heuristic a promoted model file names, else the fallback's (no valid model)
+                "heuristic": self.model.heuristic if self.model else POLICY_HEURISTIC[self.policy],
                 "loaded_at": self.loaded_at, "error": self.error,
                 "training": (self.model.metadata.get("training", {}).get("steps") if self.model else None)}
 
@@ -47,14 +52,14 @@ class ModelRegistry:
         self._lock = threading.Lock()
         self.policies = {p: PolicyModel(p, self.model_dir / f"{p.lower()}.pt") for p in POLICIES}
 
-    def get(self, policy: str) -> LoadedModel | None:
+    def get(self, policy: str) -> LoadedModel | HeuristicModel | None:
         return self.policies[policy].model
 
     def load(self, policy: str) -> PolicyModel:
         entry = self.policies[policy]
         stamp = file_stamp(entry.path)
         try:
-            model = load_model(entry.path, expected_policy=policy)
+            model = load_model(entry.path, expected_policy=policy, allow_heuristic=True)
         except ModelValidationError as exc:
             with self._lock:
                 entry.error = str(exc)

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.learn.model_io import (LoadedModel, ModelValidationError, install_model, load_model, sha256_of,
-                                  sidecar_path, write_atomically)
+from agent.learn.model_io import (HeuristicModel, LoadedModel, ModelValidationError, install_model, load_model,
+                                  sha256_of, sidecar_path, write_atomically)
 from agent.scoring import to_node_scores
 from agent.sim.outcomes import placement_cost
 from agent.state import POLICIES, NodeState, PodRequest
@@ -54,7 +54,7 @@ def canary_fraction(namespace: str, name: str) -> float:
 class PolicyRollout:
     policy: str
     stage: str = NONE
-    candidate: LoadedModel | None = None
+    candidate: LoadedModel | HeuristicModel | None = None
     since: float | None = None
     compared: int = 0  # requests scored by both in this stage
     agreed: int = 0  # ... on which both picked the same node
@@ -154,13 +154,13 @@ class RolloutManager:
 
     # --- transitions -------------------------------------------------------------------------------
 
-    def _verified_candidate(self, policy: str) -> LoadedModel:
+    def _verified_candidate(self, policy: str) -> LoadedModel | HeuristicModel:
         path = self.candidate_path(policy)
         if not path.exists():
             raise RolloutError(f"no candidate at {path}")
         try:
             digest = sha256_of(path)
-            model = load_model(path, expected_policy=policy)
+            model = load_model(path, expected_policy=policy, allow_heuristic=True)
         except (OSError, ModelValidationError) as exc:
             raise RolloutError(f"the candidate fails the loader's validation: {exc}") from None
         verdict = model.metadata.get("gate")

@@ -27,8 +27,8 @@ def score_nodes(policy: str, nodes: NodeState, pod: PodRequest, registry: ModelR
             metrics.FALLBACKS.labels(policy, "model_error").inc()
         if values is not None:
             scores, all_finite = node_scores(values, MAX_NODE_SCORE)
-            if all_finite:
-                return scores, "model", model.version, reasons
+            if all_finite:  # a model file naming a heuristic serves that heuristic: its source says so
+                return scores, "model" if model.heuristic is None else "heuristic", model.version, reasons
             reasons.append(f"model {model.version} gave non-finite Q-values")
             metrics.FALLBACKS.labels(policy, "non_finite").inc()
     else:

@@ -228,3 +228,87 @@ def test_a_model_is_not_judged_against_itself_and_its_sidecar_is_left_alone(tmp_
     assert gate(model, serving, churn_profile) == 2
     assert "is the serving model itself" in capsys.readouterr().err
     assert sidecar_path(model).read_bytes() == before
+
+
+def test_a_heuristic_that_beats_a_stale_model_beyond_noise_is_promoted_in_its_place(tmp_path, churn_profile,
+                                                                                   capsys):
+    serving = untrained(tmp_path / "serving" / "ee.pt")
+    candidate = tmp_path / "cand" / "ee.pt"
+    assert gate(candidate, serving, churn_profile, "--heuristic", "efficient-first") == 0
+    assert "PROMOTE: the heuristic efficient-first" in capsys.readouterr().out
+    verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
+    assert verdict["promote"] and verdict["heuristic"] == "efficient-first"
+    assert verdict["paired"]["serving"]["ci95"][1] < 1.0  # ahead beyond the seeds' noise
+    # what now serves is the heuristic, through the loader the server uses
+    served = load_model(serving, expected_policy="EE", allow_heuristic=True)
+    assert served.heuristic == "efficient-first"
+
+
+def test_a_heuristic_is_not_promoted_over_a_model_that_beats_it(tmp_path, churn_profile, capsys):
+    """On nodes that leave and come back the shipped EE beats every heuristic: no rule replaces it."""
+    serving = copy_model(SHIPPED_EE, tmp_path / "serving" / "ee.pt")
+    before = serving.read_bytes()
+    candidate = tmp_path / "cand" / "ee.pt"
+    assert gate(candidate, serving, churn_profile, "--heuristic", "efficient-first") == 1
+    assert "REFUSED: the heuristic efficient-first" in capsys.readouterr().out
+    verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
+    assert not verdict["promote"] and "is not ahead of serving" in verdict["reason"]
+    assert serving.read_bytes() == before
+
+
+@pytest.mark.parametrize("heuristic, exists, message", [
+    ("random", False, "--heuristic: unknown heuristic 'random'"),
+    ("best-fit", True, "--heuristic writes the candidate's file"),
+])
+def test_gate_heuristic_refuses_a_bad_name_or_an_existing_file(tmp_path, churn_profile, capsys, heuristic, exists,
+                                                              message):
+    candidate = tmp_path / "cand.pt"
+    if exists:
+        candidate.write_bytes(b"a model someone keeps")
+    with pytest.raises(SystemExit) as stop:
+        gate(candidate, tmp_path / "serving.pt", churn_profile, "--heuristic", heuristic)
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+    assert candidate.read_bytes() == b"a model someone keeps" if exists else not candidate.exists()
+
+
+LOCAL_PROFILE = Path(__file__).resolve().parents[1] / "examples" / "cluster-profiles" / "local-usage-3x-4n.yaml"
+
+
+def test_retraining_hands_over_the_best_heuristic_when_the_gate_refuses_and_the_model_is_behind_it(tmp_path):
+    """rlscore-retrain's fallback, on the local cluster's 4-node profile: a retrained candidate that
+    does not beat the best heuristic is refused, the stale serving model is behind that heuristic
+    beyond noise, so the heuristic (chosen on the start seeds) is gated and handed over instead; once
+    it serves, the fallback has nothing more to do."""
+    from agent.evaluate.gate import judge
+    from agent.live.retrain import choose_start, heuristic_fallback
+
+    stale = untrained(tmp_path / "serving" / "ee.pt")
+    _, start = choose_start("EE", [stale], LOCAL_PROFILE, seeds=8)
+    refused = judge("EE", untrained(tmp_path / "work" / "ee.pt", seed=1), stale, LOCAL_PROFILE, seeds=8,
+                    progress=False)
+    assert not refused.promote
+    path, info = heuristic_fallback("EE", refused, start, stale, LOCAL_PROFILE, tmp_path / "work", 8, 0.0)
+    name = start["best_heuristic"]["name"]
+    assert path is not None and info["promote"] and info["heuristic"] == name, info
+    model = load_model(path, expected_policy="EE", allow_heuristic=True)
+    verdict = model.metadata["gate"]
+    assert model.heuristic == name and verdict["promote"] and verdict["paired"]["serving"]["ci95"][1] < 1.0
+    assert model.metadata["training_profile"]["name"] == "local-usage-3x-4n"  # the drift reference it serves with
+
+    shutil.copyfile(path, stale)  # the heuristic now serves
+    shutil.copyfile(sidecar_path(path), sidecar_path(stale))
+    again = judge("EE", untrained(tmp_path / "work2" / "ee.pt", seed=2), stale, LOCAL_PROFILE, seeds=8, progress=False)
+    path, info = heuristic_fallback("EE", again, start, stale, LOCAL_PROFILE, tmp_path / "work2", 8, 0.0)
+    assert path is None and info["reason"] == f"the heuristic {name} serves already"
+
+
+def test_retraining_leaves_a_model_that_beats_the_heuristics_alone(tmp_path, churn_profile):
+    from agent.evaluate.gate import judge
+    from agent.live.retrain import choose_start, heuristic_fallback
+
+    shipped = copy_model(SHIPPED_EE, tmp_path / "serving" / "ee.pt")
+    _, start = choose_start("EE", [shipped], churn_profile, seeds=3)
+    refused = judge("EE", untrained(tmp_path / "work" / "ee.pt"), shipped, churn_profile, seeds=3, progress=False)
+    path, info = heuristic_fallback("EE", refused, start, shipped, churn_profile, tmp_path / "work", 3, 0.0)
+    assert path is None and "is not behind the heuristic" in info["reason"], info
+    assert not list((tmp_path / "work").glob("ee-*.pt"))  # nothing written either

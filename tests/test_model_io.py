@@ -94,3 +94,50 @@ def test_refuses_a_pickle_that_would_run_code(tmp_path):
     torch.save({"format": Evil()}, path)
     with pytest.raises(ModelValidationError, match="not a readable model file"):
         load_model(path)
+
+
+# --- a model file that names a heuristic (the retraining loop's fallback) -------------------------
+
+def test_a_heuristic_model_scores_as_its_heuristic_and_only_where_allowed(tmp_path):
+    from agent.heuristics import HEURISTICS
+    from agent.learn.model_io import save_heuristic_model
+
+    path = save_heuristic_model(tmp_path / "ee.pt", "best-fit", "EE", {"note": "test"})
+    model = load_model(path, expected_policy="EE", allow_heuristic=True)
+    assert model.heuristic == "best-fit" and model.version.startswith("ee-best-fit-")
+    assert model.metadata["note"] == "test" and model.metadata["heuristic"] == "best-fit"
+    nodes = make_nodes([4000, 8000, 16000], cpu_req=[1000, 0, 3500], latency=[5, 15, 40])
+    pod = PodRequest(500, 256 * 2**20)
+    expected = HEURISTICS["best-fit"](nodes, pod, np.random.default_rng(1))
+    np.testing.assert_array_equal(model.q_values(nodes, pod), expected)
+    # the callers that need weights (fine-tuning, export) refuse it by name
+    with pytest.raises(ModelValidationError, match="holds the heuristic best-fit, not a trained network"):
+        load_model(path)
+    with pytest.raises(ModelValidationError, match="holds policy EE, expected LB"):
+        load_model(path, expected_policy="LB", allow_heuristic=True)
+
+
+@pytest.mark.parametrize("payload, message", [
+    ({"heuristic": "random"}, "names heuristic 'random'"),  # not a scorer anyone should serve
+    ({"heuristic": "fastest"}, "names heuristic 'fastest'"),
+    ({"heuristic": 3}, "names heuristic 3"),
+    ({"heuristic": "best-fit", "policy": "XX"}, "policy is 'XX'"),
+])
+def test_a_heuristic_model_naming_no_servable_heuristic_is_refused(tmp_path, payload, message):
+    from agent.learn.model_io import HEURISTIC_FORMAT
+
+    path = tmp_path / "ee.pt"
+    torch.save({"format": HEURISTIC_FORMAT, "policy": "EE", **payload}, path)
+    with pytest.raises(ModelValidationError, match=message):
+        load_model(path, allow_heuristic=True)
+
+
+def test_a_heuristic_model_changed_after_its_sidecar_is_refused(tmp_path):
+    from agent.learn.model_io import HEURISTIC_FORMAT, save_heuristic_model
+
+    path = save_heuristic_model(tmp_path / "ee.pt", "best-fit", "EE", {})
+    torch.save({"format": HEURISTIC_FORMAT, "policy": "EE", "heuristic": "least-allocated"}, path)
+    with pytest.raises(ModelValidationError, match="sha256 does not match"):
+        load_model(path, allow_heuristic=True)
+    with pytest.raises(ValueError, match="unknown heuristic 'random'"):
+        save_heuristic_model(tmp_path / "x.pt", "random", "EE", {})

@@ -7,6 +7,12 @@ objective, by at least `--margin`. The verdict and the figures go into the candi
 the suggestion server reads them before it stages the candidate; `--promote-to` copies a passing
 candidate there. A refused candidate changes nothing.
 
+A candidate may be a heuristic (`--heuristic NAME` writes a model file that names it; the retraining
+loop's fallback when the serving model has fallen behind the best rule and no retrained model beats
+that rule). Replacing a learned model by a rule asks for more than a lower mean: the heuristic must
+be ahead of the serving model beyond the seeds' noise (its paired interval below 1 - margin) and not
+behind the best heuristic beyond noise.
+
 How many seeds: on a small cluster one seed's objective swings far more than candidates differ. On
 the local cluster's 4-node profile after pods began to use 3x their requests, least-utilized was the
 best heuristic on the gate's first 6 seeds (1.072 against TargetLoadPacking's 1.157) and
@@ -30,8 +36,8 @@ import numpy as np
 from agent.evaluate.compare import EVAL_SEED_BASE, baselines_for, evaluate
 from agent.evaluate.goals import paired_ratio
 from agent.heuristics import POLICY_HEURISTIC
-from agent.learn.model_io import (ModelValidationError, install_model, load_model, sha256_of, sidecar_path,
-                                  write_atomically)
+from agent.learn.model_io import (ModelValidationError, install_model, load_model, save_heuristic_model, sha256_of,
+                                  sidecar_path, write_atomically)
 from agent.scoring import ModelScorer
 from agent.sim.cluster_profile import ProfileError, load_profile, register_profile
 from agent.state import POLICIES
@@ -59,6 +65,7 @@ class Verdict:
     paired: dict[str, dict | None] = field(default_factory=dict)  # serving / best_baseline -> goals.paired_ratio
     best_baseline: str | None = None
     serving: str | None = None  # the serving model's version, or heuristic:<name>
+    heuristic: str | None = None  # the heuristic the candidate names, when it is one
     candidate_sha256: str | None = None
     decided_at: float = field(default_factory=time.time)
 
@@ -72,16 +79,16 @@ def judge(policy: str, candidate: Path, serving: Path | None, profile_path: Path
     verdict = Verdict(False, "", policy, profile.name, seeds, arrivals, margin)
     try:
         digest = sha256_of(candidate)
-        model = load_model(candidate, expected_policy=policy)
+        model = load_model(candidate, expected_policy=policy, allow_heuristic=True)
     except (OSError, ModelValidationError) as exc:
         verdict.reason = f"the candidate fails the loader's validation: {exc}"
         return verdict
-    verdict.candidate_sha256 = digest
+    verdict.candidate_sha256, verdict.heuristic = digest, model.heuristic
     scorers = [ModelScorer(model, name=CANDIDATE)]
     serving_model = None
     if serving is not None and serving.exists():
         try:
-            serving_model = load_model(serving, expected_policy=policy)
+            serving_model = load_model(serving, expected_policy=policy, allow_heuristic=True)
         except ModelValidationError:
             serving_model = None  # the server serves the heuristic in its place: so is it judged
     if serving_model is not None:
@@ -105,6 +112,8 @@ def judge(policy: str, candidate: Path, serving: Path | None, profile_path: Path
     verdict.paired = {"serving": paired_ratio(by[CANDIDATE], by[reference]),
                       "best_baseline": paired_ratio(by[CANDIDATE], by[best])}
     mine = verdict.objective[CANDIDATE]
+    if model.heuristic is not None:
+        return _judge_heuristic(verdict, model.heuristic, reference, best, margin)
     failures = [f"{label} {verdict.objective[name]:.4g}" for label, name in (("serving", reference), (best, best))
                 if not mine < verdict.objective[name] * (1.0 - margin)]
     verdict.promote = not failures
@@ -113,6 +122,28 @@ def judge(policy: str, candidate: Path, serving: Path | None, profile_path: Path
                       f"candidate {mine:.4g} does not beat " + " and ".join(failures)
                       + (f" by {margin:.0%}" if margin else ""))
     verdict.reason += f" ({_describe_paired(verdict.paired['best_baseline'], best, seeds)})"
+    return verdict
+
+
+def _judge_heuristic(verdict: Verdict, name: str, reference: str, best: str, margin: float) -> Verdict:
+    """A heuristic replaces the serving model only when it is ahead beyond noise and no other rule is
+    clearly better: the loop must not swap a model for a rule (and back) on the seeds' luck."""
+    against_serving, against_best = verdict.paired["serving"], verdict.paired["best_baseline"]
+    mine, theirs = verdict.objective[CANDIDATE], verdict.objective[reference]
+    ahead = against_serving is not None and against_serving["ci95"][1] < 1.0 - margin
+    not_behind_best = against_best is None or against_best["reading"] != "behind"
+    verdict.promote = ahead and not_behind_best
+    serving = f"serving {theirs:.4g}"
+    if verdict.promote:
+        verdict.reason = f"the heuristic {name} {mine:.4g} is ahead of {serving}"
+    elif not ahead:
+        verdict.reason = (f"the heuristic {name} {mine:.4g} is not ahead of {serving} beyond noise"
+                          + (f" by {margin:.0%}" if margin else ""))
+    else:
+        verdict.reason = f"the heuristic {best} {verdict.objective[best]:.4g} is better than {name} {mine:.4g}"
+    if against_serving is not None:
+        low, high = against_serving["ci95"]
+        verdict.reason += f" (x{against_serving['ratio']:.3f} of serving over {verdict.seeds} seeds, 95% {low:.3f}-{high:.3f})"
     return verdict
 
 
@@ -145,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--policy", required=True, type=str.upper, choices=POLICIES)
     parser.add_argument("--candidate", required=True, type=Path, help="the retrained model (.pt beside its .json)")
+    parser.add_argument("--heuristic", default=None, metavar="NAME",
+                        help="judge this hand-written scorer as the candidate: a model file naming it is written at "
+                             "--candidate (which must not exist) and judged like a model")
     parser.add_argument("--serving", type=Path, default=None, help="the model serving now (default models/<policy>.pt)")
     parser.add_argument("--profile", required=True, type=Path, help="the cluster profile to judge on")
     parser.add_argument("--seeds", type=int, default=None,
@@ -159,6 +193,15 @@ def main(argv: list[str] | None = None) -> int:
     if (args.seeds is not None and args.seeds < 1) or args.arrivals < 1 or not 0 <= args.margin < 1:
         parser.error("--seeds and --arrivals must be >= 1, --margin within [0, 1)")
     serving = args.serving or Path("models") / f"{args.policy.lower()}.pt"
+    if args.heuristic is not None:
+        if args.candidate.exists():
+            parser.error(f"--heuristic writes the candidate's file, and {args.candidate} exists: name a new path")
+        try:
+            save_heuristic_model(args.candidate, args.heuristic, args.policy,
+                                 {"note": f"the heuristic {args.heuristic} as a candidate for {args.policy} "
+                                          "(rlscore-gate --heuristic)"})
+        except ValueError as exc:
+            parser.error(f"--heuristic: {exc}")
     if _same_file(args.candidate, serving):
         # the verdict goes into the candidate's sidecar: it would land in the serving model's
         print(f"rlscore-gate: the candidate {args.candidate} is the serving model itself ({serving}); "

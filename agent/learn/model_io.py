@@ -5,11 +5,19 @@ run code) plus a `<name>.json` sidecar that records how it was trained. A model 
 after it validates: header, policy, feature-spec version, architecture, exact tensor shapes, the
 sidecar's checksum, and finite Q-values on probe inputs. Anything else is a ModelValidationError
 that says what is wrong.
+
+A model file may also name a hand-written scorer instead of holding weights (HEURISTIC_FORMAT): what
+the retraining loop hands the server when, on the cluster's own profile, the best heuristic beats
+the serving model and no retrained one beats that heuristic (AWARE's fallback while the model is not
+good enough). It goes through the same gate, rollout and rollback as a trained model; only the
+callers that serve or judge scorers (`allow_heuristic=True`) take it, the ones that need weights
+(fine-tuning, export to the plugin) refuse it by name.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import tempfile
@@ -26,6 +34,7 @@ from agent.learn.network import NodeScorer
 from agent.state import POLICIES, NodeState, PodRequest
 
 MODEL_FORMAT = "rlscore-deepsets-scorer"
+HEURISTIC_FORMAT = "rlscore-heuristic-scorer"
 WEIGHTS_FORMAT = "rlscore-deepsets-weights"  # the plain-JSON export an in-process scorer reads
 MAX_MODEL_BYTES = 64 * 1024 * 1024
 MAX_HIDDEN_UNITS = 4096
@@ -66,6 +75,7 @@ class LoadedModel:
     path: Path
     metadata: dict[str, Any] = field(default_factory=dict)
     fast: NumpyScorer | None = field(default=None, repr=False)
+    heuristic = None  # a trained network, not a named hand-written scorer (HeuristicModel)
 
     def __post_init__(self) -> None:
         if self.fast is None:
@@ -142,7 +152,56 @@ def _require(condition: bool, path: Path, message: str) -> None:
         raise ModelValidationError(f"{path}: {message}")
 
 
-def load_model(path: str | Path, expected_policy: str | None = None) -> LoadedModel:
+@dataclass
+class HeuristicModel:
+    """A hand-written scorer (agent.heuristics) in a model file's place: served, gated, rolled out
+    and rolled back like a trained model; it has no weights to export or fine-tune."""
+
+    policy: str
+    version: str
+    heuristic: str
+    path: Path
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from agent.heuristics import HEURISTICS
+
+        self._fn = HEURISTICS[self.heuristic]
+        self._rng = np.random.default_rng(0)  # the served heuristics are deterministic; this is a formality
+
+    def q_values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
+        if len(nodes) == 0:
+            return np.zeros(0)
+        return np.asarray(self._fn(nodes, pod, self._rng), dtype=np.float64)
+
+
+def servable_heuristics() -> tuple[str, ...]:
+    """The heuristics a model file may name: every hand-written scorer but the random one."""
+    from agent.heuristics import HEURISTICS
+
+    return tuple(name for name in HEURISTICS if name != "random")
+
+
+def save_heuristic_model(path: str | Path, heuristic: str, policy: str, metadata: dict[str, Any]) -> Path:
+    """Write a model file that serves `heuristic` for `policy`, and its sidecar (checksum included)."""
+    if heuristic not in servable_heuristics():
+        raise ValueError(f"unknown heuristic {heuristic!r}: expected one of {', '.join(servable_heuristics())}")
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}: expected one of {', '.join(POLICIES)}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save({"format": HEURISTIC_FORMAT, "policy": policy, "heuristic": heuristic}, buffer)
+    write_atomically(path, buffer.getvalue())
+    meta = {**metadata, "policy": policy, "heuristic": heuristic, "sha256": sha256_of(path)}
+    write_atomically(sidecar_path(path), (json.dumps(meta, indent=2) + "\n").encode())
+    return path
+
+
+def load_model(path: str | Path, expected_policy: str | None = None,
+               allow_heuristic: bool = False) -> LoadedModel | HeuristicModel:
+    """The validated model at `path`. A file naming a heuristic is taken only with `allow_heuristic`
+    (by the callers that score with it), otherwise refused with the heuristic named."""
     path = Path(path)
     _require(path.is_file(), path, "no such model file")
     size = path.stat().st_size
@@ -153,6 +212,8 @@ def load_model(path: str | Path, expected_policy: str | None = None) -> LoadedMo
         raise ModelValidationError(f"{path}: not a readable model file ({type(exc).__name__}: {exc})") from exc
 
     _require(isinstance(payload, dict), path, "model file does not hold a dictionary")
+    if payload.get("format") == HEURISTIC_FORMAT:
+        return _load_heuristic(path, payload, expected_policy, allow_heuristic)
     _require(payload.get("format") == MODEL_FORMAT, path,
              f"format is {payload.get('format')!r}, expected {MODEL_FORMAT!r}")
     spec = payload.get("feature_spec_version")
@@ -181,29 +242,50 @@ def load_model(path: str | Path, expected_policy: str | None = None) -> LoadedMo
         raise ModelValidationError(f"{path}: weights do not match the architecture: {exc}") from exc
     network.eval()
 
-    metadata: dict[str, Any] = {}
     digest = sha256_of(path)
-    side = sidecar_path(path)
-    if side.is_file():
-        try:
-            metadata = json.loads(side.read_text())
-        except (OSError, ValueError) as exc:
-            raise ModelValidationError(f"{side}: unreadable sidecar: {exc}") from exc
-        _require(isinstance(metadata, dict), side, "sidecar is not a JSON object")
-        _require(metadata.get("sha256") in (None, digest), side,
-                 "sha256 does not match the model file (file changed after training?)")
-        _require(metadata.get("policy") in (None, policy), side,
-                 f"sidecar says policy {metadata.get('policy')!r}, model holds {policy}")
-
+    metadata = _sidecar(path, digest, policy)
     model = LoadedModel(policy=policy, version=f"{policy.lower()}-{digest[:7]}", network=network,
                         path=path, metadata=metadata)
     _probe(model, path)
     return model
 
 
-def _probe(model: LoadedModel, path: Path) -> None:
+def _sidecar(path: Path, digest: str, policy: str) -> dict[str, Any]:
+    """The sidecar's record (empty when there is none), checked against the file it describes."""
+    side = sidecar_path(path)
+    if not side.is_file():
+        return {}
+    try:
+        metadata = json.loads(side.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelValidationError(f"{side}: unreadable sidecar: {exc}") from exc
+    _require(isinstance(metadata, dict), side, "sidecar is not a JSON object")
+    _require(metadata.get("sha256") in (None, digest), side,
+             "sha256 does not match the model file (file changed after training?)")
+    _require(metadata.get("policy") in (None, policy), side,
+             f"sidecar says policy {metadata.get('policy')!r}, model holds {policy}")
+    return metadata
+
+
+def _load_heuristic(path: Path, payload: dict, expected_policy: str | None, allow: bool) -> HeuristicModel:
+    name = payload.get("heuristic")
+    _require(isinstance(name, str) and name in servable_heuristics(), path,
+             f"names heuristic {name!r}, expected one of {', '.join(servable_heuristics())}")
+    _require(allow, path, f"holds the heuristic {name}, not a trained network (nothing to fine-tune or export)")
+    policy = payload.get("policy")
+    _require(policy in POLICIES, path, f"policy is {policy!r}, expected one of {', '.join(POLICIES)}")
+    if expected_policy is not None:
+        _require(policy == expected_policy, path, f"holds policy {policy}, expected {expected_policy}")
+    digest = sha256_of(path)
+    model = HeuristicModel(policy=policy, version=f"{policy.lower()}-{name}-{digest[:7]}", heuristic=name, path=path,
+                           metadata=_sidecar(path, digest, policy))
+    _probe(model, path)
+    return model
+
+
+def _probe(model: LoadedModel | HeuristicModel, path: Path) -> None:
     """Finite weights, and finite Q-values on a few synthetic clusters of different sizes."""
-    for p in model.network.parameters():
+    for p in (model.network.parameters() if model.heuristic is None else ()):
         _require(bool(torch.isfinite(p).all()), path, "weights contain NaN or infinity")
     rng = np.random.default_rng(0)
     for n in (1, 3, 64):

@@ -19,6 +19,13 @@ FAR_BEHIND behind the profile's best heuristic there (the cluster has changed un
 rlscore-train does): on its own reward 3 000 decisions made it worse still (1.201 against 1.159),
 with the pull better than the heuristic's mean (0.941 against 0.973; README, "Fine-tuning"). A model level with or ahead of every heuristic is fine-tuned
 without a pull, which would only take its edge away. `--kickstart` overrides the choice.
+
+When the gate refuses the retrained candidate, the serving model may still have fallen behind the
+best heuristic (on the local cluster's four like nodes a stale model used twice the nodes best-fit
+did, and a retrained one only tied best-fit). Then that heuristic, chosen on the start seeds, is
+judged as the candidate (rlscore-gate's rule for a heuristic: ahead of the serving model beyond
+noise) and handed over in its place: the server rolls it out like a model, and a later retrained
+model has to beat it. `--no-heuristic-fallback` leaves the serving model as it is.
 """
 
 from __future__ import annotations
@@ -75,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=None,
                         help="held-out seeds the gate judges on (default: rlscore-gate's, by the profile's size)")
     parser.add_argument("--margin", type=float, default=0.0, help="improvement the gate requires")
+    parser.add_argument("--no-heuristic-fallback", action="store_true",
+                        help="when the gate refuses the retrained candidate, do not hand over the best heuristic "
+                             "in its place (even where it beats the serving model beyond noise)")
     parser.add_argument("--server", default=None, help="suggestion server URL: stage the candidate at once "
                                                        "(otherwise the server's watch finds it)")
     parser.add_argument("--token-file", type=Path, default=None, help="bearer token for the server's rollout API")
@@ -131,15 +141,67 @@ def main(argv: list[str] | None = None) -> int:
     record["gate"] = {"promote": verdict.promote, "reason": verdict.reason, "objective": verdict.objective,
                       "seeds": verdict.seeds, "paired": verdict.paired}
     print(f"    gate: {'PROMOTE' if verdict.promote else 'REFUSED'}: {verdict.reason}", file=sys.stderr)
+    handed = "retrained"
     if not verdict.promote:
-        return finish(1, "refused by the gate; the serving model is untouched")
+        if args.no_heuristic_fallback:
+            return finish(1, "refused by the gate; the serving model is untouched")
+        candidate, record["fallback"] = _step("heuristic fallback", record, lambda: heuristic_fallback(
+            policy, verdict, record["init"], serving, profile, work, args.seeds, args.margin))
+        print(f"    fallback: {record['fallback']['reason']}", file=sys.stderr)
+        if candidate is None:
+            return finish(1, "refused by the gate; the serving model is untouched")
+        handed = f"the heuristic {record['fallback']['heuristic']}"
 
     target = (args.candidate_dir or args.model_dir / "candidates") / f"{low}.pt"
     install_model(candidate, target)
-    record["candidate"] = str(target)
+    record["candidate"], record["handed_over"] = str(target), handed
     if args.server:
         record["staged"] = _stage(args.server, policy, args.token_file)
+    if handed != "retrained":
+        return finish(0, f"the retrained candidate was refused; {handed} handed over at {target} in its place")
     return finish(0, f"candidate handed over at {target}")
+
+
+def heuristic_fallback(policy: str, refused, start_info: dict, serving: Path, profile: Path, work: Path,
+                       seeds: int | None, margin: float) -> tuple[Path | None, dict]:
+    """After the gate refused the retrained candidate: the best heuristic as the candidate, when the
+    serving model is behind it. The heuristic is the one the start seeds found best (chosen apart
+    from the seeds that judge it), else the gate's; returns its model file when the gate passes it."""
+    from agent.evaluate import gate
+    from agent.heuristics import POLICY_HEURISTIC
+    from agent.learn.model_io import ModelValidationError, load_model, save_heuristic_model
+    from agent.sim.cluster_profile import load_profile
+
+    name = (start_info.get("best_heuristic") or {}).get("name") or refused.best_baseline
+    info: dict = {"heuristic": name}
+    if name is None:
+        info["reason"] = "no heuristic was measured on the profile"
+        return None, info
+    try:
+        serving_model = load_model(serving, expected_policy=policy, allow_heuristic=True)
+    except (OSError, ModelValidationError):
+        serving_model = None  # the server falls back to the policy's heuristic: that is what serves
+    serving_name = (serving_model.heuristic if serving_model is not None else POLICY_HEURISTIC[policy])
+    if serving_name == name:
+        info["reason"] = f"the heuristic {name} serves already"
+        return None, info
+    theirs = refused.objective.get(gate.SERVING if serving_model is not None else POLICY_HEURISTIC[policy])
+    if theirs is not None and name in refused.objective and refused.objective[name] >= theirs:
+        info["reason"] = (f"what serves ({theirs:.4g}) is not behind the heuristic {name} "
+                          f"({refused.objective[name]:.4g}) on the gate's seeds")
+        return None, info
+    path = work / f"{policy.lower()}-{name}.pt"
+    profile_record = load_profile(profile).model_dump(by_alias=True, mode="json")
+    save_heuristic_model(path, name, policy, {
+        "training": {"algorithm": f"the heuristic {name} (no training)", "steps": 0,
+                     "chosen_on": {"seeds": start_info.get("seeds"), "seed_base": start_info.get("seed_base"),
+                                   "objective": (start_info.get("best_heuristic") or {}).get("objective")}},
+        "training_profile": profile_record})  # what drift compares the cluster with while it serves
+    verdict = gate.judge(policy, path, serving, profile, seeds, margin=margin, progress=False)
+    gate.record(path, verdict, "rlscore-retrain (heuristic fallback)")
+    info.update(promote=verdict.promote, reason=verdict.reason, objective=verdict.objective,
+                paired=verdict.paired)
+    return (path if verdict.promote else None), info
 
 
 def choose_start(policy: str, models: list[Path], profile: Path, seeds: int | None = None) -> tuple[Path | None, dict]:

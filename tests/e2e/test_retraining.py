@@ -1,10 +1,11 @@
 """The closed loop on the local cluster: a workload runs, its profile is calibrated (and its recorded
 pods replayed in the calibrated simulator match what was measured live), the workload
 shifts (pods use 3x their requests) and the server flags drift; rlscore-retrain calibrates,
-fine-tunes and gates a candidate (a refused one leaves the serving model untouched); and a candidate
-goes shadow -> canary -> serving while the real kube-scheduler keeps scheduling every pod, improving
-the live objective over the stale model it replaces; the simulator reproduces the live hot-node time
-of the shifted workload."""
+fine-tunes and gates a candidate (nothing serves before the rollout says so) and hands over the
+retrained model if the gate passes it, else the best heuristic, which the stale model is far behind;
+the candidate goes shadow -> canary -> serving while the real kube-scheduler keeps scheduling every
+pod, improving the live objective over the stale model it replaces; the simulator reproduces the
+live hot-node time of the shifted workload."""
 
 from __future__ import annotations
 
@@ -23,8 +24,7 @@ import torch
 from kubernetes import client
 from prometheus_api_client import PrometheusConnect
 
-from agent.evaluate.gate import Verdict, record
-from agent.learn.model_io import load_model, save_model, sha256_of, sidecar_path
+from agent.learn.model_io import load_model, save_model, sidecar_path
 from agent.learn.network import NodeScorer
 from agent.live import calibrate, retrain
 from agent.live.history import hot_node_share, read_history
@@ -95,7 +95,7 @@ def shifted_sim_to_real(cluster: E2ECluster, result, start: float, end: float, m
     history.pods = [p for p in history.pods if p.name.startswith(f"{result.run}-")]
     # the simulated scorer's metrics as stale as the live one's were (calibration's default is 5 s)
     profile, _ = calibrate.build_profile(history, f"e2e-{result.run}", metrics_interval_s=REFRESH_S)
-    simulated, trace = replay_history(profile, history, ModelScorer(load_model(model)), "EE")
+    simulated, trace = replay_history(profile, history, ModelScorer(load_model(model, allow_heuristic=True)), "EE")
     nodes = [f"kwok-node-{i}" for i in range(4)]
     # the replay ends at its last arrival: pods created in the last scrapes before `end` have no
     # series yet, so live time after that arrival has load the replay never saw
@@ -196,7 +196,7 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
         figures["sim_to_real_shifted"] = {"stale": shifted_sim_to_real(cluster, stale, stale_start, stale_end,
                                                                        models / "ee.pt")}
 
-        # 4. retraining on the cluster's history; a refused candidate changes nothing
+        # 4. retraining on the cluster's history: nothing serves before the rollout says so
         before = (models / "ee.pt").read_bytes()
         work = tmp_path / "retrain"
         code = retrain.main(["--policy", "EE", "--prometheus", cluster.prometheus_url, "--kubeconfig",
@@ -209,28 +209,19 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
         figures["retrain_seconds"] = outcome["seconds"]
         figures["retrain_start"] = outcome["init"]
         figures["gate"] = outcome["gate"]["reason"]
-        assert code in (0, 1), outcome
+        # the stale (untrained) model is far behind every packing rule on this profile, so something
+        # is handed over: the retrained model when the gate finds it better than the best rule (on
+        # four like nodes that is a tie at best: README), else that rule in the stale model's place
+        assert code == 0, outcome
         # the stale serving model is not where fine-tuning starts: the shipped one fits the profile better
         assert outcome["init"]["chosen"] == str(ROOT / "models" / "ee.pt"), outcome["init"]
         assert (models / "ee.pt").read_bytes() == before  # nothing serves before the rollout says so
-        candidates = models / "candidates"
-        target = candidates / "ee.pt"
-        if code == 1:
-            assert not target.exists()
-            assert server.policies()["rollout"]["policies"]["EE"]["stage"] == "none"
-
-            # 5. a candidate with a passing verdict: here the shipped EE model, whose verdict stands in
-            #    for the gate's (tests/test_gate.py runs the gate itself)
-            candidates.mkdir(exist_ok=True)
-            shutil.copy(ROOT / "models" / "ee.pt", target)
-            shutil.copy(ROOT / "models" / "ee.json", sidecar_path(target))
-            record(target, Verdict(True, "stands in for the gate in this test", "EE", "e2e", 0, 0, 0.0,
-                                   candidate_sha256=sha256_of(target)), "e2e")
-        else:  # 5. the retrained candidate passed the gate and was handed over: it is the one rolled out
-            assert json.loads(sidecar_path(target).read_text())["gate"]["promote"]
-        figures["candidate"] = "retrained, passed the gate" if code == 0 else "stand-in (the gate refused the retrained one)"
+        figures["fallback"] = outcome.get("fallback", {}).get("reason")
+        target = models / "candidates" / "ee.pt"
+        assert json.loads(sidecar_path(target).read_text())["gate"]["promote"]
+        figures["candidate"] = outcome["handed_over"]
         # shadow -> canary -> serving by itself
-        candidate_version = load_model(target).version
+        candidate_version = load_model(target, allow_heuristic=True).version
         wait_for(lambda: server.policies()["rollout"]["policies"]["EE"]["stage"] == "shadow", 30, "candidate staged")
         # through the in-process profile: its scorer learns of the rollout at its next refresh (every 2 s)
         # and leaves EE's pods to the server, where both models score them; without that the stages

@@ -189,3 +189,40 @@ def test_the_stage_survives_a_restart(dirs, make_client):
     assert rollout_of(again)["stage"] == "canary"
     state = json.loads((candidates / "rollout.json").read_text())
     assert state["policies"]["EE"]["stage"] == "canary"
+
+
+def test_a_heuristic_candidate_goes_shadow_canary_serving_and_a_rollback_brings_the_model_back(dirs, make_client):
+    """The retraining loop's fallback: a model file naming the best heuristic replaces a stale model
+    through the same stages; while it serves, answers say `heuristic` with its version, and the
+    in-process scorer is told there are no weights to run (it leaves the policy to this server)."""
+    from agent.learn.model_io import save_heuristic_model
+
+    models, candidates = dirs
+    serving_version = load_model(models / "ee.pt").version
+    save_heuristic_model(candidates / "ee.pt", "best-fit", "EE", {"note": "fallback"})
+    heuristic_version = load_model(passing_verdict(candidates / "ee.pt"), allow_heuristic=True).version
+    client = make_client(model_dir=models, api_token=TOKEN, rollout_auto=False, canary_share=0.5)
+    assert rollout_of(client)["stage"] == "shadow"
+    assert rollout_of(client)["candidate_version"] == heuristic_version
+    assert {ask(client, f"s-{i}")["model_version"] for i in range(5)} == {serving_version}
+
+    assert client.post("/v1/rollout/ee/promote", headers=AUTH).json()["stage"] == "canary"
+    canary = [ask(client, f"c-{i}") for i in range(40)]
+    assert {(a["source"], a["model_version"]) for a in canary} == {("candidate", heuristic_version),
+                                                                   ("model", serving_version)}
+
+    client.post("/v1/rollout/ee/promote", headers=AUTH)
+    served = ask(client, "after")
+    assert (served["source"], served["model_version"], served["degraded"]) == ("heuristic", heuristic_version, False)
+    # best-fit: the fullest node the pod fits on
+    assert served["scores"]["busy"] == 100 and served["scores"]["empty-a"] < 100
+    assert client.get("/v1/node-metrics", headers=AUTH).json()["model_versions"]["EE"] is None
+    r = client.get("/v1/models/EE", headers=AUTH)
+    assert r.status_code == 404 and "served by the heuristic best-fit" in r.json()["detail"][0]["msg"]
+    status = {p["policy"]: p for p in client.get("/policies", headers=AUTH).json()["policies"]}["EE"]
+    assert (status["serving"], status["heuristic"], status["model_version"]) == ("heuristic", "best-fit",
+                                                                                  heuristic_version)
+
+    client.post("/v1/rollout/ee/rollback", headers=AUTH)
+    assert ask(client, "back")["model_version"] == serving_version
+    assert client.get("/v1/node-metrics", headers=AUTH).json()["model_versions"]["EE"] == serving_version
