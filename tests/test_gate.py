@@ -237,7 +237,7 @@ def test_a_heuristic_that_beats_a_stale_model_beyond_noise_is_promoted_in_its_pl
     assert gate(candidate, serving, churn_profile, "--heuristic", "efficient-first") == 0
     assert "PROMOTE: the heuristic efficient-first" in capsys.readouterr().out
     verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
-    assert verdict["promote"] and verdict["heuristic"] == "efficient-first"
+    assert verdict["promote"] and verdict["heuristic"] == "efficient-first" and "per_seed" not in verdict
     assert verdict["paired"]["serving"]["ci95"][1] < 1.0  # ahead beyond the seeds' noise
     # what now serves is the heuristic, through the loader the server uses
     served = load_model(serving, expected_policy="EE", allow_heuristic=True)
@@ -287,18 +287,22 @@ def test_retraining_hands_over_the_best_heuristic_when_the_gate_refuses_and_the_
     refused = judge("EE", untrained(tmp_path / "work" / "ee.pt", seed=1), stale, LOCAL_PROFILE, seeds=8,
                     progress=False)
     assert not refused.promote
-    path, info = heuristic_fallback("EE", refused, start, stale, LOCAL_PROFILE, tmp_path / "work", 8, 0.0)
+    path, info = heuristic_fallback("EE", refused, start, stale, LOCAL_PROFILE, tmp_path / "work", 0.0)
     name = start["best_heuristic"]["name"]
     assert path is not None and info["promote"] and info["heuristic"] == name, info
     model = load_model(path, expected_policy="EE", allow_heuristic=True)
     verdict = model.metadata["gate"]
     assert model.heuristic == name and verdict["promote"] and verdict["paired"]["serving"]["ci95"][1] < 1.0
     assert model.metadata["training_profile"]["name"] == "local-usage-3x-4n"  # the drift reference it serves with
+    # the fallback reused the refused judgement's runs: judged from scratch, the same figures
+    fresh = judge("EE", path, stale, LOCAL_PROFILE, seeds=8, progress=False)
+    assert fresh.objective == {k: v for k, v in verdict["objective"].items()}
+    assert fresh.paired == verdict["paired"] and fresh.promote
 
     shutil.copyfile(path, stale)  # the heuristic now serves
     shutil.copyfile(sidecar_path(path), sidecar_path(stale))
     again = judge("EE", untrained(tmp_path / "work2" / "ee.pt", seed=2), stale, LOCAL_PROFILE, seeds=8, progress=False)
-    path, info = heuristic_fallback("EE", again, start, stale, LOCAL_PROFILE, tmp_path / "work2", 8, 0.0)
+    path, info = heuristic_fallback("EE", again, start, stale, LOCAL_PROFILE, tmp_path / "work2", 0.0)
     assert path is None and info["reason"] == f"the heuristic {name} serves already"
 
 
@@ -309,6 +313,6 @@ def test_retraining_leaves_a_model_that_beats_the_heuristics_alone(tmp_path, chu
     shipped = copy_model(SHIPPED_EE, tmp_path / "serving" / "ee.pt")
     _, start = choose_start("EE", [shipped], churn_profile, seeds=3)
     refused = judge("EE", untrained(tmp_path / "work" / "ee.pt"), shipped, churn_profile, seeds=3, progress=False)
-    path, info = heuristic_fallback("EE", refused, start, shipped, churn_profile, tmp_path / "work", 3, 0.0)
+    path, info = heuristic_fallback("EE", refused, start, shipped, churn_profile, tmp_path / "work", 0.0)
     assert path is None and "is not behind the heuristic" in info["reason"], info
     assert not list((tmp_path / "work").glob("ee-*.pt"))  # nothing written either

@@ -68,11 +68,17 @@ class Verdict:
     heuristic: str | None = None  # the heuristic the candidate names, when it is one
     candidate_sha256: str | None = None
     decided_at: float = field(default_factory=time.time)
+    # scorer -> seed -> objective: what a second judgement on the same seeds can reuse (not recorded)
+    per_seed: dict[str, dict[int, float]] = field(default_factory=dict, repr=False)
 
 
 def judge(policy: str, candidate: Path, serving: Path | None, profile_path: Path, seeds: int | None = None,
-          arrivals: int = 300, margin: float = 0.0, progress: bool = True) -> Verdict:
-    """The verdict on `seeds` held-out seeds of the profile (default: default_seeds of its size)."""
+          arrivals: int = 300, margin: float = 0.0, progress: bool = True,
+          measured: dict[str, dict[int, float]] | None = None) -> Verdict:
+    """The verdict on `seeds` held-out seeds of the profile (default: default_seeds of its size).
+    `measured` (an earlier verdict's per_seed, same serving model, profile and seeds) spares the
+    scorers already run: a heuristic candidate is its heuristic, run by the same rule on the same
+    worlds, so judging the retraining loop's fallback costs nothing more."""
     profile = load_profile(profile_path)
     if seeds is None:
         seeds = default_seeds(profile.world().size)
@@ -98,10 +104,16 @@ def judge(policy: str, candidate: Path, serving: Path | None, profile_path: Path
         verdict.serving = f"heuristic:{POLICY_HEURISTIC[policy]}"
     family = register_profile(profile)
     baselines = tuple(b for b in baselines_for(policy) if b != "random")
-    results, _ = evaluate(policy, scorers, (family,), seeds, arrivals, baselines=baselines, progress=progress)
-    by = {}
+    seed_set = {EVAL_SEED_BASE + k for k in range(seeds)}
+    known = {name: runs for name, runs in (measured or {}).items() if set(runs) == seed_set and name != CANDIDATE}
+    if model.heuristic is not None and model.heuristic in known:
+        known[CANDIDATE] = known[model.heuristic]
+    results, _ = evaluate(policy, [s for s in scorers if s.name not in known], (family,), seeds, arrivals,
+                          baselines=tuple(b for b in baselines if b not in known), progress=progress)
+    by = {name: dict(runs) for name, runs in known.items() if name in {s.name for s in scorers} | set(baselines)}
     for r in results:
         by.setdefault(r.scorer, {})[r.seed] = r.objective
+    verdict.per_seed = by
     verdict.objective = {name: round(float(np.mean(list(v.values()))), 6) for name, v in by.items()}
     reference = SERVING if serving_model is not None else POLICY_HEURISTIC[policy]
     best = min(baselines, key=lambda b: verdict.objective[b])
@@ -160,7 +172,8 @@ def record(candidate: Path, verdict: Verdict, command: str) -> None:
     """The verdict goes into the candidate's sidecar (the model file itself is untouched)."""
     side = sidecar_path(candidate)
     meta = json.loads(side.read_text())
-    meta["gate"] = {**asdict(verdict), "command": command, "seed_base": EVAL_SEED_BASE}
+    meta["gate"] = {**{k: v for k, v in asdict(verdict).items() if k != "per_seed"}, "command": command,
+                    "seed_base": EVAL_SEED_BASE}
     write_atomically(side, (json.dumps(meta, indent=2) + "\n").encode())
 
 

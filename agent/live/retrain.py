@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_heuristic_fallback:
             return finish(1, "refused by the gate; the serving model is untouched")
         candidate, record["fallback"] = _step("heuristic fallback", record, lambda: heuristic_fallback(
-            policy, verdict, record["init"], serving, profile, work, args.seeds, args.margin))
+            policy, verdict, record["init"], serving, profile, work, args.margin))
         print(f"    fallback: {record['fallback']['reason']}", file=sys.stderr)
         if candidate is None:
             return finish(1, "refused by the gate; the serving model is untouched")
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def heuristic_fallback(policy: str, refused, start_info: dict, serving: Path, profile: Path, work: Path,
-                       seeds: int | None, margin: float) -> tuple[Path | None, dict]:
+                       margin: float) -> tuple[Path | None, dict]:
     """After the gate refused the retrained candidate: the best heuristic as the candidate, when the
     serving model is behind it. The heuristic is the one the start seeds found best (chosen apart
     from the seeds that judge it), else the gate's; returns its model file when the gate passes it."""
@@ -197,7 +197,9 @@ def heuristic_fallback(policy: str, refused, start_info: dict, serving: Path, pr
                      "chosen_on": {"seeds": start_info.get("seeds"), "seed_base": start_info.get("seed_base"),
                                    "objective": (start_info.get("best_heuristic") or {}).get("objective")}},
         "training_profile": profile_record})  # what drift compares the cluster with while it serves
-    verdict = gate.judge(policy, path, serving, profile, seeds, margin=margin, progress=False)
+    # judged on the refused candidate's seeds, whose runs of the serving model and the heuristics it reuses
+    verdict = gate.judge(policy, path, serving, profile, refused.seeds, margin=margin, progress=False,
+                         measured=refused.per_seed)
     gate.record(path, verdict, "rlscore-retrain (heuristic fallback)")
     info.update(promote=verdict.promote, reason=verdict.reason, objective=verdict.objective,
                 paired=verdict.paired)
