@@ -139,8 +139,10 @@ class SuggestRequest(BaseModel):
 
 class SuggestResponse(BaseModel):
     policy: Literal["EE", "LB", "EL"]
-    model_version: str | None = Field(description="version of the model that scored, null for the heuristic")
-    source: Literal["model", "heuristic"]
+    model_version: str | None = Field(description="version of the model that scored, null for the fallback heuristic")
+    source: Literal["model", "heuristic", "candidate"] = Field(
+        description="model; heuristic (the fallback, or a heuristic promoted in a model's place: model_version "
+                    "names it); candidate (a canary pod scored by the staged candidate)")
     degraded: bool = Field(description="true when any node state was missing or stale (see reasons)")
     reasons: list[str]
     scores: dict[str, Annotated[int, Field(ge=0, le=100)]]

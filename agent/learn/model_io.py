@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from agent.features import FEATURE_SPEC_VERSION, NUM_NODE_FEATURES, NUM_POD_FEATURES, node_features
+from agent.heuristics import HEURISTICS
 from agent.kernels import equivariant_layer
 from agent.learn.network import NodeScorer
 from agent.state import POLICIES, NodeState, PodRequest
@@ -164,8 +165,6 @@ class HeuristicModel:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from agent.heuristics import HEURISTICS
-
         self._fn = HEURISTICS[self.heuristic]
         self._rng = np.random.default_rng(0)  # the served heuristics are deterministic; this is a formality
 
@@ -177,8 +176,6 @@ class HeuristicModel:
 
 def servable_heuristics() -> tuple[str, ...]:
     """The heuristics a model file may name: every hand-written scorer but the random one."""
-    from agent.heuristics import HEURISTICS
-
     return tuple(name for name in HEURISTICS if name != "random")
 
 
