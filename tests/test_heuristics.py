@@ -70,3 +70,42 @@ def test_pod_request_validation():
         PodRequest(1, float("nan"))
     with pytest.raises(ValueError, match="must not exceed"):
         PodRequest(1, 1, 40.0, 30.0)
+
+
+def _cv(shares):
+    shares = np.asarray(shares, float)
+    return shares.std() / shares.mean()
+
+
+def test_one_step_lb_is_the_change_in_request_imbalance_and_avoids_hot_nodes():
+    from agent.heuristics import one_step_lb
+
+    # shares 0.5 / 0.25 / 0; a 1000m pod adds 0.25 to the node it lands on
+    nodes = make_nodes([4000] * 3, cpu_req=[2000, 1000, 0])
+    pod = PodRequest(1000, 64 * MIB)
+    before = _cv([0.5, 0.25, 0.0])
+    expected = [-(_cv([0.75, 0.25, 0.0]) - before), -(_cv([0.5, 0.5, 0.0]) - before), -(_cv([0.5, 0.25, 0.25]) - before)]
+    np.testing.assert_allclose(one_step_lb(nodes, pod, RNG), expected, atol=1e-12)
+    assert int(np.argmax(one_step_lb(nodes, pod, RNG))) == 2
+    # the empty-request node measured at 80% cpu would turn hot (> 85%): 10 / 3 nodes on top
+    nodes.cpu_utilization = np.array([0.3, 0.2, 0.8])
+    np.testing.assert_allclose(one_step_lb(nodes, pod, RNG)[2], expected[2] - 10.0 / 3, atol=1e-12)
+    assert int(np.argmax(one_step_lb(nodes, pod, RNG))) == 1
+    # equal shares, different sizes: the big node's share grows least
+    mixed = make_nodes([4000, 16000], cpu_req=[1000, 4000])
+    assert int(np.argmax(one_step_lb(mixed, PodRequest(2000, 64 * MIB), RNG))) == 1
+
+
+def test_one_step_ee_charges_an_empty_nodes_idle_draw_and_one_step_el_violations_first():
+    from agent.heuristics import one_step_ee, one_step_el
+
+    nodes = make_nodes([8000] * 3, cpu_req=[0, 2000, 6000], latency=[5.0, 25.0, 60.0])
+    nodes.power_idle_watts = np.array([50.0, 100.0, 100.0])
+    nodes.power_max_watts = np.array([150.0, 300.0, 300.0])
+    pod = PodRequest(1000, 64 * MIB, 20.0, 30.0)
+    # (idle if empty + (max - idle) x 1000/8000) / mean max (250 W)
+    expected = -np.array([50.0 + 100.0 / 8, 200.0 / 8, 200.0 / 8]) / 250.0
+    np.testing.assert_allclose(one_step_ee(nodes, pod, RNG), expected)
+    # EL: node 0 meets the soft limit, node 1 only the hard one (3), node 2 neither (10 + 3); then 0.1 x energy
+    np.testing.assert_allclose(one_step_el(nodes, pod, RNG), [0.0, -3.0, -13.0] + 0.1 * expected)
+    assert int(np.argmax(one_step_el(nodes, pod, RNG))) == 0

@@ -35,11 +35,11 @@ HOLDOUT_SEED_BASE = 2**39
 # kube-scheduler's own scoring, and chance.
 BASELINES = {
     "EE": ("default-scheduler", "most-allocated", "best-fit", "tetris", "efficient-first",
-           "target-load-packing", "balanced-allocation", "random"),
+           "target-load-packing", "balanced-allocation", "one-step-ee", "random"),
     "LB": ("default-scheduler", "least-allocated", "least-utilized", "load-variation-risk-balancing",
-           "balanced-allocation", "target-load-packing", "random"),
+           "balanced-allocation", "target-load-packing", "one-step-lb", "random"),
     "EL": ("default-scheduler", "latency-greedy", "latency-pack", "latency-fit", "most-allocated",
-           "efficient-first", "random"),
+           "efficient-first", "one-step-el", "random"),
 }
 for _names in BASELINES.values():
     assert all(name in HEURISTICS for name in _names), _names

@@ -120,25 +120,36 @@ def placement_cost(policy: str, nodes: NodeState, pod: PodRequest, index: int) -
     request) over the node count, plus the change in the request shares' CV; for EL the pod's
     latency violations, then EE's energy. The consequences that show later are not in it: it is
     the common yardstick the server judges two models' live choices by (lower is better)."""
+    return float(placement_costs(policy, nodes, pod)[index])
+
+
+def placement_costs(policy: str, nodes: NodeState, pod: PodRequest) -> np.ndarray:
+    """placement_cost of every candidate at once."""
+    capacity = np.maximum(nodes.cpu_capacity, 1e-9)
     cores = nodes.cpu_capacity / 1000.0
     idle = np.where(np.isfinite(nodes.power_idle_watts), nodes.power_idle_watts, UNKNOWN_IDLE_W_PER_CORE * cores)
     peak = np.where(np.isfinite(nodes.power_max_watts), nodes.power_max_watts, UNKNOWN_MAX_W_PER_CORE * cores)
-    share = pod.cpu_millicores / max(float(nodes.cpu_capacity[index]), 1e-9)
-    used = float(nodes.cpu_utilization[index])
-    if not np.isfinite(used):
-        used = float(nodes.cpu_requested[index] / max(nodes.cpu_capacity[index], 1e-9))
-    energy = ((idle[index] if nodes.pods[index] == 0 else 0.0)
-              + (peak[index] - idle[index]) * max(0.0, min(share, 1.0 - used))) / max(float(peak.mean()), 1e-9)
-    if policy == "EE":
-        return float(energy)
+    share = pod.cpu_millicores / capacity
+    used = np.where(np.isfinite(nodes.cpu_utilization), nodes.cpu_utilization, nodes.cpu_requested / capacity)
     if policy == "LB":
-        before = nodes.cpu_requested / np.maximum(nodes.cpu_capacity, 1e-9)
-        after = before.copy()
-        after[index] += share
-        hot = float(used + share > HOT_UTILIZATION)
-        return LB_HOT_WEIGHT * hot / len(nodes) + cv(after) - cv(before)
-    latency = float(nodes.latency_ms[index])
-    violations = 0.0
-    if pod.has_latency_limits and np.isfinite(latency):
-        violations = EL_HARD_WEIGHT * (latency > pod.hard_limit) + EL_SOFT_WEIGHT * (latency > pod.soft_limit)
-    return float(violations + EL_ENERGY_WEIGHT * energy)
+        # the CV of the request shares after placing on each node, from their sum and sum of squares
+        before = nodes.cpu_requested / capacity
+        n = before.size
+        total = before.sum() + share
+        squares = float(np.dot(before, before)) + 2.0 * before * share + share * share
+        mean = total / n
+        spread = np.sqrt(np.maximum(squares / n - mean * mean, 0.0))
+        after_cv = np.where(total > 0, spread / np.where(total > 0, mean, 1.0), 0.0)
+        hot = (used + share > HOT_UTILIZATION).astype(np.float64)
+        return LB_HOT_WEIGHT * hot / n + after_cv - cv(before)
+    energy = (np.where(nodes.pods == 0, idle, 0.0)
+              + (peak - idle) * np.maximum(0.0, np.minimum(share, 1.0 - used))) / max(float(peak.mean()), 1e-9)
+    if policy == "EE":
+        return energy
+    violations = np.zeros(len(nodes))
+    if pod.has_latency_limits:
+        latency = nodes.latency_ms
+        known = np.isfinite(latency)
+        violations = np.where(known, EL_HARD_WEIGHT * (latency > pod.hard_limit)
+                              + EL_SOFT_WEIGHT * (latency > pod.soft_limit), 0.0)
+    return violations + EL_ENERGY_WEIGHT * energy
