@@ -14,8 +14,10 @@ def run(*args, cwd=None):
 
 def test_train_then_eval_end_to_end(tmp_path):
     for algo in ("ppo", "dqn", "a2c"):
-        out = run("rlscore-train", "--policy", "lb", "--algo", algo, "--timesteps", "1200", "--out", str(tmp_path),
-                  "--name", f"lb-{algo}.pt", "--log-dir", str(tmp_path / "tb"), "--no-eval", "--no-progress")
+        # a short clone (LB's default is 10 000 supervised steps): this is the command line's plumbing
+        out = run("rlscore-train", "--policy", "lb", "--algo", algo, "--timesteps", "1200", "--imitation-steps", "300",
+                  "--out", str(tmp_path), "--name", f"lb-{algo}.pt", "--log-dir", str(tmp_path / "tb"), "--no-eval",
+                  "--no-progress")
         assert out.returncode == 0, out.stderr
         assert (tmp_path / f"lb-{algo}.pt").is_file() and (tmp_path / f"lb-{algo}.json").is_file()
     assert any((tmp_path / "tb").rglob("events.out.tfevents.*"))  # TensorBoard logs
