@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import ssl
 import subprocess
 import time
 from collections import Counter
@@ -203,11 +204,12 @@ def test_plugin_scores_through_tls_and_fails_closed_with_a_wrong_ca(cluster, tmp
     server = subprocess.Popen([str(Path(sys.executable).parent / "rlscore-server"), "--host", "127.0.0.1",
                                "--port", port], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"https://127.0.0.1:{port}"
+    trust = ssl.create_default_context(cafile=str(tls / "ca.crt"))
     try:
         deadline = time.monotonic() + 60
         while True:
             try:
-                if httpx.get(f"{url}/readyz", verify=str(tls / "ca.crt"), timeout=1).status_code == 200:
+                if httpx.get(f"{url}/readyz", verify=trust, timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -216,7 +218,7 @@ def test_plugin_scores_through_tls_and_fails_closed_with_a_wrong_ca(cluster, tmp
         tls_failures = _scheduler_counter(cluster, "rlscore_suggest_failures_total", reason="tls")
 
         placed = place(cluster, 4, "EE", scheduler="rl-scheduler-tls")
-        answered = _counter(httpx.get(f"{url}/metrics", verify=str(tls / "ca.crt")).text,
+        answered = _counter(httpx.get(f"{url}/metrics", verify=trust).text,
                             "rlscore_suggest_requests_total", policy="EE")
         assert answered >= 4, f"the HTTPS server answered {answered} of 4 pods"
         assert len(set(placed.values())) == 1, placed  # EE's answer reached the scheduler: packed
