@@ -13,11 +13,10 @@ is noisy (docs/training.md).
 
 from __future__ import annotations
 
-import multiprocessing
-
 import numpy as np
 
 from agent.heuristics import HEURISTICS
+from agent.parallel import fork_pool
 from agent.sim.families import TRAIN_NODES
 from agent.state import NodeState, PodRequest
 
@@ -45,7 +44,7 @@ def pick_teachers(policy: str, families: tuple[str, ...], seeds: int = 10, arriv
     groups += [(family_name, band) for family_name in families for band in ranges]
     jobs = [(b, family_name, k, policy, arrivals, band) for family_name, band in groups for k in range(seeds)
             for b in names]
-    with multiprocessing.get_context("fork").Pool(workers) as pool:  # one process per core
+    with fork_pool(workers) as pool:  # one process per core
         values = iter(pool.map(_objective, jobs, chunksize=4))
     measured = {}
     for group in groups:

@@ -10,11 +10,13 @@ the teacher's choice for the next observation. With workers=0 everything runs in
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from agent.learn.teachers import teacher_for, teacher_targets
+from agent.parallel import die_with_parent
 
 
 @dataclass
@@ -60,7 +62,8 @@ class _Shard:
         return out, self.obs, self._targets()
 
 
-def _worker(conn, make_env, seeds, teachers) -> None:
+def _worker(conn, make_env, seeds, teachers, parent_pid) -> None:
+    die_with_parent(parent_pid)
     shard = _Shard(make_env, seeds, teachers)
     while True:
         command, payload = conn.recv()
@@ -87,7 +90,7 @@ class EnvWorkers:
             self.conns, self.procs = [], []
             for part in parts:
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker, args=(child, make_env, [seeds[i] for i in part], teachers),
+                proc = ctx.Process(target=_worker, args=(child, make_env, [seeds[i] for i in part], teachers, os.getpid()),
                                    daemon=True)
                 proc.start()
                 self.conns.append(parent)

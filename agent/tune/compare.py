@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from agent.evaluate.compare import measure
 from agent.learn.model_io import load_model
+from agent.parallel import fork_pool
 from agent.scoring import ModelScorer
 from agent.sim.simulator import Simulation
 from agent.state import POLICIES
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(draw(p, i, held_out=True), args.trials, tuple(range(args.sampler_seeds)), args.fresh_replays)
             for p in policies for i in range(args.clusters)]
     started = time.perf_counter()
-    with multiprocessing.get_context("fork").Pool(args.workers) as pool:
+    with fork_pool(args.workers) as pool:
         results = list(tqdm(pool.imap_unordered(_job, jobs), total=len(jobs), desc="held-out clusters", file=sys.stderr))
     results.sort(key=lambda r: (POLICIES.index(r["policy"]), r["cluster"]))
     summary = summarize(results)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from agent.parallel import fork_pool
 from agent.tune.clusters import Cluster, training_clusters
 from agent.tune.rl_tuner import (DOMAIN_FEATURES, RLTuner, TrainConfig, domain_features, evaluate_on_table,
                                  train_on_table)
@@ -46,7 +47,7 @@ def _row(args):
 def build_table(clusters: list[Cluster], arrivals: int, replays: int | None, workers: int
                 ) -> tuple[np.ndarray, np.ndarray]:
     jobs = [(c, arrivals, replays) for c in clusters]
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
+    with fork_pool(workers) as pool:
         rows = list(tqdm(pool.imap(_row, jobs), total=len(jobs), desc="simulating the catalogue", file=sys.stderr))
     return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
 
