@@ -185,17 +185,17 @@ def _one_step(policy: str) -> Heuristic:
         return -placement_costs(policy, nodes, pod)
 
     score.__doc__ = (f"{policy}'s objective charged for this placement alone (agent.sim.outcomes."
-                     "placement_cost), lowest wins: the greedy rule one writes from the objective itself.")
+                     "placement_costs), lowest wins: the greedy rule one writes from the objective itself.")
     return score
 
 
 # The objective's one-step greedy, per policy. For LB it is the node where the pod adds least to the
-# imbalance of cpu requests (their coefficient of variation) without turning it hot: measured on 4
-# evaluation seeds, 17-33% below every other LB baseline on churn, one-pool, poisson at 3 and 10
-# nodes, two-d and test1 at 10 (LeastAllocated and the default profile weigh memory as much as cpu
-# and truncate shares to integers, so their ties fall at random), behind LoadVariationRiskBalancing
-# on usage-skew. For EE and EL it is best in a few cells only (EE test2 at 3 nodes, EL
-# latency-shift at 10).
+# imbalance of cpu requests (their coefficient of variation) without turning it hot: on the 8
+# evaluation seeds, 15-36% below every other LB baseline on churn, one-pool, poisson, two-d and
+# test1 at 3 and 10 nodes (LeastAllocated and the default profile weigh memory as much as cpu and
+# truncate shares to integers, so their ties fall at random), behind LoadVariationRiskBalancing on
+# usage-skew. For EE and EL it is best in a few cells only (EE test2 at 3 nodes; EL hardware,
+# test2 at 3 and 10, latency-shift at 100).
 one_step_ee, one_step_lb, one_step_el = (_one_step(p) for p in ("EE", "LB", "EL"))
 
 

@@ -6,7 +6,7 @@ job) is staged only when its sidecar carries a passing gate verdict for exactly 
 without deciding anything; in *canary* it decides for a stable share of pods (by a hash of
 namespace/name, so a retried pod meets the same model). In both stages each request is scored by
 both, and the server counts how often they pick the same node and what each one's pick costs on the
-policy's objective (agent.sim.outcomes.placement_cost). *Promotion* installs the candidate as the
+policy's objective (agent.sim.outcomes.placement_costs). *Promotion* installs the candidate as the
 serving model, keeping the one it replaces for a rollback.
 
 Stages advance through the authenticated API (POST /v1/rollout/{policy}/promote, /rollback) and,
@@ -29,7 +29,7 @@ import numpy as np
 from agent.learn.model_io import (HeuristicModel, LoadedModel, ModelValidationError, install_model, load_model,
                                   sha256_of, sidecar_path, write_atomically)
 from agent.scoring import to_node_scores
-from agent.sim.outcomes import placement_cost
+from agent.sim.outcomes import placement_costs
 from agent.state import POLICIES, NodeState, PodRequest
 from suggestion_server import metrics
 from suggestion_server.registry import file_stamp
@@ -286,8 +286,8 @@ class RolloutManager:
         scores = to_node_scores(values)
         top_serving, top_candidate = int(np.argmax(serving_scores)), int(np.argmax(scores))
         agreed = top_serving == top_candidate
-        costs = {"serving": placement_cost(policy, nodes, pod, top_serving),
-                 "candidate": placement_cost(policy, nodes, pod, top_candidate)}
+        every = placement_costs(policy, nodes, pod)
+        costs = {"serving": float(every[top_serving]), "candidate": float(every[top_candidate])}
         r.compared += 1
         r.agreed += agreed
         for who, c in costs.items():

@@ -215,6 +215,7 @@ def test_the_verdict_carries_its_paired_reading_over_the_profiles_default_seeds(
     # measured load on this profile's mean (x1.084 of TargetLoadPacking, 95% 1.000-1.170, measured)
     assert verdict["paired"]["serving"]["reading"] == "ahead" and not verdict["promote"]
     best = verdict["paired"]["best_baseline"]
+    assert best["ratio"] > 1.0, best  # behind on the mean
     low, high = best["ci95"]
     assert best["reading"] == ("behind" if low > 1.0 else "ahead" if high < 1.0 else "tie"), best
     said = {"behind": "behind beyond noise", "ahead": "ahead beyond noise", "tie": "not told apart from a tie"}

@@ -90,8 +90,8 @@ class EnvWorkers:
             self.conns, self.procs = [], []
             for part in parts:
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker, args=(child, make_env, [seeds[i] for i in part], teachers, os.getpid()),
-                                   daemon=True)
+                proc = ctx.Process(target=_worker, daemon=True,
+                                   args=(child, make_env, [seeds[i] for i in part], teachers, os.getpid()))
                 proc.start()
                 self.conns.append(parent)
                 self.procs.append(proc)

@@ -113,18 +113,14 @@ def cv(values: np.ndarray) -> float:
     return variance**0.5 / mean
 
 
-def placement_cost(policy: str, nodes: NodeState, pod: PodRequest, index: int) -> float:
-    """What the policy's objective charges at once for placing `pod` on node `index`: the extra power
-    (a node's idle draw when it was empty, plus its share of the dynamic range) in units of the
-    candidates' mean full-load power; for LB whether the node turns hot (measured use plus the
-    request) over the node count, plus the change in the request shares' CV; for EL the pod's
-    latency violations, then EE's energy. The consequences that show later are not in it: it is
-    the common yardstick the server judges two models' live choices by (lower is better)."""
-    return float(placement_costs(policy, nodes, pod)[index])
-
-
 def placement_costs(policy: str, nodes: NodeState, pod: PodRequest) -> np.ndarray:
-    """placement_cost of every candidate at once."""
+    """What the policy's objective charges at once for placing `pod` on each candidate: for EE the
+    extra power (a node's idle draw when it was empty, plus its share of the dynamic range) in units
+    of the candidates' mean full-load power; for LB whether the node turns hot (measured use plus
+    the request) over the node count, plus the change in the request shares' CV; for EL the pod's
+    latency violations, then EE's energy. The consequences that show later are not in it: it is
+    the common yardstick the server judges two models' live choices by (lower is better), and the
+    one-step rules' score."""
     capacity = np.maximum(nodes.cpu_capacity, 1e-9)
     cores = nodes.cpu_capacity / 1000.0
     idle = np.where(np.isfinite(nodes.power_idle_watts), nodes.power_idle_watts, UNKNOWN_IDLE_W_PER_CORE * cores)
@@ -139,7 +135,7 @@ def placement_costs(policy: str, nodes: NodeState, pod: PodRequest) -> np.ndarra
         squares = float(np.dot(before, before)) + 2.0 * before * share + share * share
         mean = total / n
         spread = np.sqrt(np.maximum(squares / n - mean * mean, 0.0))
-        after_cv = np.where(total > 0, spread / np.where(total > 0, mean, 1.0), 0.0)
+        after_cv = np.divide(spread, mean, out=np.zeros(n), where=mean > 0)  # 0 for all-zero shares, as cv()
         hot = (used + share > HOT_UTILIZATION).astype(np.float64)
         return LB_HOT_WEIGHT * hot / n + after_cv - cv(before)
     energy = (np.where(nodes.pods == 0, idle, 0.0)
