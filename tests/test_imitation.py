@@ -147,6 +147,8 @@ def test_the_pull_towards_the_teachers_decays_to_its_floor(kickstart, floor, upd
     (["--learning-rate", "0"], "--learning-rate must be > 0"),
     (["--critic-warmup", "1.5"], "--critic-warmup is a share of the run, 0..1"),
     (["--teacher-futures", "-1"], "--teacher-futures must be >= 0"),
+    (["--dagger-rounds", "-1"], "--dagger-rounds and --dagger-steps must be >= 0"),
+    (["--dagger-rounds", "1", "--imitation-steps", "0"], "--dagger-rounds continues cloning"),
 ])
 def test_the_command_line_refuses_bad_teacher_settings(tmp_path, capsys, extra, message):
     from agent.learn.train import main
@@ -231,3 +233,76 @@ def test_fine_tuning_from_a_model_file_waits_for_the_critic(tmp_path, warmup, ac
     before, after = load_model(shipped).network.state_dict(), load_model(tmp_path / "lb.pt").network.state_dict()
     same = all(torch.equal(before[k], v) for k, v in after.items())
     assert same != actor_moves
+
+
+def test_lb_demonstrations_scramble_only_the_inputs_its_teachers_ignore(monkeypatch):
+    """Half of LB's recorded decisions show power hidden on some nodes and latency shuffled among
+    them; the teacher's choices, the trajectory and every other input stay as recorded without it."""
+    import agent.learn.imitation as imitation
+    from agent.features import NODE_FEATURES
+
+    teachers = {"poisson": "one-step-lb", "churn": "one-step-lb"}
+    scrambled = demonstrations("LB", teachers, worlds_per_family=2, decisions=64, min_nodes=4, max_nodes=12, seed=3)
+    monkeypatch.setattr(imitation, "SCRAMBLE_SHARE", 0.0)
+    plain = demonstrations("LB", teachers, worlds_per_family=2, decisions=64, min_nodes=4, max_nodes=12, seed=3)
+    assert plain.worlds == scrambled.worlds and len(plain) == len(scrambled)
+    changed = [i for i in range(len(plain)) if not np.array_equal(plain.nodes[i], scrambled.nodes[i])]
+    assert 0.3 * len(plain) < len(changed) < 0.7 * len(plain), len(changed)
+    columns = {i for i in changed for i in np.flatnonzero((plain.nodes[i] != scrambled.nodes[i]).any(axis=0))}
+    names = {NODE_FEATURES[c] for c in columns}
+    assert names and all(n.startswith(("latency", "power", "idle_power", "efficiency", "dynamic_efficiency"))
+                         for n in names), names
+    for i in range(len(plain)):
+        assert np.array_equal(plain.targets[i], scrambled.targets[i])
+        assert np.array_equal(plain.pods[i], scrambled.pods[i])
+    # EE's objective is the power: nothing of its demonstrations is scrambled
+    monkeypatch.setattr(imitation, "SCRAMBLE_SHARE", 1.0)
+    ee = demonstrations("EE", {"poisson": "efficient-first"}, worlds_per_family=1, decisions=32, min_nodes=4,
+                        max_nodes=8, seed=3)
+    monkeypatch.setattr(imitation, "SCRAMBLE_SHARE", 0.0)
+    ee_plain = demonstrations("EE", {"poisson": "efficient-first"}, worlds_per_family=1, decisions=32, min_nodes=4,
+                              max_nodes=8, seed=3)
+    assert all(np.array_equal(a, b) for a, b in zip(ee.nodes, ee_plain.nodes))
+
+
+def test_dagger_records_the_actors_own_states_with_the_teachers_labels(monkeypatch):
+    """With an actor, the same worlds are scheduled by the actor and labelled by the teacher: an
+    actor cloned from the opposite rule (pack, where the teacher spreads) meets states the teacher's
+    run never shows -- fewer nodes busy -- and disagrees with the labels on most of them."""
+    import agent.learn.imitation as imitation
+    from agent.features import NODE_FEATURES
+
+    monkeypatch.setattr(imitation, "SCRAMBLE_SHARE", 0.0)  # the states as they are
+    torch.manual_seed(0)
+    spread = {"poisson": "least-allocated"}
+    teacher_run = demonstrations("LB", spread, worlds_per_family=2, decisions=64, min_nodes=6, max_nodes=10, seed=0)
+    packer = NodeScorer((32, 32))
+    pack_demos = demonstrations("LB", {"poisson": "most-allocated"}, worlds_per_family=4, decisions=64, min_nodes=6,
+                                max_nodes=10, seed=5)
+    clone(packer, pack_demos, pack_demos, steps=300, batch_size=128, progress=False)
+
+    own = demonstrations("LB", spread, worlds_per_family=2, decisions=64, min_nodes=6, max_nodes=10, seed=9,
+                         actor=packer, like=teacher_run)
+    assert own.worlds == teacher_run.worlds and len(own) == len(teacher_run)
+    # each world's first decision is on an empty cluster either way; later ones part
+    firsts = [w * 64 for w in range(len(own.worlds))]
+    assert all(np.array_equal(own.nodes[i], teacher_run.nodes[i]) for i in firsts)
+    active = NODE_FEATURES.index("active")
+    busy = lambda demos: np.mean([d[:, active].mean() for d in demos.nodes])  # noqa: E731
+    assert busy(own) < 0.8 * busy(teacher_run), (busy(own), busy(teacher_run))
+    assert all(t.sum() == pytest.approx(1.0) for t in own.targets)
+    assert agreement(packer, own) < 0.5 < agreement(packer, pack_demos)
+
+
+def test_dagger_rounds_continue_cloning_on_the_actors_states():
+    from agent.learn.train import config_for, run
+
+    cfg = config_for("ppo", policy="LB", total_timesteps=0, seed=1, families=("test2",), log_dir="",
+                     progress=False, env_workers=0, kickstart=1.0, teachers={"test2": "one-step-lb"},
+                     imitation_steps=40, imitation_worlds=2, imitation_decisions=32, dagger_rounds=2)
+    _, record = run(cfg, "ppo")
+    rounds = record["training"]["imitation"]["dagger"]
+    assert [r["round"] for r in rounds] == [1, 2]
+    assert all(r["decisions"] == 2 * 32 and r["steps"] == 20 and 0 <= r["agreement_on_own_states"] <= 1
+               for r in rounds)
+    assert "2 DAgger rounds of 20" in record["training"]["algorithm"]

@@ -73,6 +73,11 @@ class ACConfig(TrainConfig):
     """worlds per family the teachers schedule for those demonstrations"""
     imitation_decisions: int = 256
     """placements recorded per world"""
+    dagger_rounds: int = 0
+    """after cloning: rounds in which the actor schedules the imitation worlds itself, the teachers
+    label its decisions, and cloning goes on over all decisions so far (DAgger; agent.learn.imitation)"""
+    dagger_steps: int = 0
+    """supervised steps per DAgger round (0: half of imitation_steps)"""
     teacher_futures: int = 0
     """per-world teachers: each world's teacher is the teachers' rule that does best on its machines
     over this many arrival streams (0: the family's or band's teacher; agent.learn.teachers.world_teacher)"""
@@ -136,13 +141,42 @@ def _imitate(cfg: ACConfig, actor: NodeScorer):
                               cfg.min_nodes, cfg.max_nodes, seed=cfg.seed + 1, node_draw=cfg.node_draw,
                               teacher_futures=cfg.teacher_futures)
     record = clone(actor, train_demos, held_out, cfg.imitation_steps, progress=cfg.progress)
+    if cfg.dagger_rounds > 0:
+        record["dagger"] = dagger(cfg, actor, train_demos, held_out)
     if cfg.teacher_futures:
         record["world_teachers"] = train_demos.world_teachers
         print("per-world teachers: " + "; ".join(f"{f}: " + ", ".join(f"{t} x{n}" for t, n in taught.items())
                                                  for f, taught in train_demos.world_teachers.items()), file=sys.stderr)
-    print(f"the actor agrees with its teachers on {record['held_out_agreement']:.1%} of held-out decisions",
-          file=sys.stderr)
+    last = record["dagger"][-1]["held_out_agreement"] if cfg.dagger_rounds > 0 else record["held_out_agreement"]
+    print(f"the actor agrees with its teachers on {last:.1%} of held-out decisions", file=sys.stderr)
     return record, held_out
+
+
+def dagger(cfg: ACConfig, actor: NodeScorer, train_demos, held_out) -> list[dict]:
+    """DAgger rounds after cloning (Ross et al., 2011): a clone that agrees with its teacher on the
+    teacher's own states still drifts from them on its own, where one different choice leads to a
+    cluster the teacher never showed it. Each round the actor schedules the same imitation worlds,
+    the teachers label every decision it meets, and cloning continues on the aggregate."""
+    from agent.learn.imitation import agreement, clone, demonstrations
+
+    steps = cfg.dagger_steps or max(1, cfg.imitation_steps // 2)
+    rounds = []
+    for k in range(cfg.dagger_rounds):
+        print(f"DAgger round {k + 1}/{cfg.dagger_rounds}: the actor schedules, the teachers label ...",
+              file=sys.stderr)
+        actor.eval()
+        own = demonstrations(cfg.policy, cfg.teachers, cfg.imitation_worlds, cfg.imitation_decisions, cfg.min_nodes,
+                             cfg.max_nodes, seed=cfg.seed + 1000 * (k + 1), node_draw=cfg.node_draw,
+                             teacher_futures=cfg.teacher_futures, actor=actor, like=train_demos)
+        on_own_states = agreement(actor, own)
+        train_demos.extend(own)
+        actor.train()
+        step = clone(actor, train_demos, held_out, steps, progress=cfg.progress)
+        rounds.append({"round": k + 1, "decisions": len(own), "agreement_on_own_states": round(on_own_states, 4),
+                       "steps": steps, "held_out_agreement": step["held_out_agreement"], "seconds": step["seconds"]})
+        print(f"  the actor agreed with its teachers on {on_own_states:.1%} of the decisions on its own "
+              f"states; after {steps} more steps, {step['held_out_agreement']:.1%} of held-out ones", file=sys.stderr)
+    return rounds
 
 
 def train(cfg: ACConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, dict]:
@@ -299,12 +333,14 @@ def _train(cfg: ACConfig, init: NodeScorer | None, envs: EnvWorkers) -> tuple[No
     name = "PPO" if cfg.algo == "ppo" else "A2C"
     teachers = teacher_names(cfg.teachers)
     kicked = f", kickstarted from {teachers}" if cfg.kickstart > 0 else ""
-    cloned = (f" ({updates * batch_size} decisions) after cloning {teachers} ({cfg.imitation_steps} supervised "
-              f"steps)" if imitation is not None else "")
+    supervised = f"{cfg.imitation_steps} supervised steps"
+    if imitation is not None and cfg.dagger_rounds > 0:
+        supervised += f", then {cfg.dagger_rounds} DAgger rounds of {imitation['dagger'][0]['steps']}"
+    cloned = f" ({updates * batch_size} decisions) after cloning {teachers} ({supervised})" if imitation is not None else ""
     algorithm = f"{name}{cloned}, DeepSets actor (masked softmax over nodes) and pooled critic, GAE{kicked}"
     if updates == 0:
-        algorithm = (f"behaviour cloning of {teachers} ({cfg.imitation_steps} supervised steps, no reinforcement "
-                     f"learning), DeepSets actor (masked softmax over nodes)")
+        algorithm = (f"behaviour cloning of {teachers} ({supervised}, no reinforcement learning), DeepSets actor "
+                     f"(masked softmax over nodes)")
     record = training_record(cfg, algorithm, time.time() - start, episode_returns)
     record["training"]["steps"] = updates * batch_size
     if imitation is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -26,8 +26,17 @@ from agent.learn.teachers import teacher_for, teacher_names, teacher_targets, wo
 from agent.scoring import choose
 from agent.sim.families import draw_node_count
 from agent.sim.simulator import Simulation
+from agent.state import NodeState
 
 DEMO_SEED_BASE = 2 * 10**6  # below EVAL_SEED_BASE and away from the teachers' picking seeds
+
+# Inputs a policy's objective and all its teachers ignore. Where they differ between nodes a clone
+# can still learn to follow them (nothing in the teachers' choices tells it not to): the LB clone of
+# one-step-lb was 4.2% behind it on one-pool clusters, where some nodes' power is known and some not,
+# and 1.8% with the power hidden from it. So the demonstrations show half of these decisions with
+# the inputs scrambled, the teacher's choice unchanged.
+SCRAMBLED_INPUTS = {"LB": ("power", "latency")}
+SCRAMBLE_SHARE = 0.5
 
 
 @dataclass
@@ -39,9 +48,18 @@ class Demonstrations:
     targets: list[np.ndarray]
     world_teachers: dict = field(default_factory=dict)
     """family -> {teacher: worlds it taught}, with per-world teachers (agent.learn.teachers.world_teacher)"""
+    worlds: list = field(default_factory=list)
+    """(family, world seed, nodes) of each world recorded, in order"""
+    world_teacher_of: dict = field(default_factory=dict)
+    """world seed -> its per-world teacher (with teacher_futures)"""
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+    def extend(self, other: "Demonstrations") -> None:
+        self.nodes += other.nodes
+        self.pods += other.pods
+        self.targets += other.targets
 
     def batch(self, index: np.ndarray) -> tuple[torch.Tensor, ...]:
         """Padded to the batch's largest candidate set: nodes, pod, mask, targets."""
@@ -59,34 +77,73 @@ class Demonstrations:
 
 def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decisions: int,
                    min_nodes: int, max_nodes: int, seed: int = 0, node_draw: str = "uniform",
-                   teacher_futures: int = 0) -> Demonstrations:
+                   teacher_futures: int = 0, actor: NodeScorer | None = None,
+                   like: Demonstrations | None = None) -> Demonstrations:
     """Each family's teacher scheduling `worlds_per_family` training worlds (sizes drawn as the
     trainer's episodes draw them) for `decisions` placements each, every decision recorded. With
     `teacher_futures`, each world's teacher is the one of the teachers' rules that does best on its
-    machines over that many arrival streams (agent.learn.teachers.world_teacher)."""
+    machines over that many arrival streams (agent.learn.teachers.world_teacher).
+
+    With `actor`, the actor places the pods and the teacher only labels each decision (DAgger): the
+    states are the ones the actor's own choices lead to. With `like`, the worlds are that recording's
+    (same machines, same arrivals, same per-world teachers)."""
     rng = np.random.default_rng(seed)
+    scramble_rng = np.random.default_rng([seed, 1])  # apart, so the other draws stay as they were
+    scrambled = SCRAMBLED_INPUTS.get(policy, ())
     demos = Demonstrations([], [], [])
     rules = teacher_names(teachers)
-    for f_index, family_name in enumerate(sorted(teachers)):
-        for w in range(worlds_per_family):
-            nodes = draw_node_count(rng, min_nodes, max_nodes, node_draw)
-            world_seed = DEMO_SEED_BASE + seed * 10_000 + f_index * 1_000 + w
-            sim = Simulation.of_family(family_name, world_seed, nodes, limits=policy == "EL", training=True)
-            teacher = teacher_for(teachers, family_name, sim.world.size)
-            if teacher_futures > 0 and len(rules) > 1:  # with one rule there is nothing to choose
-                teacher, _ = world_teacher(policy, sim.world, world_seed, teacher, rules, decisions, teacher_futures)
-                taught = demos.world_teachers.setdefault(family_name, {})
-                taught[teacher] = taught.get(teacher, 0) + 1
-            for _ in range(decisions):
-                sim.next_decision()
-                state, pod = sim.candidate_state(policy)
-                target = teacher_targets(teacher, state, pod, len(state), rng)
-                features, pod_vec = node_features(state, pod)
-                demos.nodes.append(features)
-                demos.pods.append(pod_vec)
-                demos.targets.append(target)
-                sim.place(choose(target, rng))  # among the teacher's tied best, as the scheduler would
+    if like is not None:
+        worlds = like.worlds
+        demos.world_teacher_of = like.world_teacher_of
+    else:
+        worlds = []
+        for f_index, family_name in enumerate(sorted(teachers)):
+            for w in range(worlds_per_family):
+                nodes = draw_node_count(rng, min_nodes, max_nodes, node_draw)
+                worlds.append((family_name, DEMO_SEED_BASE + seed * 10_000 + f_index * 1_000 + w, nodes))
+    for family_name, world_seed, nodes in worlds:
+        demos.worlds.append((family_name, world_seed, nodes))
+        sim = Simulation.of_family(family_name, world_seed, nodes, limits=policy == "EL", training=True)
+        teacher = teacher_for(teachers, family_name, sim.world.size)
+        if teacher_futures > 0 and len(rules) > 1:  # with one rule there is nothing to choose
+            if world_seed not in demos.world_teacher_of:
+                demos.world_teacher_of[world_seed] = world_teacher(policy, sim.world, world_seed, teacher, rules,
+                                                                   decisions, teacher_futures)[0]
+            teacher = demos.world_teacher_of[world_seed]
+            taught = demos.world_teachers.setdefault(family_name, {})
+            taught[teacher] = taught.get(teacher, 0) + 1
+        for _ in range(decisions):
+            sim.next_decision()
+            state, pod = sim.candidate_state(policy)
+            target = teacher_targets(teacher, state, pod, len(state), rng)
+            features, pod_vec = node_features(state, pod)
+            if scrambled and scramble_rng.random() < SCRAMBLE_SHARE:
+                features = node_features(scramble(state, scrambled, scramble_rng), pod)[0]
+            demos.nodes.append(features)
+            demos.pods.append(pod_vec)
+            demos.targets.append(target)
+            # among the tied best (the teacher's, or the actor's), as the scheduler would
+            sim.place(choose(target if actor is None else _actor_values(actor, features, pod_vec), rng))
     return demos
+
+
+def scramble(state: NodeState, inputs: tuple[str, ...], rng: np.random.Generator) -> NodeState:
+    """`state` with "power" hidden on a random share of the nodes and "latency" shuffled among them."""
+    changed = {}
+    if "power" in inputs:
+        hidden = rng.random(len(state)) < rng.random()
+        changed.update(power_idle_watts=np.where(hidden, np.nan, state.power_idle_watts),
+                       power_max_watts=np.where(hidden, np.nan, state.power_max_watts))
+    if "latency" in inputs:
+        changed["latency_ms"] = rng.permutation(state.latency_ms)
+    return replace(state, **changed)
+
+
+def _actor_values(actor: NodeScorer, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        logits = actor(torch.from_numpy(features)[None], torch.from_numpy(pod_vec)[None],
+                       torch.ones(1, len(features), dtype=torch.bool))
+    return logits[0].numpy()
 
 
 def agreement(actor: NodeScorer, demos: Demonstrations, batch_size: int = 512) -> float:

@@ -93,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--imitation-steps", type=int, default=None,
                         help="a2c/ppo with teachers: supervised steps on the teachers' own trajectories before "
                              f"reinforcement learning (default {DEFAULT_IMITATION_STEPS} when kickstarting; 0: none)")
+    parser.add_argument("--dagger-rounds", type=int, default=None,
+                        help="a2c/ppo with teachers: after cloning, rounds in which the actor schedules the "
+                             "imitation worlds itself and the teachers label its decisions (DAgger; default per "
+                             "policy: DEFAULT_DAGGER_ROUNDS in agent/learn/train.py)")
+    parser.add_argument("--dagger-steps", type=int, default=0,
+                        help="supervised steps per DAgger round (default: half of --imitation-steps)")
     parser.add_argument("--critic-warmup", type=float, default=None,
                         help="after cloning or from --init: share of the run in which only the critic learns "
                              f"(default 0 after cloning, {INIT_CRITIC_WARMUP} from --init)")
@@ -148,6 +154,9 @@ DEFAULT_TEACHER = {"EE": "per-size", "LB": "per-family,usage-skew=load-variation
 # machines. LB (17/23; usage-skew's LVRB replaced on 8 of 12 worlds) and EL (36/44) did worse with
 # them (docs/training.md).
 DEFAULT_TEACHER_FUTURES = {"EE": 3, "LB": 0, "EL": 0}
+# DAgger rounds after cloning (agent.learn.actor_critic.dagger): the clone schedules the imitation
+# worlds itself, its teachers label what it meets there.
+DEFAULT_DAGGER_ROUNDS = {"EE": 0, "LB": 0, "EL": 0}
 
 
 def default_teacher(policy: str, families: tuple[str, ...]) -> str:
@@ -228,6 +237,15 @@ def main(argv: list[str] | None = None) -> int:
                                else DEFAULT_IMITATION_STEPS[args.policy])
         if cfg.imitation_steps < 0:
             print("rlscore-train: --imitation-steps must be >= 0", file=sys.stderr)
+            return 2
+        cfg.dagger_rounds = (args.dagger_rounds if args.dagger_rounds is not None
+                             else DEFAULT_DAGGER_ROUNDS[args.policy])
+        cfg.dagger_steps = args.dagger_steps
+        if cfg.dagger_rounds < 0 or cfg.dagger_steps < 0:
+            print("rlscore-train: --dagger-rounds and --dagger-steps must be >= 0", file=sys.stderr)
+            return 2
+        if cfg.dagger_rounds and not cfg.imitation_steps:
+            print("rlscore-train: --dagger-rounds continues cloning: it needs --imitation-steps > 0", file=sys.stderr)
             return 2
         teacher_futures = (args.teacher_futures if args.teacher_futures is not None
                            else DEFAULT_TEACHER_FUTURES[args.policy])
