@@ -19,7 +19,7 @@ SCHEDULER_LDFLAGS := $(call K8S_VERSION_FLAGS,$(K8S_VERSION)-rlscore)
 KWOK_VERSION := v0.8.0
 LOCAL_BINARIES := bin/etcd bin/kube-apiserver bin/kube-controller-manager bin/kubectl bin/kwok bin/kwokctl bin/kube-scheduler
 
-.PHONY: local-bin local-up local-down local-status e2e images kind-up kind-down check-docker help install deps test py-test go-test check-go scheduler train eval tuner tune-compare tune-examples retrain bench demo clean
+.PHONY: local-bin local-up local-down local-status e2e images kind-up kind-down check-docker help install deps test py-test go-test check-go scheduler train eval tuner tune-compare tune-examples retrain sim-to-real bench demo clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help: ## list targets
@@ -163,6 +163,12 @@ retrain: install ## on the local cluster: calibrate -> fine-tune -> gate -> hand
 	  --query "node_cpu_busy=$$RLSCORE_LOCAL_CPU_QUERY" --metrics-interval "$$RLSCORE_LOCAL_REFRESH_INTERVAL_S" \
 	  --model-dir "$$RLSCORE_LOCAL_DIR/models" --start-from models/$$(echo $(POLICY) | tr A-Z a-z).pt \
 	  --work build/retrain/$(POLICY)
+
+RUNS ?= 3
+PODS ?= 300
+sim-to-real: install ## on the local cluster: live runs of a hot workload replayed in the calibrated simulator (POLICY=EE RUNS=3 PODS=300)
+	@env=$$(local-cluster/cluster.sh env) && eval "$$env" && $(PY) -m agent.live.sim_to_real --policy $(POLICY) \
+	  --runs $(RUNS) --pods $(PODS) --out eval/sim-to-real/$(POLICY)-runs.json
 
 bench: install deps local-bin ## print figures: models, training, /suggest, plugin overhead, cluster throughput
 	PYTHONPATH=$(CURDIR) $(PY) bench/agent_bench.py

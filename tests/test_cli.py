@@ -49,3 +49,25 @@ def test_clear_errors_on_bad_input(tmp_path):
     assert tr.returncode == 2 and "--timesteps 0 needs teachers to clone" in tr.stderr
     tr = run("rlscore-train", "--policy", "EE", "--init", str(bad))
     assert tr.returncode == 2 and "--init" in tr.stderr and "not a readable model file" in tr.stderr
+
+
+def test_sim_to_real_refuses_before_any_run(tmp_path, monkeypatch, capsys):
+    """Without the local cluster's settings, with no model, or with nothing to run, it says what is
+    wrong and creates nothing."""
+    from agent.live import sim_to_real
+
+    for name in ("KUBECONFIG", "RLSCORE_LOCAL_PROMETHEUS_URL", "RLSCORE_LOCAL_SERVER_URL", "RLSCORE_LOCAL_CPU_QUERY",
+                 "RLSCORE_LOCAL_REFRESH_INTERVAL_S", "RLSCORE_LOCAL_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    out = tmp_path / "runs.json"
+    assert sim_to_real.main(["--out", str(out)]) == 2
+    assert "RLSCORE_LOCAL_PROMETHEUS_URL" in capsys.readouterr().err
+    assert sim_to_real.main(["--runs", "0", "--out", str(out)]) == 2
+    assert "--runs and --pods must be >= 1" in capsys.readouterr().err
+    for name in ("KUBECONFIG", "RLSCORE_LOCAL_PROMETHEUS_URL", "RLSCORE_LOCAL_SERVER_URL", "RLSCORE_LOCAL_CPU_QUERY"):
+        monkeypatch.setenv(name, "x")
+    monkeypatch.setenv("RLSCORE_LOCAL_REFRESH_INTERVAL_S", "2")
+    monkeypatch.setenv("RLSCORE_LOCAL_DIR", str(tmp_path))
+    assert sim_to_real.main(["--out", str(out)]) == 2
+    assert "no such model file" in capsys.readouterr().err
+    assert not out.exists()

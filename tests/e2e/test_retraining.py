@@ -27,8 +27,9 @@ from prometheus_api_client import PrometheusConnect
 from agent.learn.model_io import load_model, save_model, sidecar_path
 from agent.learn.network import NodeScorer
 from agent.live import calibrate, retrain
-from agent.live.history import hot_node_share, read_history
+from agent.live.history import read_history
 from agent.live.loadgen import replay
+from agent.live.sim_to_real import LiveSource, compare_run
 from agent.live.trace_replay import replay_history
 from agent.scoring import ModelScorer
 from agent.sim.cluster_profile import save_profile
@@ -87,27 +88,13 @@ def local_busy(cluster: E2ECluster) -> dict[str, str]:
 
 def shifted_sim_to_real(cluster: E2ECluster, result, start: float, end: float, model: Path) -> dict:
     """A run's recorded pods replayed in a profile calibrated from that run alone, by the model that
-    placed them live: hot-node share and active nodes, live and simulated."""
-    prometheus = PrometheusConnect(cluster.prometheus_url, disable_ssl=True)
-    time.sleep(3)  # the run's last scrapes
-    history = read_history(client.CoreV1Api(cluster.live.core.api_client), prometheus, start, end, 1.0,
-                           local_busy(cluster))
-    history.pods = [p for p in history.pods if p.name.startswith(f"{result.run}-")]
-    # the simulated scorer's metrics as stale as the live one's were (calibration's default is 5 s)
-    profile, _ = calibrate.build_profile(history, f"e2e-{result.run}", metrics_interval_s=REFRESH_S)
-    simulated, trace = replay_history(profile, history, ModelScorer(load_model(model, allow_heuristic=True)), "EE")
-    nodes = [f"kwok-node-{i}" for i in range(4)]
-    # the replay ends at its last arrival: pods created in the last scrapes before `end` have no
-    # series yet, so live time after that arrival has load the replay never saw
-    replayed_until = max(p.created for p in history.pods)
-    out = {"pods_recorded": len(history.pods), "pods_played": len(result.placements),
-           "background_cpu": profile.dynamics.background_cpu,
-           "usage_onset_s": profile.dynamics.usage_onset_s, "usage_linger_s": profile.dynamics.usage_linger_s,
-           "hot_node_share": {"live": hot_node_share(prometheus, cluster.values["RLSCORE_LOCAL_CPU_QUERY"], nodes,
-                                                     start, replayed_until),
-                              "simulated": simulated.hot_node_share},
-           "mean_active_nodes": {"live": float(np.mean(result.active_nodes)),
-                                 "simulated": float(np.mean(trace.active_nodes))}}
+    placed them (agent.live.sim_to_real, as `make sim-to-real` runs it): hot-node share and active
+    nodes, live and simulated."""
+    source = LiveSource(PrometheusConnect(cluster.prometheus_url, disable_ssl=True),
+                        client.CoreV1Api(cluster.live.core.api_client), cluster.values["RLSCORE_LOCAL_CPU_QUERY"],
+                        [f"kwok-node-{i}" for i in range(4)],
+                        REFRESH_S)  # the simulated scorer's metrics as stale as the live one's were
+    out = compare_run(source, result, start, end, model, "EE")
     print(json.dumps(out, indent=2))
     return out
 

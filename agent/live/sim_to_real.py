@@ -1,0 +1,191 @@
+"""Sim-to-real of a served policy: run a workload live, calibrate a profile from that run alone,
+replay its recorded pods in the simulator with the model that placed them, and compare what each
+measured (hot-node share, mean active nodes).
+
+    eval "$(local-cluster/cluster.sh env)"
+    python -m agent.live.sim_to_real --policy EE --pods 300 --runs 3 --usage-scale 3
+
+The model replayed must be the one the suggestion server serves for the policy (checked through
+`POST /suggest`); the local cluster's server serves `$RLSCORE_LOCAL_DIR/models`. A run's pods are
+Deployments in --namespace (emptied before each run, and Prometheus's 1-minute rate window let run
+out), so no earlier load reaches into the window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config import ConfigException
+from prometheus_api_client import PrometheusConnect
+
+from agent.learn.model_io import ModelValidationError, load_model
+from agent.live import calibrate
+from agent.live.history import hot_node_share, read_history
+from agent.live.loadgen import LiveCluster, RunResult, replay
+from agent.live.trace_replay import replay_history
+from agent.scoring import ModelScorer
+
+# Prometheus's rate window on the local cluster (cluster.sh's cpu query): an earlier run's cpu is in
+# it for this long after its pods went
+RATE_WINDOW_S = 60.0
+
+
+@dataclass
+class LiveSource:
+    """Where a run's history is read: Prometheus, its node-cpu query and the nodes to measure."""
+
+    prometheus: PrometheusConnect
+    core: client.CoreV1Api
+    cpu_query: str
+    nodes: list[str]
+    metrics_interval_s: float  # how often the serving scorer's metrics refresh (the simulated scorer's too)
+
+
+def compare_run(source: LiveSource, result: RunResult, start: float, end: float, model_path: Path,
+                policy: str) -> dict:
+    """One live run's recorded pods replayed, in a profile calibrated from that run alone, by the
+    model that placed them: hot-node share and mean active nodes, live and simulated."""
+    time.sleep(3)  # the run's last scrapes
+    history = read_history(source.core, source.prometheus, start, end, 1.0, {"node_cpu_busy": source.cpu_query})
+    history.pods = [p for p in history.pods if p.name.startswith(f"{result.run}-")]
+    if not history.pods:
+        raise RuntimeError(f"Prometheus recorded none of run {result.run}'s pods between {start:.0f} and {end:.0f}")
+    profile, _ = calibrate.build_profile(history, f"sim-to-real-{result.run}",
+                                         metrics_interval_s=source.metrics_interval_s)
+    model = load_model(model_path, allow_heuristic=True)
+    simulated, trace = replay_history(profile, history, ModelScorer(model), policy)
+    # the replay ends at its last arrival: pods created in the last scrapes before `end` have no
+    # series yet, so live time after that arrival has load the replay never saw
+    replayed_until = max(p.created for p in history.pods)
+    live_hot = hot_node_share(source.prometheus, source.cpu_query, source.nodes, start, replayed_until)
+    live_active = float(np.mean(result.active_nodes))
+    sim_active = float(np.mean(trace.active_nodes))
+    return {"run": result.run, "pods_played": len(result.placements), "pods_recorded": len(history.pods),
+            "background_cpu": profile.dynamics.background_cpu,
+            "usage_onset_s": profile.dynamics.usage_onset_s, "usage_linger_s": profile.dynamics.usage_linger_s,
+            "hot_node_share": {"live": live_hot, "simulated": simulated.hot_node_share,
+                               "gap": _gap(simulated.hot_node_share, live_hot)},
+            "mean_active_nodes": {"live": live_active, "simulated": sim_active, "gap": _gap(sim_active, live_active)}}
+
+
+def _gap(simulated: float, live: float) -> float | None:
+    """(simulated - live) / live; None when nothing was measured live."""
+    return round((simulated - live) / live, 4) if live > 0 else None
+
+
+def served_version(server_url: str, policy: str, node: str) -> str:
+    response = httpx.post(f"{server_url}/suggest", json={"pod": {"name": "sim-to-real-probe"}, "nodes": [node],
+                                                         "policy": policy}, timeout=10)
+    response.raise_for_status()
+    return response.json()["model_version"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m agent.live.sim_to_real", description=__doc__.splitlines()[0])
+    parser.add_argument("--policy", type=str.upper, choices=("EE", "LB", "EL"), default="EE")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="the served model's file (default $RLSCORE_LOCAL_DIR/models/<policy>.pt)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--pods", type=int, default=300, help="arrivals per run")
+    parser.add_argument("--speed", type=float, default=4.0, help="scenario seconds per real second")
+    parser.add_argument("--usage-scale", type=float, default=3.0,
+                        help="x the cpu each pod uses (3: nodes run hot, so hot-node time is measurable)")
+    parser.add_argument("--scheduler", default="rl-scheduler", help="spec.schedulerName of the pods")
+    parser.add_argument("--seed", type=int, default=100, help="run k replays the poisson stream of seed + k")
+    parser.add_argument("--namespace", default="rlscore-sim-to-real")
+    parser.add_argument("--out", type=Path, default=Path("eval/sim-to-real/runs.json"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.runs < 1 or args.pods < 1 or args.speed <= 0 or not 0 < args.usage_scale <= 100:
+        print("sim_to_real: --runs and --pods must be >= 1, --speed > 0, --usage-scale within (0, 100]",
+              file=sys.stderr)
+        return 2
+    needed = ("KUBECONFIG", "RLSCORE_LOCAL_PROMETHEUS_URL", "RLSCORE_LOCAL_SERVER_URL", "RLSCORE_LOCAL_CPU_QUERY",
+              "RLSCORE_LOCAL_REFRESH_INTERVAL_S", "RLSCORE_LOCAL_DIR")
+    missing = [k for k in needed if not os.environ.get(k)]
+    if missing:
+        print(f"sim_to_real: {', '.join(missing)} not set: run `eval \"$(local-cluster/cluster.sh env)\"` first",
+              file=sys.stderr)
+        return 2
+    env = os.environ
+    model_path = args.model or Path(env["RLSCORE_LOCAL_DIR"]) / "models" / f"{args.policy.lower()}.pt"
+    try:
+        model = load_model(model_path, allow_heuristic=True)
+        cluster = LiveCluster(env["KUBECONFIG"], args.namespace)
+        nodes = sorted(cluster.node_latencies())
+        serving = served_version(env["RLSCORE_LOCAL_SERVER_URL"], args.policy, nodes[0])
+    except (ModelValidationError, OSError, httpx.HTTPError, ApiException, ConfigException, IndexError, KeyError) as exc:
+        print(f"sim_to_real: {exc or type(exc).__name__}", file=sys.stderr)
+        return 2
+    if model.policy != args.policy or serving != model.version:
+        print(f"sim_to_real: the server serves {args.policy} model {serving}, not {model_path} ({model.policy} "
+              f"{model.version}): the replay would not use the scorer that placed the pods", file=sys.stderr)
+        return 2
+    cluster.ensure_namespace()
+    source = LiveSource(PrometheusConnect(env["RLSCORE_LOCAL_PROMETHEUS_URL"], disable_ssl=True),
+                        client.CoreV1Api(cluster.core.api_client), env["RLSCORE_LOCAL_CPU_QUERY"], nodes,
+                        float(env["RLSCORE_LOCAL_REFRESH_INTERVAL_S"]))
+    records = []
+    for k in range(args.runs):
+        _empty(cluster)
+        seed = args.seed + k
+        print(f"run {k + 1}/{args.runs}: {args.pods} poisson arrivals (seed {seed}, usage x{args.usage_scale}) "
+              f"placed by {args.scheduler} ...", file=sys.stderr)
+        start = time.time()
+        result = replay(cluster, "poisson", args.pods, args.scheduler, args.policy, args.speed, seed=seed,
+                        run=f"s2r-{seed}", progress=False, usage_scale=args.usage_scale)
+        record = compare_run(source, result, start, time.time(), model_path, args.policy)
+        records.append(record)
+        hot, active = record["hot_node_share"], record["mean_active_nodes"]
+        print(f"  hot-node share {hot['simulated']:.3f} simulated vs {hot['live']:.3f} live ({_pct(hot['gap'])}); "
+              f"mean active nodes {active['simulated']:.2f} vs {active['live']:.2f} ({_pct(active['gap'])})",
+              file=sys.stderr)
+    _empty(cluster, settle=False)
+    summary = {k: _summary([r[k] for r in records]) for k in ("hot_node_share", "mean_active_nodes")}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"policy": args.policy, "model": model.version, "pods": args.pods,
+                                    "speed": args.speed, "usage_scale": args.usage_scale, "runs": records,
+                                    "summary": summary}, indent=2) + "\n")
+    for name, s in summary.items():
+        print(f"{name}: simulated/live {s['ratio']:.3f} over the {len(records)} runs; single runs "
+              f"{_pct(s['min_gap'])} .. {_pct(s['max_gap'])}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _summary(measured: list[dict]) -> dict:
+    gaps = [m["gap"] for m in measured if m["gap"] is not None]
+    live = sum(m["live"] for m in measured)
+    return {"ratio": round(sum(m["simulated"] for m in measured) / live, 4) if live > 0 else None,
+            "min_gap": min(gaps, default=None), "max_gap": max(gaps, default=None)}
+
+
+def _pct(gap: float | None) -> str:
+    return "n/a" if gap is None else f"{gap:+.1%}"
+
+
+def _empty(cluster: LiveCluster, settle: bool = True) -> None:
+    cluster.apps.delete_collection_namespaced_deployment(cluster.namespace)
+    cluster.core.delete_collection_namespaced_pod(cluster.namespace, grace_period_seconds=0)
+    deadline = time.monotonic() + 120
+    while cluster.core.list_namespaced_pod(cluster.namespace).items and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if settle:
+        time.sleep(RATE_WINDOW_S + 5)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
