@@ -235,44 +235,12 @@ def test_fine_tuning_from_a_model_file_waits_for_the_critic(tmp_path, warmup, ac
     assert same != actor_moves
 
 
-def test_lb_demonstrations_scramble_only_the_inputs_its_teachers_ignore(monkeypatch):
-    """Half of LB's recorded decisions show power hidden on some nodes and latency shuffled among
-    them; the teacher's choices, the trajectory and every other input stay as recorded without it."""
-    import agent.learn.imitation as imitation
-    from agent.features import NODE_FEATURES
-
-    teachers = {"poisson": "one-step-lb", "churn": "one-step-lb"}
-    scrambled = demonstrations("LB", teachers, worlds_per_family=2, decisions=64, min_nodes=4, max_nodes=12, seed=3)
-    monkeypatch.setattr(imitation, "SCRAMBLE_SHARE", 0.0)
-    plain = demonstrations("LB", teachers, worlds_per_family=2, decisions=64, min_nodes=4, max_nodes=12, seed=3)
-    assert plain.worlds == scrambled.worlds and len(plain) == len(scrambled)
-    changed = [i for i in range(len(plain)) if not np.array_equal(plain.nodes[i], scrambled.nodes[i])]
-    assert 0.3 * len(plain) < len(changed) < 0.7 * len(plain), len(changed)
-    columns = {i for i in changed for i in np.flatnonzero((plain.nodes[i] != scrambled.nodes[i]).any(axis=0))}
-    names = {NODE_FEATURES[c] for c in columns}
-    assert names and all(n.startswith(("latency", "power", "idle_power", "efficiency", "dynamic_efficiency"))
-                         for n in names), names
-    for i in range(len(plain)):
-        assert np.array_equal(plain.targets[i], scrambled.targets[i])
-        assert np.array_equal(plain.pods[i], scrambled.pods[i])
-    # EE's objective is the power: nothing of its demonstrations is scrambled
-    monkeypatch.setattr(imitation, "SCRAMBLE_SHARE", 1.0)
-    ee = demonstrations("EE", {"poisson": "efficient-first"}, worlds_per_family=1, decisions=32, min_nodes=4,
-                        max_nodes=8, seed=3)
-    monkeypatch.setattr(imitation, "SCRAMBLE_SHARE", 0.0)
-    ee_plain = demonstrations("EE", {"poisson": "efficient-first"}, worlds_per_family=1, decisions=32, min_nodes=4,
-                              max_nodes=8, seed=3)
-    assert all(np.array_equal(a, b) for a, b in zip(ee.nodes, ee_plain.nodes))
-
-
-def test_dagger_records_the_actors_own_states_with_the_teachers_labels(monkeypatch):
+def test_dagger_records_the_actors_own_states_with_the_teachers_labels():
     """With an actor, the same worlds are scheduled by the actor and labelled by the teacher: an
     actor cloned from the opposite rule (pack, where the teacher spreads) meets states the teacher's
     run never shows -- fewer nodes busy -- and disagrees with the labels on most of them."""
-    import agent.learn.imitation as imitation
     from agent.features import NODE_FEATURES
 
-    monkeypatch.setattr(imitation, "SCRAMBLE_SHARE", 0.0)  # the states as they are
     torch.manual_seed(0)
     spread = {"poisson": "least-allocated"}
     teacher_run = demonstrations("LB", spread, worlds_per_family=2, decisions=64, min_nodes=6, max_nodes=10, seed=0)

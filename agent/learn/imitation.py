@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -26,17 +26,8 @@ from agent.learn.teachers import teacher_for, teacher_names, teacher_targets, wo
 from agent.scoring import choose
 from agent.sim.families import draw_node_count
 from agent.sim.simulator import Simulation
-from agent.state import NodeState
 
 DEMO_SEED_BASE = 2 * 10**6  # below EVAL_SEED_BASE and away from the teachers' picking seeds
-
-# Inputs a policy's objective and all its teachers ignore. Where they differ between nodes a clone
-# can still learn to follow them (nothing in the teachers' choices tells it not to): the LB clone of
-# one-step-lb was 4.2% behind it on one-pool clusters, where some nodes' power is known and some not,
-# and 1.8% with the power hidden from it. So the demonstrations show half of these decisions with
-# the inputs scrambled, the teacher's choice unchanged.
-SCRAMBLED_INPUTS = {"LB": ("power", "latency")}
-SCRAMBLE_SHARE = 0.5
 
 
 @dataclass
@@ -88,8 +79,6 @@ def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decision
     states are the ones the actor's own choices lead to. With `like`, the worlds are that recording's
     (same machines, same arrivals, same per-world teachers)."""
     rng = np.random.default_rng(seed)
-    scramble_rng = np.random.default_rng([seed, 1])  # apart, so the other draws stay as they were
-    scrambled = SCRAMBLED_INPUTS.get(policy, ())
     demos = Demonstrations([], [], [])
     rules = teacher_names(teachers)
     if like is not None:
@@ -117,26 +106,12 @@ def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decision
             state, pod = sim.candidate_state(policy)
             target = teacher_targets(teacher, state, pod, len(state), rng)
             features, pod_vec = node_features(state, pod)
-            if scrambled and scramble_rng.random() < SCRAMBLE_SHARE:
-                features = node_features(scramble(state, scrambled, scramble_rng), pod)[0]
             demos.nodes.append(features)
             demos.pods.append(pod_vec)
             demos.targets.append(target)
             # among the tied best (the teacher's, or the actor's), as the scheduler would
             sim.place(choose(target if actor is None else _actor_values(actor, features, pod_vec), rng))
     return demos
-
-
-def scramble(state: NodeState, inputs: tuple[str, ...], rng: np.random.Generator) -> NodeState:
-    """`state` with "power" hidden on a random share of the nodes and "latency" shuffled among them."""
-    changed = {}
-    if "power" in inputs:
-        hidden = rng.random(len(state)) < rng.random()
-        changed.update(power_idle_watts=np.where(hidden, np.nan, state.power_idle_watts),
-                       power_max_watts=np.where(hidden, np.nan, state.power_max_watts))
-    if "latency" in inputs:
-        changed["latency_ms"] = rng.permutation(state.latency_ms)
-    return replace(state, **changed)
 
 
 def _actor_values(actor: NodeScorer, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
