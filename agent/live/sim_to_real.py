@@ -141,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     records = []
     for k in range(args.runs):
         _empty(cluster)
+        others = pods_elsewhere(cluster, nodes)
+        if others:
+            print(f"sim_to_real: {len(others)} pod(s) of other namespaces run on the nodes (e.g. {others[0]}): "
+                  "their requests are not replayed and their load is only a background estimate", file=sys.stderr)
         seed = args.seed + k
         print(f"run {k + 1}/{args.runs}: {args.pods} poisson arrivals (seed {seed}, usage x{args.usage_scale}) "
               f"placed by {args.scheduler} ...", file=sys.stderr)
@@ -175,6 +179,14 @@ def _summary(measured: list[dict]) -> dict:
 
 def _pct(gap: float | None) -> str:
     return "n/a" if gap is None else f"{gap:+.1%}"
+
+
+def pods_elsewhere(cluster: LiveCluster, nodes: list[str]) -> list[str]:
+    """Pods bound to the nodes from other namespaces (namespace/name)."""
+    wanted = set(nodes)
+    return [f"{p.metadata.namespace}/{p.metadata.name}" for p in cluster.core.list_pod_for_all_namespaces().items
+            if p.spec.node_name in wanted and p.metadata.namespace != cluster.namespace
+            and p.status.phase in ("Pending", "Running")]
 
 
 def _empty(cluster: LiveCluster, settle: bool = True) -> None:
