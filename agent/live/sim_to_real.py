@@ -1,6 +1,7 @@
 """Sim-to-real of a served policy: run a workload live, calibrate a profile from that run alone,
 replay its recorded pods in the simulator with the model that placed them, and compare what each
-measured (hot-node share, mean active nodes).
+measured: hot-node share, mean active nodes and, of the pods with latency limits, the share placed
+beyond their hard limit.
 
     eval "$(local-cluster/cluster.sh env)"
     python -m agent.live.sim_to_real --policy EE --pods 300 --runs 3 --usage-scale 3
@@ -40,6 +41,9 @@ from agent.scoring import ModelScorer
 RATE_WINDOW_S = 60.0
 
 
+MEASURES = ("hot_node_share", "mean_active_nodes", "hard_violation_rate")
+
+
 @dataclass
 class LiveSource:
     """Where a run's history is read: Prometheus, its node-cpu query and the nodes to measure."""
@@ -70,12 +74,22 @@ def compare_run(source: LiveSource, result: RunResult, start: float, end: float,
     live_hot = hot_node_share(source.prometheus, source.cpu_query, source.nodes, start, replayed_until)
     live_active = float(np.mean(result.active_nodes))
     sim_active = float(np.mean(trace.active_nodes))
+    # per pod with latency limits, as the simulator counts them: the node's latency when it was placed
+    limits = {p.name.rsplit("-", 2)[0]: p.latency_limits_ms for p in history.pods if p.latency_limits_ms}
+    limited = [(p.latency_ms, limits[p.deployment][1]) for p in result.placements
+               if p.deployment in limits and p.latency_ms is not None]
+    violations = {}
+    if limited:
+        live_rate = sum(latency > hard for latency, hard in limited) / len(limited)
+        violations = {"hard_violation_rate": {"live": live_rate, "simulated": simulated.hard_violation_rate,
+                                              "gap": _gap(simulated.hard_violation_rate, live_rate)}}
     return {"run": result.run, "pods_played": len(result.placements), "pods_recorded": len(history.pods),
             "background_cpu": profile.dynamics.background_cpu,
             "usage_onset_s": profile.dynamics.usage_onset_s, "usage_linger_s": profile.dynamics.usage_linger_s,
             "hot_node_share": {"live": live_hot, "simulated": simulated.hot_node_share,
                                "gap": _gap(simulated.hot_node_share, live_hot)},
-            "mean_active_nodes": {"live": live_active, "simulated": sim_active, "gap": _gap(sim_active, live_active)}}
+            "mean_active_nodes": {"live": live_active, "simulated": sim_active, "gap": _gap(sim_active, live_active)},
+            **violations}
 
 
 def _gap(simulated: float, live: float) -> float | None:
@@ -153,12 +167,10 @@ def main(argv: list[str] | None = None) -> int:
                         run=f"s2r-{seed}", progress=False, usage_scale=args.usage_scale)
         record = compare_run(source, result, start, time.time(), model_path, args.policy)
         records.append(record)
-        hot, active = record["hot_node_share"], record["mean_active_nodes"]
-        print(f"  hot-node share {hot['simulated']:.3f} simulated vs {hot['live']:.3f} live ({_pct(hot['gap'])}); "
-              f"mean active nodes {active['simulated']:.2f} vs {active['live']:.2f} ({_pct(active['gap'])})",
-              file=sys.stderr)
+        print("  " + "; ".join(f"{name.replace('_', ' ')} {m['simulated']:.3f} simulated vs {m['live']:.3f} live "
+                               f"({_pct(m['gap'])})" for name, m in record.items() if name in MEASURES), file=sys.stderr)
     _empty(cluster, settle=False)
-    summary = {k: _summary([r[k] for r in records]) for k in ("hot_node_share", "mean_active_nodes")}
+    summary = {k: _summary([r[k] for r in records if k in r]) for k in MEASURES if any(k in r for r in records)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"policy": args.policy, "model": model.version, "pods": args.pods,
                                     "speed": args.speed, "usage_scale": args.usage_scale, "runs": records,
