@@ -167,19 +167,25 @@ def main(argv: list[str] | None = None) -> int:
                         run=f"s2r-{seed}", progress=False, usage_scale=args.usage_scale)
         record = compare_run(source, result, start, time.time(), model_path, args.policy)
         records.append(record)
+        _write(args, model.version, records)  # an interrupted series keeps the runs it finished
         print("  " + "; ".join(f"{name.replace('_', ' ')} {m['simulated']:.3f} simulated vs {m['live']:.3f} live "
                                f"({_pct(m['gap'])})" for name, m in record.items() if name in MEASURES), file=sys.stderr)
     _empty(cluster, settle=False)
-    summary = {k: _summary([r[k] for r in records if k in r]) for k in MEASURES if any(k in r for r in records)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"policy": args.policy, "model": model.version, "pods": args.pods,
-                                    "speed": args.speed, "usage_scale": args.usage_scale, "runs": records,
-                                    "summary": summary}, indent=2) + "\n")
+    summary = _write(args, model.version, records)
     for name, s in summary.items():
         print(f"{name}: simulated/live {s['ratio']:.3f} over the {len(records)} runs; single runs "
               f"{_pct(s['min_gap'])} .. {_pct(s['max_gap'])}")
     print(f"wrote {args.out}")
     return 0
+
+
+def _write(args: argparse.Namespace, version: str, records: list[dict]) -> dict:
+    summary = {k: _summary([r[k] for r in records if k in r]) for k in MEASURES if any(k in r for r in records)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"policy": args.policy, "model": version, "pods": args.pods, "speed": args.speed,
+                                    "usage_scale": args.usage_scale, "runs": records, "summary": summary},
+                                   indent=2) + "\n")
+    return summary
 
 
 def _summary(measured: list[dict]) -> dict:
