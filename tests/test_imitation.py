@@ -274,3 +274,13 @@ def test_dagger_rounds_continue_cloning_on_the_actors_states():
     assert all(r["decisions"] == 2 * 32 and r["steps"] == 20 and 0 <= r["agreement_on_own_states"] <= 1
                for r in rounds)
     assert "2 DAgger rounds of 20" in record["training"]["algorithm"]
+
+
+def test_the_demonstration_worlds_are_drawn_as_the_shipped_clones_were():
+    """Each world's size is drawn as it starts, after the previous world's decisions drew from the
+    same generator: drawing them all first (as DAgger's change once did) gave other worlds, so
+    `make train` no longer reproduced the shipped clones. Sizes measured at a1b5d50."""
+    demos = demonstrations("LB", {"poisson": "one-step-lb", "churn": "one-step-lb"}, worlds_per_family=3,
+                           decisions=40, min_nodes=2, max_nodes=64, seed=1, node_draw="log-uniform")
+    assert [nodes for _, _, nodes in demos.worlds] == [11, 13, 60, 37, 18, 2]
+    assert [len(n) for n in demos.nodes[::40]] == [11, 13, 60, 37, 18, 2]

@@ -82,15 +82,20 @@ def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decision
     demos = Demonstrations([], [], [])
     rules = teacher_names(teachers)
     if like is not None:
-        worlds = like.worlds
         demos.world_teacher_of = like.world_teacher_of
-    else:
-        worlds = []
+
+    def worlds():
+        if like is not None:
+            yield from like.worlds
+            return
         for f_index, family_name in enumerate(sorted(teachers)):
             for w in range(worlds_per_family):
+                # drawn as each world starts, after the previous world's decisions drew from the same rng
+                # (as ever: the shipped clones' worlds)
                 nodes = draw_node_count(rng, min_nodes, max_nodes, node_draw)
-                worlds.append((family_name, DEMO_SEED_BASE + seed * 10_000 + f_index * 1_000 + w, nodes))
-    for family_name, world_seed, nodes in worlds:
+                yield family_name, DEMO_SEED_BASE + seed * 10_000 + f_index * 1_000 + w, nodes
+
+    for family_name, world_seed, nodes in worlds():
         demos.worlds.append((family_name, world_seed, nodes))
         sim = Simulation.of_family(family_name, world_seed, nodes, limits=policy == "EL", training=True)
         teacher = teacher_for(teachers, family_name, sim.world.size)
