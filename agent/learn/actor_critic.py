@@ -164,13 +164,11 @@ def dagger(cfg: ACConfig, actor: NodeScorer, train_demos, held_out) -> list[dict
     for k in range(cfg.dagger_rounds):
         print(f"DAgger round {k + 1}/{cfg.dagger_rounds}: the actor schedules, the teachers label ...",
               file=sys.stderr)
-        actor.eval()
         own = demonstrations(cfg.policy, cfg.teachers, cfg.imitation_worlds, cfg.imitation_decisions, cfg.min_nodes,
                              cfg.max_nodes, seed=cfg.seed + 1000 * (k + 1), node_draw=cfg.node_draw,
                              teacher_futures=cfg.teacher_futures, actor=actor, like=train_demos)
         on_own_states = agreement(actor, own)
         train_demos.extend(own)
-        actor.train()
         step = clone(actor, train_demos, held_out, steps, progress=cfg.progress)
         rounds.append({"round": k + 1, "decisions": len(own), "agreement_on_own_states": round(on_own_states, 4),
                        "steps": steps, "held_out_agreement": step["held_out_agreement"], "seconds": step["seconds"]})

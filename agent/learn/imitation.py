@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from agent.features import node_features
 from agent.learn.actor_critic import masked_logits
+from agent.learn.model_io import NumpyScorer
 from agent.learn.network import NodeScorer
 from agent.learn.teachers import teacher_for, teacher_names, teacher_targets, world_teacher
 from agent.scoring import choose
@@ -37,15 +38,24 @@ class Demonstrations:
     nodes: list[np.ndarray]
     pods: list[np.ndarray]
     targets: list[np.ndarray]
-    world_teachers: dict = field(default_factory=dict)
-    """family -> {teacher: worlds it taught}, with per-world teachers (agent.learn.teachers.world_teacher)"""
     worlds: list = field(default_factory=list)
     """(family, world seed, nodes) of each world recorded, in order"""
     world_teacher_of: dict = field(default_factory=dict)
-    """world seed -> its per-world teacher (with teacher_futures)"""
+    """world seed -> its per-world teacher (with teacher_futures; agent.learn.teachers.world_teacher)"""
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+    @property
+    def world_teachers(self) -> dict:
+        """family -> {teacher: worlds it taught}, with per-world teachers"""
+        taught: dict = {}
+        for family_name, world_seed, _ in self.worlds:
+            if world_seed in self.world_teacher_of:
+                counts = taught.setdefault(family_name, {})
+                teacher = self.world_teacher_of[world_seed]
+                counts[teacher] = counts.get(teacher, 0) + 1
+        return taught
 
     def extend(self, other: "Demonstrations") -> None:
         self.nodes += other.nodes
@@ -81,6 +91,7 @@ def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decision
     rng = np.random.default_rng(seed)
     demos = Demonstrations([], [], [])
     rules = teacher_names(teachers)
+    actor_values = NumpyScorer(actor) if actor is not None else None  # the served forward pass, once per call
     if like is not None:
         demos.world_teacher_of = like.world_teacher_of
 
@@ -104,8 +115,6 @@ def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decision
                 demos.world_teacher_of[world_seed] = world_teacher(policy, sim.world, world_seed, teacher, rules,
                                                                    decisions, teacher_futures)[0]
             teacher = demos.world_teacher_of[world_seed]
-            taught = demos.world_teachers.setdefault(family_name, {})
-            taught[teacher] = taught.get(teacher, 0) + 1
         for _ in range(decisions):
             sim.next_decision()
             state, pod = sim.candidate_state(policy)
@@ -115,15 +124,8 @@ def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decision
             demos.pods.append(pod_vec)
             demos.targets.append(target)
             # among the tied best (the teacher's, or the actor's), as the scheduler would
-            sim.place(choose(target if actor is None else _actor_values(actor, features, pod_vec), rng))
+            sim.place(choose(target if actor_values is None else actor_values(features, pod_vec), rng))
     return demos
-
-
-def _actor_values(actor: NodeScorer, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
-    with torch.no_grad():
-        logits = actor(torch.from_numpy(features)[None], torch.from_numpy(pod_vec)[None],
-                       torch.ones(1, len(features), dtype=torch.bool))
-    return logits[0].numpy()
 
 
 def agreement(actor: NodeScorer, demos: Demonstrations, batch_size: int = 512) -> float:

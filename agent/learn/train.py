@@ -93,10 +93,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--imitation-steps", type=int, default=None,
                         help="a2c/ppo with teachers: supervised steps on the teachers' own trajectories before "
                              f"reinforcement learning (default {DEFAULT_IMITATION_STEPS} when kickstarting; 0: none)")
-    parser.add_argument("--dagger-rounds", type=int, default=None,
+    parser.add_argument("--dagger-rounds", type=int, default=0,
                         help="a2c/ppo with teachers: after cloning, rounds in which the actor schedules the "
-                             "imitation worlds itself and the teachers label its decisions (DAgger; default per "
-                             "policy: DEFAULT_DAGGER_ROUNDS in agent/learn/train.py)")
+                             "imitation worlds itself and the teachers label its decisions (DAgger; none by "
+                             "default: measured on LB and EL it did worse, docs/training.md)")
     parser.add_argument("--dagger-steps", type=int, default=0,
                         help="supervised steps per DAgger round (default: half of --imitation-steps)")
     parser.add_argument("--critic-warmup", type=float, default=None,
@@ -154,9 +154,6 @@ DEFAULT_TEACHER = {"EE": "per-size", "LB": "per-family,usage-skew=load-variation
 # machines. LB (17/23; usage-skew's LVRB replaced on 8 of 12 worlds) and EL (36/44) did worse with
 # them (docs/training.md).
 DEFAULT_TEACHER_FUTURES = {"EE": 3, "LB": 0, "EL": 0}
-# DAgger rounds after cloning (agent.learn.actor_critic.dagger): the clone schedules the imitation
-# worlds itself, its teachers label what it meets there.
-DEFAULT_DAGGER_ROUNDS = {"EE": 0, "LB": 0, "EL": 0}
 
 
 def default_teacher(policy: str, families: tuple[str, ...]) -> str:
@@ -238,9 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.imitation_steps < 0:
             print("rlscore-train: --imitation-steps must be >= 0", file=sys.stderr)
             return 2
-        cfg.dagger_rounds = (args.dagger_rounds if args.dagger_rounds is not None
-                             else DEFAULT_DAGGER_ROUNDS[args.policy])
-        cfg.dagger_steps = args.dagger_steps
+        cfg.dagger_rounds, cfg.dagger_steps = args.dagger_rounds, args.dagger_steps
         if cfg.dagger_rounds < 0 or cfg.dagger_steps < 0:
             print("rlscore-train: --dagger-rounds and --dagger-steps must be >= 0", file=sys.stderr)
             return 2
