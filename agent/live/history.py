@@ -134,6 +134,11 @@ def workload_name(pod: str, app: str | None, owner_kind: str | None, owner_name:
         return app
     if owner_name and owner_kind not in (None, "", "<none>"):
         return _HASH.sub("", owner_name) if owner_kind == "ReplicaSet" else owner_name
+    return controller_name(pod)
+
+
+def controller_name(pod: str) -> str:
+    """The pod's name without the suffixes its controller added (a Deployment's pods: its name)."""
     return _POD_SUFFIX.sub("", pod) or pod
 
 

@@ -143,12 +143,17 @@ class LiveCluster:
             time.sleep(0.2)
         return placed
 
-    def cleanup(self, run: str, timeout_s: float = 120.0) -> None:
-        self.apps.delete_collection_namespaced_deployment(self.namespace, label_selector=f"{RUN_LABEL}={run}",
+    def cleanup(self, run: str | None = None, timeout_s: float = 120.0) -> None:
+        """Delete one run's deployments, or without `run` every deployment and pod of the namespace
+        (an interrupted run's too), and wait until their pods are gone."""
+        selector = f"{RUN_LABEL}={run}" if run else None
+        self.apps.delete_collection_namespaced_deployment(self.namespace, label_selector=selector,
                                                           propagation_policy="Background")
+        if run is None:
+            self.core.delete_collection_namespaced_pod(self.namespace, grace_period_seconds=0)  # bare pods too
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if not self.core.list_namespaced_pod(self.namespace, label_selector=f"{RUN_LABEL}={run}").items:
+            if not self.core.list_namespaced_pod(self.namespace, label_selector=selector).items:
                 return
             time.sleep(0.3)
 

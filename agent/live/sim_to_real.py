@@ -29,9 +29,9 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 from prometheus_api_client import PrometheusConnect
 
-from agent.learn.model_io import ModelValidationError, load_model
+from agent.learn.model_io import LoadedModel, ModelValidationError, load_model
 from agent.live import calibrate
-from agent.live.history import hot_node_share, read_history
+from agent.live.history import controller_name, hot_node_share, read_history
 from agent.live.loadgen import LiveCluster, RunResult, replay
 from agent.live.trace_replay import replay_history
 from agent.scoring import ModelScorer
@@ -55,7 +55,7 @@ class LiveSource:
     metrics_interval_s: float  # how often the serving scorer's metrics refresh (the simulated scorer's too)
 
 
-def compare_run(source: LiveSource, result: RunResult, start: float, end: float, model_path: Path,
+def compare_run(source: LiveSource, result: RunResult, start: float, end: float, model: LoadedModel,
                 policy: str) -> dict:
     """One live run's recorded pods replayed, in a profile calibrated from that run alone, by the
     model that placed them: hot-node share and mean active nodes, live and simulated."""
@@ -66,7 +66,6 @@ def compare_run(source: LiveSource, result: RunResult, start: float, end: float,
         raise RuntimeError(f"Prometheus recorded none of run {result.run}'s pods between {start:.0f} and {end:.0f}")
     profile, _ = calibrate.build_profile(history, f"sim-to-real-{result.run}",
                                          metrics_interval_s=source.metrics_interval_s)
-    model = load_model(model_path, allow_heuristic=True)
     simulated, trace = replay_history(profile, history, ModelScorer(model), policy)
     # the replay ends at its last arrival: pods created in the last scrapes before `end` have no
     # series yet, so live time after that arrival has load the replay never saw
@@ -77,12 +76,11 @@ def compare_run(source: LiveSource, result: RunResult, start: float, end: float,
     # per pod with latency limits, as the simulator counts them: the node's latency when it was placed.
     # Only for EL: EE and LB never see the limits, and which of equal nodes they fill is a tie broken
     # at random (an e2e run: 26% live against 100% simulated, on the same active-node count)
-    limits = {p.name.rsplit("-", 2)[0]: p.latency_limits_ms for p in history.pods
-              if p.latency_limits_ms and policy == "EL"}
+    violations = {}
+    limits = {controller_name(p.name): p.latency_limits_ms for p in history.pods if p.latency_limits_ms}
     limited = [(p.latency_ms, limits[p.deployment][1]) for p in result.placements
                if p.deployment in limits and p.latency_ms is not None]
-    violations = {}
-    if limited:
+    if policy == "EL" and limited:
         live_rate = sum(latency > hard for latency, hard in limited) / len(limited)
         violations = {"hard_violation_rate": {"live": live_rate, "simulated": simulated.hard_violation_rate,
                                               "gap": _gap(simulated.hard_violation_rate, live_rate)}}
@@ -168,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.time()
         result = replay(cluster, "poisson", args.pods, args.scheduler, args.policy, args.speed, seed=seed,
                         run=f"s2r-{seed}", progress=False, usage_scale=args.usage_scale)
-        record = compare_run(source, result, start, time.time(), model_path, args.policy)
+        record = compare_run(source, result, start, time.time(), model, args.policy)
         records.append(record)
         _write(args, model.version, records)  # an interrupted series keeps the runs it finished
         print("  " + "; ".join(f"{name.replace('_', ' ')} {m['simulated']:.3f} simulated vs {m['live']:.3f} live "
@@ -211,11 +209,7 @@ def pods_elsewhere(cluster: LiveCluster, nodes: list[str]) -> list[str]:
 
 
 def _empty(cluster: LiveCluster, settle: bool = True) -> None:
-    cluster.apps.delete_collection_namespaced_deployment(cluster.namespace)
-    cluster.core.delete_collection_namespaced_pod(cluster.namespace, grace_period_seconds=0)
-    deadline = time.monotonic() + 120
-    while cluster.core.list_namespaced_pod(cluster.namespace).items and time.monotonic() < deadline:
-        time.sleep(0.5)
+    cluster.cleanup()
     if settle:
         time.sleep(RATE_WINDOW_S + 5)
 

@@ -94,7 +94,7 @@ def shifted_sim_to_real(cluster: E2ECluster, result, start: float, end: float, m
                         client.CoreV1Api(cluster.live.core.api_client), cluster.values["RLSCORE_LOCAL_CPU_QUERY"],
                         [f"kwok-node-{i}" for i in range(4)],
                         REFRESH_S)  # the simulated scorer's metrics as stale as the live one's were
-    out = compare_run(source, result, start, end, model, "EE")
+    out = compare_run(source, result, start, end, load_model(model, allow_heuristic=True), "EE")
     print(json.dumps(out, indent=2))
     return out
 
