@@ -133,6 +133,18 @@ class LiveCluster:
             out[pod.metadata.labels.get("rlscore.io/deployment", pod.metadata.name)] = pod.spec.node_name
         return out
 
+    def wait_gone(self, run: str, names: set[str], timeout_s: float = 60.0) -> set[str]:
+        """Wait until no pod (terminating or not) of the deployments `names` is left; returns those
+        still there after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = {pod.metadata.labels.get("rlscore.io/deployment", pod.metadata.name)
+                    for pod in self.core.list_namespaced_pod(self.namespace, label_selector=f"{RUN_LABEL}={run}").items}
+            left &= names
+            if not left or time.monotonic() >= deadline:
+                return left
+            time.sleep(0.1)
+
     def wait_scheduled(self, run: str, names: set[str], timeout_s: float = 120.0) -> dict[str, str | None]:
         deadline = time.monotonic() + timeout_s
         placed: dict[str, str | None] = {}
@@ -171,15 +183,22 @@ def live_events(scenario: str, rng: np.random.Generator, total_cpu_millicores: f
 
 
 def drive(cluster: LiveCluster, stream: Iterator[Event], run: str, scheduler: str, policy: str | None, limit: int,
-          speed: float, settle_s: float, on_other=None, usage_scale: float = 1.0,
+          speed: float, settle_s: float, on_other=None, usage_scale: float = 1.0, await_departures: bool = False,
           ) -> Iterator[tuple[Event, str, dict[str, str | None], set[str]]]:
     """Play an event stream against the cluster, `speed` times faster than its clock: each arrival
     becomes a Deployment (using its simulated share of its request, x `usage_scale`) and waits until
     its pod is placed (or `settle_s` passes), each departure deletes it; other events go to
     `on_other`. Yields per arrival (event, deployment, the run's placements, the deployments alive);
-    stops at the first event after `limit` arrivals."""
+    stops at the first event after `limit` arrivals.
+
+    A deleted Deployment's pod leaves the scheduler's view a while later (garbage collection, then
+    the kubelet's termination): at 40x a second is 40 scenario seconds, so an arrival can find a
+    departed pod still holding its node. `await_departures` waits, before each arrival, until the
+    departed pods are gone (or `settle_s` passes), so every pod meets the state the simulator's
+    timeline has: what a placement-for-placement comparison with the simulator needs."""
     cluster.ensure_namespace()
     names: dict[int, str] = {}
+    departed: set[str] = set()
     t0, created = time.monotonic(), 0
     for event in stream:
         if created >= limit:
@@ -188,6 +207,10 @@ def drive(cluster: LiveCluster, stream: Iterator[Event], run: str, scheduler: st
         if delay > 0:
             time.sleep(delay)
         if event.kind == "arrive":
+            if departed:
+                if left := cluster.wait_gone(run, departed, settle_s):
+                    print(f"  departed pods still there after {settle_s:g} s: {', '.join(sorted(left))}", file=sys.stderr)
+                departed.clear()
             name = f"{run}-{created:03d}"
             names[event.pod.id] = name
             cluster.create_deployment(name, run, scheduler, policy, event.pod.cpu_millicores,
@@ -196,7 +219,9 @@ def drive(cluster: LiveCluster, stream: Iterator[Event], run: str, scheduler: st
             created += 1
             yield event, name, cluster.wait_scheduled(run, {name}, settle_s), set(names.values())
         elif event.kind == "depart" and event.pod_id in names:
-            cluster.delete_deployment(names.pop(event.pod_id))
+            cluster.delete_deployment(name := names.pop(event.pod_id))
+            if await_departures:
+                departed.add(name)
         elif on_other is not None:
             on_other(event)
 

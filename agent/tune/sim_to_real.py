@@ -10,7 +10,8 @@ live placements lead to with the one the simulator predicted.
 2. `rlscore-tune`'s RL tuner picks the weights on that profile; the simulator predicts the objective.
 3. A second kube-scheduler (bin/kube-scheduler) starts with only the `rl-tuned` profile; the replay
    creates each arriving pod as a Deployment with `schedulerName: rl-tuned` and deletes it when the
-   scenario says, time compressed by --speed, waiting for each placement.
+   scenario says, time compressed by --speed, waiting for each placement and, before each arrival,
+   for the departed pods to be gone (so each pod meets the nodes the simulator's timeline has).
 4. The live placements are accounted on the simulator's timeline with its usage and power model
    (the local cluster's KWOK nodes draw no real power): the measured objective is what the *real
    scheduler's* placements lead to, the prediction what the simulated scheduler's lead to.
@@ -148,7 +149,7 @@ def replay_live(cluster: LiveCluster, profile: ClusterProfile, seed: int, arriva
     placements: dict[int, str | None] = {}
     t0 = time.monotonic()
     for event, name, placed, _ in drive(cluster, scenarios.events(world, scenario_rng), run, scheduler, None,
-                                        arrivals, speed, 30.0):
+                                        arrivals, speed, 30.0, await_departures=True):
         placements[event.pod.id] = placed.get(name)
         if progress and len(placements) % 25 == 0:
             print(f"  {len(placements)}/{arrivals} pods placed live", file=sys.stderr)

@@ -82,11 +82,8 @@ def cluster():
 
 
 def cleanup(c: E2ECluster) -> None:
-    c.live.apps.delete_collection_namespaced_deployment(c.live.namespace)
-    c.live.core.delete_collection_namespaced_pod(c.live.namespace, grace_period_seconds=0)  # bare pods too
-    deadline = time.monotonic() + 60
-    while c.live.core.list_namespaced_pod(c.live.namespace).items and time.monotonic() < deadline:
-        time.sleep(0.3)
+    """Every deployment and pod of the test namespace gone."""
+    c.live.cleanup(timeout_s=60)
 
 
 @pytest.fixture(autouse=True)

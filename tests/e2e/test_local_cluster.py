@@ -305,6 +305,55 @@ def test_the_servers_watch_cache_follows_the_api(cluster):
                                                             "rlscore.io/power-max-watts": None}}})
 
 
+def test_a_replay_awaiting_departures_meets_each_arrival_with_only_the_live_pods(cluster):
+    """drive(await_departures=True), what the sim-to-real replay uses: a pod that departs just before
+    the next arrives (a millisecond apart at this speed) is gone from the API before the next pod is
+    created, so the scheduler sees the nodes the simulator's timeline has. Without the wait the next
+    pod is created while the departed one is still terminating."""
+    import threading
+
+    import urllib3
+    from kubernetes import watch
+
+    from agent.live.loadgen import RUN_LABEL, drive
+    from agent.sim.scenarios import Event
+    from agent.sim.world import SimPod
+
+    def stream():
+        seq = itertools.count()
+        for k in range(5):
+            yield Event(float(k), next(seq), "arrive", pod=SimPod(k, 500.0, 2**28))
+            yield Event(k + 0.999, next(seq), "depart", pod_id=k)
+        yield Event(9.0, next(seq), "arrive", pod=SimPod(9, 500.0, 2**28))
+
+    run = f"await-{int(time.time()) % 100000}"
+    events: list[tuple[str, str]] = []  # (ADDED | DELETED, deployment) in the order the API server sent them
+    pod_watch = watch.Watch()
+
+    def follow():
+        try:
+            for item in pod_watch.stream(cluster.live.core.list_namespaced_pod, cluster.live.namespace,
+                                         label_selector=f"{RUN_LABEL}={run}", timeout_seconds=120):
+                if item["type"] in ("ADDED", "DELETED"):
+                    events.append((item["type"], item["object"].metadata.labels["rlscore.io/deployment"]))
+        except urllib3.exceptions.ProtocolError:  # the stream cut as the test stops the watch
+            pass
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    time.sleep(1.0)
+    names = [name for _, name, placed, _ in drive(cluster.live, stream(), run, "default-scheduler", None, 6,
+                                                  1000.0, 30.0, await_departures=True) if placed.get(name)]
+    assert len(names) == 6, names
+    deadline = time.monotonic() + 30
+    while events.count(("DELETED", names[4])) == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pod_watch.stop()
+    order = {event: i for i, event in enumerate(events)}
+    for before, after in zip(names, names[1:]):
+        assert order[("DELETED", before)] < order[("ADDED", after)], (before, after, events)
+
+
 def test_tuned_profile_on_the_cluster_matches_the_simulators_prediction(cluster, tmp_path):
     """Sim-to-real (agent/tune/sim_to_real.py): the RL tuner tunes EE weights on a profile of these
     nodes, a second stock kube-scheduler runs the rl-tuned profile, the same workload is replayed
