@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
-from agent.live.loadgen import SCENARIOS, live_events
+from agent.live.loadgen import SCENARIOS, live_events, with_min_lifetime
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -40,3 +40,28 @@ def test_bad_replay_requests_are_refused_with_the_reason(bad):
     args = dict(scenario="poisson", cpu=16_000.0, nodes=4) | bad
     with pytest.raises(ValueError, match="scenario|cpu"):
         live_events(args["scenario"], np.random.default_rng(0), args["cpu"], args["nodes"])
+
+
+def test_min_lifetime_keeps_every_pod_long_enough_to_be_recorded_and_nothing_else_changes():
+    def prefix(stream, arrivals):
+        out, seen = [], 0
+        for e in stream:
+            if e.kind == "arrive":
+                if seen == arrivals:
+                    return out
+                seen += 1
+            out.append(e)
+
+    original = prefix(live_events("poisson", np.random.default_rng(5), 32_000.0, 4), 300)
+    clamped = with_min_lifetime(live_events("poisson", np.random.default_rng(5), 32_000.0, 4), 300, 24.0)
+    arrive = {e.pod.id: e.time for e in original if e.kind == "arrive"}
+    before = {e.pod_id: e.time for e in original if e.kind == "depart"}
+    after = {e.pod_id: e.time for e in clamped if e.kind == "depart"}
+    assert sum(e.kind == "arrive" for e in clamped) == 300
+    assert [(e.pod.id, e.time) for e in clamped if e.kind == "arrive"] == sorted(arrive.items(), key=lambda x: x[1])
+    assert [(e.time, e.seq) for e in clamped] == sorted((e.time, e.seq) for e in clamped)
+    assert set(after) == set(before)
+    short = [i for i in before if before[i] - arrive[i] < 24.0]
+    assert short, "the stream has short-lived pods to clamp"
+    assert all(after[i] == pytest.approx(arrive[i] + 24.0) for i in short)
+    assert all(after[i] == before[i] for i in before if i not in short)

@@ -182,6 +182,24 @@ def live_events(scenario: str, rng: np.random.Generator, total_cpu_millicores: f
     return events(replace(world, nodes=tuple(NodeSpec(live, 0.0) for _ in range(nodes))), rng)
 
 
+def with_min_lifetime(stream: Iterator[Event], arrivals: int, min_lifetime: float) -> list[Event]:
+    """The stream's first `arrivals` arrivals with what happens between them, each pod living at least
+    `min_lifetime` (the stream's seconds): its departure moves later when it came sooner. Prometheus
+    records a pod only when a scrape sees it, and its usage only after two scrapes of its cpu counter:
+    a shorter pod is load the live cluster carries and a replay of the recording never sees."""
+    kept: list[Event] = []
+    arrived: dict[int, float] = {}
+    for event in stream:
+        if event.kind == "arrive":
+            if len(arrived) == arrivals:
+                break
+            arrived[event.pod.id] = event.time
+        elif event.kind == "depart" and event.pod_id in arrived:
+            event = replace(event, time=max(event.time, arrived[event.pod_id] + min_lifetime))
+        kept.append(event)
+    return sorted(kept)
+
+
 def drive(cluster: LiveCluster, stream: Iterator[Event], run: str, scheduler: str, policy: str | None, limit: int,
           speed: float, settle_s: float, on_other=None, usage_scale: float = 1.0, await_departures: bool = False,
           ) -> Iterator[tuple[Event, str, dict[str, str | None], set[str]]]:
@@ -228,14 +246,17 @@ def drive(cluster: LiveCluster, stream: Iterator[Event], run: str, scheduler: st
 
 def replay(cluster: LiveCluster, scenario: str, pods: int, scheduler: str, policy: str | None, speed: float = 10.0,
            seed: int = 0, run: str | None = None, progress: bool = True, settle_s: float = 60.0,
-           usage_scale: float = 1.0) -> RunResult:
+           usage_scale: float = 1.0, min_lifetime_s: float = 0.0) -> RunResult:
     """Replay `pods` arrivals of `scenario`; wait for each pod to be scheduled before the next arrives.
-    `usage_scale` multiplies the cpu every pod uses (3: a workload that uses 3x what it did)."""
+    `usage_scale` multiplies the cpu every pod uses (3: a workload that uses 3x what it did);
+    `min_lifetime_s` (real seconds) keeps every pod alive at least that long (`with_min_lifetime`)."""
     run = run or f"{scenario}-{(policy or 'default').lower()}-{int(time.time())}"
     result = RunResult(run, scheduler, policy)
     rng = np.random.default_rng(seed)
     nodes = sorted(cluster.node_latencies())
     stream = live_events(scenario, rng, cluster.total_cpu_millicores(), len(nodes))
+    if min_lifetime_s > 0:
+        stream = iter(with_min_lifetime(stream, pods, min_lifetime_s * speed))
 
     def other(event: Event) -> None:
         if event.kind == "shift-latency":

@@ -85,6 +85,7 @@ def compare_run(source: LiveSource, result: RunResult, start: float, end: float,
         violations = {"hard_violation_rate": {"live": live_rate, "simulated": simulated.hard_violation_rate,
                                               "gap": _gap(simulated.hard_violation_rate, live_rate)}}
     return {"run": result.run, "pods_played": len(result.placements), "pods_recorded": len(history.pods),
+            "pods_without_usage": sum(p.usage is None for p in history.pods),  # replayed at DEFAULT_USAGE
             "background_cpu": profile.dynamics.background_cpu,
             "usage_onset_s": profile.dynamics.usage_onset_s, "usage_linger_s": profile.dynamics.usage_linger_s,
             "hot_node_share": {"live": live_hot, "simulated": simulated.hot_node_share,
@@ -115,6 +116,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--speed", type=float, default=4.0, help="scenario seconds per real second")
     parser.add_argument("--usage-scale", type=float, default=3.0,
                         help="x the cpu each pod uses (3: nodes run hot, so hot-node time is measurable)")
+    parser.add_argument("--min-lifetime-s", type=float, default=8.0,
+                        help="real seconds every pod lives at least: Prometheus (2 s scrapes) records a shorter "
+                             "pod and its usage late or never, so the replay would miss load the cluster carried")
     parser.add_argument("--scheduler", default="rl-scheduler", help="spec.schedulerName of the pods")
     parser.add_argument("--seed", type=int, default=100, help="run k replays the poisson stream of seed + k")
     parser.add_argument("--namespace", default="rlscore-sim-to-real")
@@ -124,9 +128,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.runs < 1 or args.pods < 1 or args.speed <= 0 or not 0 < args.usage_scale <= 100:
-        print("sim_to_real: --runs and --pods must be >= 1, --speed > 0, --usage-scale within (0, 100]",
-              file=sys.stderr)
+    if (args.runs < 1 or args.pods < 1 or args.speed <= 0 or not 0 < args.usage_scale <= 100
+            or not 0 <= args.min_lifetime_s <= 600):
+        print("sim_to_real: --runs and --pods must be >= 1, --speed > 0, --usage-scale within (0, 100], "
+              "--min-lifetime-s within [0, 600]", file=sys.stderr)
         return 2
     needed = ("KUBECONFIG", "RLSCORE_LOCAL_PROMETHEUS_URL", "RLSCORE_LOCAL_SERVER_URL", "RLSCORE_LOCAL_CPU_QUERY",
               "RLSCORE_LOCAL_REFRESH_INTERVAL_S", "RLSCORE_LOCAL_DIR")
@@ -165,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
               f"placed by {args.scheduler} ...", file=sys.stderr)
         start = time.time()
         result = replay(cluster, "poisson", args.pods, args.scheduler, args.policy, args.speed, seed=seed,
-                        run=f"s2r-{seed}", progress=False, usage_scale=args.usage_scale)
+                        run=f"s2r-{seed}", progress=False, usage_scale=args.usage_scale,
+                        min_lifetime_s=args.min_lifetime_s)
         record = compare_run(source, result, start, time.time(), model, args.policy)
         records.append(record)
         _write(args, model.version, records)  # an interrupted series keeps the runs it finished
@@ -184,7 +190,8 @@ def _write(args: argparse.Namespace, version: str, records: list[dict]) -> dict:
     summary = {k: _summary([r[k] for r in records if k in r]) for k in MEASURES if any(k in r for r in records)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"policy": args.policy, "model": version, "pods": args.pods, "speed": args.speed,
-                                    "usage_scale": args.usage_scale, "runs": records, "summary": summary},
+                                    "usage_scale": args.usage_scale, "min_lifetime_s": args.min_lifetime_s,
+                                    "runs": records, "summary": summary},
                                    indent=2) + "\n")
     return summary
 
