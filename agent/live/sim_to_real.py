@@ -9,7 +9,8 @@ placed beyond their hard limit.
 The model replayed must be the one the suggestion server serves for the policy (checked through
 `POST /suggest`); the local cluster's server serves `$RLSCORE_LOCAL_DIR/models`. A run's pods are
 Deployments in --namespace (emptied before each run, and Prometheus's 1-minute rate window let run
-out), so no earlier load reaches into the window.
+out), so no earlier load reaches into the window. Every pod lives at least --min-lifetime-s: what
+Prometheus does not record, the replay cannot place, and at 4x a pod of 2 s slips between scrapes.
 """
 
 from __future__ import annotations
