@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 import yaml
@@ -28,6 +28,7 @@ from agent.state import normalize_policy
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "examples" / "nginx-deployment.yaml"
 RUN_LABEL = "rlscore.io/loadgen-run"
+DEPLOYMENT_LABEL = "rlscore.io/deployment"  # on each pod: the Deployment it belongs to
 # the simulator's families a live cluster can replay: their arrivals do not depend on node types
 SCENARIOS = ("test1", "test2", "poisson", "latency-shift")
 LATENCY_ANNOTATION = "rlscore.io/latency-ms"
@@ -98,7 +99,7 @@ class LiveCluster:
         """A single-replica Deployment; `usage` (share of its cpu request) is what KWOK makes it use."""
         body = copy.deepcopy(self.template)
         body["metadata"] = {"name": name, "labels": {"app": "nginx", RUN_LABEL: run}}
-        selector = {"app": "nginx", "rlscore.io/deployment": name}
+        selector = {"app": "nginx", DEPLOYMENT_LABEL: name}
         body["spec"]["selector"] = {"matchLabels": selector}
         pod = body["spec"]["template"]
         pod["metadata"]["labels"] = {**selector, RUN_LABEL: run}
@@ -130,7 +131,7 @@ class LiveCluster:
         for pod in self.core.list_namespaced_pod(self.namespace, label_selector=f"{RUN_LABEL}={run}").items:
             if pod.metadata.deletion_timestamp is not None:
                 continue
-            out[pod.metadata.labels.get("rlscore.io/deployment", pod.metadata.name)] = pod.spec.node_name
+            out[_deployment_of(pod)] = pod.spec.node_name
         return out
 
     def wait_gone(self, run: str, names: set[str], timeout_s: float = 60.0) -> set[str]:
@@ -138,9 +139,8 @@ class LiveCluster:
         still there after `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         while True:
-            left = {pod.metadata.labels.get("rlscore.io/deployment", pod.metadata.name)
-                    for pod in self.core.list_namespaced_pod(self.namespace, label_selector=f"{RUN_LABEL}={run}").items}
-            left &= names
+            pods = self.core.list_namespaced_pod(self.namespace, label_selector=f"{RUN_LABEL}={run}").items
+            left = {_deployment_of(pod) for pod in pods} & names
             if not left or time.monotonic() >= deadline:
                 return left
             time.sleep(0.1)
@@ -168,6 +168,10 @@ class LiveCluster:
             if not self.core.list_namespaced_pod(self.namespace, label_selector=selector).items:
                 return
             time.sleep(0.3)
+
+
+def _deployment_of(pod) -> str:
+    return pod.metadata.labels.get(DEPLOYMENT_LABEL, pod.metadata.name)
 
 
 def live_events(scenario: str, rng: np.random.Generator, total_cpu_millicores: float, nodes: int) -> Iterator[Event]:
@@ -200,7 +204,7 @@ def with_min_lifetime(stream: Iterator[Event], arrivals: int, min_lifetime: floa
     return sorted(kept)
 
 
-def drive(cluster: LiveCluster, stream: Iterator[Event], run: str, scheduler: str, policy: str | None, limit: int,
+def drive(cluster: LiveCluster, stream: Iterable[Event], run: str, scheduler: str, policy: str | None, limit: int,
           speed: float, settle_s: float, on_other=None, usage_scale: float = 1.0, await_departures: bool = False,
           ) -> Iterator[tuple[Event, str, dict[str, str | None], set[str]]]:
     """Play an event stream against the cluster, `speed` times faster than its clock: each arrival
@@ -256,7 +260,7 @@ def replay(cluster: LiveCluster, scenario: str, pods: int, scheduler: str, polic
     nodes = sorted(cluster.node_latencies())
     stream = live_events(scenario, rng, cluster.total_cpu_millicores(), len(nodes))
     if min_lifetime_s > 0:
-        stream = iter(with_min_lifetime(stream, pods, min_lifetime_s * speed))
+        stream = with_min_lifetime(stream, pods, min_lifetime_s * speed)
 
     def other(event: Event) -> None:
         if event.kind == "shift-latency":

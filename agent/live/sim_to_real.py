@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -32,7 +32,7 @@ from prometheus_api_client import PrometheusConnect
 
 from agent.learn.model_io import LoadedModel, ModelValidationError, load_model
 from agent.live import calibrate
-from agent.live.history import controller_name, hot_node_share, read_history
+from agent.live.history import History, controller_name, hot_node_share, read_history
 from agent.live.loadgen import LiveCluster, RunResult, replay
 from agent.live.trace_replay import replay_history
 from agent.scoring import ModelScorer
@@ -56,13 +56,20 @@ class LiveSource:
     metrics_interval_s: float  # how often the serving scorer's metrics refresh (the simulated scorer's too)
 
 
+def read_run_window(source: LiveSource, start: float, end: float) -> History:
+    """Everything Prometheus holds of the window, read as calibration reads it, after the run's last
+    scrapes are in."""
+    time.sleep(3)
+    return read_history(source.core, source.prometheus, start, end, 1.0, {"node_cpu_busy": source.cpu_query})
+
+
 def compare_run(source: LiveSource, result: RunResult, start: float, end: float, model: LoadedModel,
-                policy: str) -> dict:
+                policy: str, window: History | None = None) -> dict:
     """One live run's recorded pods replayed, in a profile calibrated from that run alone, by the
-    model that placed them: hot-node share and mean active nodes, live and simulated."""
-    time.sleep(3)  # the run's last scrapes
-    history = read_history(source.core, source.prometheus, start, end, 1.0, {"node_cpu_busy": source.cpu_query})
-    history.pods = [p for p in history.pods if p.name.startswith(f"{result.run}-")]
+    model that placed them: hot-node share and mean active nodes, live and simulated. `window` is
+    `read_run_window`'s history when the caller has read it already (it is not changed)."""
+    window = read_run_window(source, start, end) if window is None else window
+    history = replace(window, pods=[p for p in window.pods if p.name.startswith(f"{result.run}-")])
     if not history.pods:
         raise RuntimeError(f"Prometheus recorded none of run {result.run}'s pods between {start:.0f} and {end:.0f}")
     profile, _ = calibrate.build_profile(history, f"sim-to-real-{result.run}",

@@ -315,7 +315,7 @@ def test_a_replay_awaiting_departures_meets_each_arrival_with_only_the_live_pods
     import urllib3
     from kubernetes import watch
 
-    from agent.live.loadgen import RUN_LABEL, drive
+    from agent.live.loadgen import DEPLOYMENT_LABEL, RUN_LABEL, drive
     from agent.sim.scenarios import Event
     from agent.sim.world import SimPod
 
@@ -335,7 +335,7 @@ def test_a_replay_awaiting_departures_meets_each_arrival_with_only_the_live_pods
             for item in pod_watch.stream(cluster.live.core.list_namespaced_pod, cluster.live.namespace,
                                          label_selector=f"{RUN_LABEL}={run}", timeout_seconds=120):
                 if item["type"] in ("ADDED", "DELETED"):
-                    events.append((item["type"], item["object"].metadata.labels["rlscore.io/deployment"]))
+                    events.append((item["type"], item["object"].metadata.labels[DEPLOYMENT_LABEL]))
         except urllib3.exceptions.ProtocolError:  # the stream cut as the test stops the watch
             pass
 
