@@ -62,8 +62,9 @@ def test_sim_to_real_refuses_before_any_run(tmp_path, monkeypatch, capsys):
     out = tmp_path / "runs.json"
     assert sim_to_real.main(["--out", str(out)]) == 2
     assert "RLSCORE_LOCAL_PROMETHEUS_URL" in capsys.readouterr().err
-    assert sim_to_real.main(["--runs", "0", "--out", str(out)]) == 2
-    assert "--runs and --pods must be >= 1" in capsys.readouterr().err
+    for bad in (["--runs", "0"], ["--replays", "0"]):
+        assert sim_to_real.main([*bad, "--out", str(out)]) == 2
+        assert "--runs, --pods and --replays must be >= 1" in capsys.readouterr().err
     for name in ("KUBECONFIG", "RLSCORE_LOCAL_PROMETHEUS_URL", "RLSCORE_LOCAL_SERVER_URL", "RLSCORE_LOCAL_CPU_QUERY"):
         monkeypatch.setenv(name, "x")
     monkeypatch.setenv("RLSCORE_LOCAL_REFRESH_INTERVAL_S", "2")

@@ -287,6 +287,24 @@ def test_metrics_are_as_old_as_the_last_scrape():
     assert live.candidate_state()[0].cpu_utilization[0] > live.cluster.background_cpu[0] + 0.1
 
 
+def test_the_scrape_phase_moves_the_scrapes_among_the_arrivals():
+    """With arrivals 2 s apart and a scrape every 60 s, a phase of 0.95 takes the second scrape at
+    3 s instead of 60 s: the later pods see the first ones' usage."""
+    def utilization_seen(phase):
+        sim = Simulation(_world([NodeSpec(SMALL, 5.0)], arrivals="test2", metrics_interval_s=60.0), seed=0,
+                         scrape_phase=phase)
+        for _ in range(5):
+            sim.next_decision()
+            sim.place(0)
+        sim.next_decision()
+        return sim.candidate_state()[0].cpu_utilization[0] - sim.cluster.background_cpu[0]
+    assert utilization_seen(0.0) == pytest.approx(0.0, abs=0.05)
+    assert utilization_seen(0.95) > 0.05
+    for phase in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="scrape_phase"):
+            Simulation(_world([NodeSpec(SMALL, 5.0)]), seed=0, scrape_phase=phase)
+
+
 def test_power_is_hidden_when_the_world_does_not_know_it():
     sim = Simulation.of_family("hardware-unknown", seed=2, nodes=4)
     sim.next_decision()

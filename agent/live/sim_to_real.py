@@ -34,7 +34,7 @@ from agent.learn.model_io import LoadedModel, ModelValidationError, load_model
 from agent.live import calibrate
 from agent.live.history import History, controller_name, hot_node_share, read_history
 from agent.live.loadgen import LiveCluster, RunResult, replay
-from agent.live.trace_replay import replay_history
+from agent.live.trace_replay import replay_spread
 from agent.scoring import ModelScorer
 
 # Prometheus's rate window on the local cluster (cluster.sh's cpu query): an earlier run's cpu is in
@@ -42,6 +42,9 @@ from agent.scoring import ModelScorer
 RATE_WINDOW_S = 60.0
 
 
+# draws of the record's times replayed per run (replay_spread): their mean's own spread is about a
+# third of one draw's
+REPLAYS = 12
 MEASURES = ("hot_node_share", "mean_active_nodes", "hard_violation_rate")
 
 
@@ -64,42 +67,47 @@ def read_run_window(source: LiveSource, start: float, end: float) -> History:
 
 
 def compare_run(source: LiveSource, result: RunResult, start: float, end: float, model: LoadedModel,
-                policy: str, window: History | None = None) -> dict:
+                policy: str, window: History | None = None, replays: int = REPLAYS) -> dict:
     """One live run's recorded pods replayed, in a profile calibrated from that run alone, by the
-    model that placed them: hot-node share and mean active nodes, live and simulated. `window` is
-    `read_run_window`'s history when the caller has read it already (it is not changed)."""
+    model that placed them: hot-node share, mean active nodes and (EL) hard violations, live and
+    simulated. The simulated figure is the mean over `replays` draws of the pods' times within the
+    record's resolution (`replay_spread`), with their range. `window` is `read_run_window`'s history
+    when the caller has read it already (it is not changed)."""
     window = read_run_window(source, start, end) if window is None else window
     history = replace(window, pods=[p for p in window.pods if p.name.startswith(f"{result.run}-")])
     if not history.pods:
         raise RuntimeError(f"Prometheus recorded none of run {result.run}'s pods between {start:.0f} and {end:.0f}")
     profile, _ = calibrate.build_profile(history, f"sim-to-real-{result.run}",
                                          metrics_interval_s=source.metrics_interval_s)
-    simulated, trace = replay_history(profile, history, ModelScorer(model), policy)
+    draws = replay_spread(profile, history, ModelScorer(model), policy, replays)
     # the replay ends at its last arrival: pods created in the last scrapes before `end` have no
     # series yet, so live time after that arrival has load the replay never saw
     replayed_until = max(p.created for p in history.pods)
     live_hot = hot_node_share(source.prometheus, source.cpu_query, source.nodes, start, replayed_until)
-    live_active = float(np.mean(result.active_nodes))
-    sim_active = float(np.mean(trace.active_nodes))
+    measured = {"hot_node_share": _measure([r.hot_node_share for r, _ in draws], live_hot),
+                "mean_active_nodes": _measure([float(np.mean(t.active_nodes)) for _, t in draws],
+                                              float(np.mean(result.active_nodes)))}
     # per pod with latency limits, as the simulator counts them: the node's latency when it was placed.
     # Only for EL: EE and LB never see the limits, and which of equal nodes they fill is a tie broken
     # at random (an e2e run: 26% live against 100% simulated, on the same active-node count)
-    violations = {}
     limits = {controller_name(p.name): p.latency_limits_ms for p in history.pods if p.latency_limits_ms}
     limited = [(p.latency_ms, limits[p.deployment][1]) for p in result.placements
                if p.deployment in limits and p.latency_ms is not None]
     if policy == "EL" and limited:
-        live_rate = sum(latency > hard for latency, hard in limited) / len(limited)
-        violations = {"hard_violation_rate": {"live": live_rate, "simulated": simulated.hard_violation_rate,
-                                              "gap": _gap(simulated.hard_violation_rate, live_rate)}}
+        measured["hard_violation_rate"] = _measure([r.hard_violation_rate for r, _ in draws],
+                                                   sum(latency > hard for latency, hard in limited) / len(limited))
     return {"run": result.run, "pods_played": len(result.placements), "pods_recorded": len(history.pods),
             "pods_without_usage": sum(p.usage is None for p in history.pods),  # replayed at DEFAULT_USAGE
             "background_cpu": profile.dynamics.background_cpu,
             "usage_onset_s": profile.dynamics.usage_onset_s, "usage_linger_s": profile.dynamics.usage_linger_s,
-            "hot_node_share": {"live": live_hot, "simulated": simulated.hot_node_share,
-                               "gap": _gap(simulated.hot_node_share, live_hot)},
-            "mean_active_nodes": {"live": live_active, "simulated": sim_active, "gap": _gap(sim_active, live_active)},
-            **violations}
+            "replays": replays, **measured}
+
+
+def _measure(simulated: list[float], live: float) -> dict:
+    """The replays' mean against the live figure, with the replays' range."""
+    mean = float(np.mean(simulated))
+    return {"live": live, "simulated": mean, "simulated_range": [float(min(simulated)), float(max(simulated))],
+            "gap": _gap(mean, live)}
 
 
 def _gap(simulated: float, live: float) -> float | None:
@@ -127,6 +135,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-lifetime-s", type=float, default=8.0,
                         help="real seconds every pod lives at least: Prometheus (2 s scrapes) records a shorter "
                              "pod and its usage late or never, so the replay would miss load the cluster carried")
+    parser.add_argument("--replays", type=int, default=REPLAYS,
+                        help="draws of the recorded pods' times (within the record's resolution) replayed per run")
     parser.add_argument("--scheduler", default="rl-scheduler", help="spec.schedulerName of the pods")
     parser.add_argument("--seed", type=int, default=100, help="run k replays the poisson stream of seed + k")
     parser.add_argument("--namespace", default="rlscore-sim-to-real")
@@ -136,9 +146,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if (args.runs < 1 or args.pods < 1 or args.speed <= 0 or not 0 < args.usage_scale <= 100
+    if (args.runs < 1 or args.pods < 1 or args.replays < 1 or args.speed <= 0 or not 0 < args.usage_scale <= 100
             or not 0 <= args.min_lifetime_s <= 600):
-        print("sim_to_real: --runs and --pods must be >= 1, --speed > 0, --usage-scale within (0, 100], "
+        print("sim_to_real: --runs, --pods and --replays must be >= 1, --speed > 0, --usage-scale within (0, 100], "
               "--min-lifetime-s within [0, 600]", file=sys.stderr)
         return 2
     needed = ("KUBECONFIG", "RLSCORE_LOCAL_PROMETHEUS_URL", "RLSCORE_LOCAL_SERVER_URL", "RLSCORE_LOCAL_CPU_QUERY",
@@ -180,16 +190,19 @@ def main(argv: list[str] | None = None) -> int:
         result = replay(cluster, "poisson", args.pods, args.scheduler, args.policy, args.speed, seed=seed,
                         run=f"s2r-{seed}", progress=False, usage_scale=args.usage_scale,
                         min_lifetime_s=args.min_lifetime_s)
-        record = compare_run(source, result, start, time.time(), model, args.policy)
+        record = compare_run(source, result, start, time.time(), model, args.policy, replays=args.replays)
         records.append(record)
         _write(args, model.version, records)  # an interrupted series keeps the runs it finished
-        print("  " + "; ".join(f"{name.replace('_', ' ')} {m['simulated']:.3f} simulated vs {m['live']:.3f} live "
-                               f"({_pct(m['gap'])})" for name, m in record.items() if name in MEASURES), file=sys.stderr)
+        print("  " + "; ".join(f"{name.replace('_', ' ')} {m['simulated']:.3f} simulated "
+                               f"({m['simulated_range'][0]:.3f}..{m['simulated_range'][1]:.3f}) vs {m['live']:.3f} "
+                               f"live ({_pct(m['gap'])})" for name, m in record.items() if name in MEASURES),
+              file=sys.stderr)
     _empty(cluster, settle=False)
     summary = _write(args, model.version, records)
     for name, s in summary.items():
         print(f"{name}: simulated/live {s['ratio']:.3f} over the {len(records)} runs; single runs "
-              f"{_pct(s['min_gap'])} .. {_pct(s['max_gap'])}")
+              f"{_pct(s['min_gap'])} .. {_pct(s['max_gap'])}; {s['live_within_range']} of {len(records)} live "
+              "figures within their replays' range")
     print(f"wrote {args.out}")
     return 0
 
@@ -205,10 +218,14 @@ def _write(args: argparse.Namespace, version: str, records: list[dict]) -> dict:
 
 
 def _summary(measured: list[dict]) -> dict:
+    """Over the runs: simulated/live of the sums, the single runs' gaps, and how many live figures
+    fell within their replays' range."""
     gaps = [m["gap"] for m in measured if m["gap"] is not None]
     live = sum(m["live"] for m in measured)
     return {"ratio": round(sum(m["simulated"] for m in measured) / live, 4) if live > 0 else None,
-            "min_gap": min(gaps, default=None), "max_gap": max(gaps, default=None)}
+            "min_gap": min(gaps, default=None), "max_gap": max(gaps, default=None),
+            "live_within_range": sum(m["simulated_range"][0] <= m["live"] <= m["simulated_range"][1]
+                                     for m in measured)}
 
 
 def _pct(gap: float | None) -> str:

@@ -205,8 +205,12 @@ class Simulation:
     streams spawned from `seed`, none of which the decisions touch: every scorer sees the same world.
     """
 
-    def __init__(self, world: World, seed: int, events: Iterable[Event] | None = None):
-        """`events` replaces the world's own arrival process (a recorded trace, in time order)."""
+    def __init__(self, world: World, seed: int, events: Iterable[Event] | None = None, scrape_phase: float = 0.0):
+        """`events` replaces the world's own arrival process (a recorded trace, in time order);
+        `scrape_phase` (a fraction of the metrics interval) moves the second scrape earlier: where a
+        recorded trace fixes every arrival, it is which arrivals the scrapes fall between."""
+        if not 0.0 <= scrape_phase < 1.0:
+            raise ValueError(f"scrape_phase must be within [0, 1), not {scrape_phase}")
         scenario_rng, cluster_rng, self._drift_rng, self._noise_rng = (
             np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4))
         self.world = world
@@ -226,7 +230,7 @@ class Simulation:
         # (time, pod id, whether it begins to show): pending changes of what the metrics show
         self._usage_changes: list[tuple[float, int, bool]] = []
         self._scrape()
-        self._next_scrape = world.metrics_interval_s
+        self._next_scrape = world.metrics_interval_s * (1.0 - scrape_phase)
 
     @classmethod
     def of_family(cls, name: str, seed: int, nodes: int | None = None, limits: bool = False,

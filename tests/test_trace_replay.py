@@ -1,0 +1,66 @@
+"""Replaying a recorded history: the draws of its pods' times stay within what the record can tell,
+and where an arrival and a departure are closer than that, the replays spread over both orders."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent.live.calibrate import build_profile
+from agent.live.history import History, NodeRecord, PodRecord
+from agent.live.trace_replay import jittered, replay_history, replay_spread
+from agent.scoring import HeuristicScorer
+from agent.sim.world import GIB
+
+
+def _pod(i: int, created: float, last_seen: float, alive: bool = False, cpu: float = 1000.0) -> PodRecord:
+    return PodRecord("default", f"web-{i}", "web", created, last_seen, alive, cpu, 0.5 * GIB, 0.5,
+                     step_s=1.0, scrape_s=2.0)
+
+
+def _nodes() -> list[NodeRecord]:
+    return [NodeRecord(f"n{i}", 1000.0, 4 * GIB, 110, "small", 50.0, 150.0, "labels", 10.0, 0.0, 0.0)
+            for i in range(2)]
+
+
+def test_a_draw_moves_each_time_within_its_resolution_only():
+    """Creation within its whole second; an end within its scrape interval; a pod from before the
+    window and a pod still alive keep theirs."""
+    pods = [_pod(0, -5.0, 30.0), _pod(1, 10.5, 40.0), _pod(2, 20.5, 59.0, alive=True)]
+    history = History(0.0, 60.0, 1.0, _nodes(), pods)
+    draws = [jittered(history, np.random.default_rng(k)) for k in range(50)]
+    created = np.array([[p.created for p in d.pods] for d in draws])
+    ended = np.array([[p.ended for p in d.pods] for d in draws])
+    assert np.all(created[:, 0] == -5.0) and np.all(ended[:, 2] == np.inf)
+    assert np.all(np.abs(created[:, 1:] - [10.5, 20.5]) <= 0.5)
+    assert np.all(np.abs(ended[:, :2] - [pods[0].ended, pods[1].ended]) <= 1.0)  # +- half the 2 s scrape
+    assert created[:, 1].std() > 0.2 and ended[:, 0].std() > 0.4  # spread over the interval, not pinned
+    assert [p.created for p in history.pods] == [-5.0, 10.5, 20.5]  # the history itself is not changed
+
+
+def test_replays_spread_over_the_orders_the_record_cannot_tell_apart():
+    """Two 1-core nodes; a 1-core pod ends (to a 2 s scrape) about when the next 1-core pod is
+    created (to a second). If it went first, the new pod finds an empty cluster and one node is
+    active; if not, two are. One replay picks one; the draws hold both."""
+    pods = [_pod(0, 0.5, 10.0), _pod(1, 9.5, 59.5, alive=True)]
+    history = History(0.0, 60.0, 1.0, _nodes(), pods)
+    profile, _ = build_profile(history, "two-nodes", metrics_interval_s=2.0)
+    scorer = HeuristicScorer("most-allocated", np.random.default_rng(0))
+    _, single = replay_history(profile, history, scorer, "EE")
+    assert single.active_nodes in ([1, 1], [1, 2])
+    draws = replay_spread(profile, history, scorer, "EE", 12)
+    assert sorted({tuple(trace.active_nodes) for _, trace in draws}) == [(1, 1), (1, 2)]
+    with pytest.raises(ValueError, match="replays"):
+        replay_spread(profile, history, scorer, "EE", 0)
+
+
+def test_the_runs_summary_compares_sums_and_counts_live_figures_inside_their_replays_range():
+    from agent.live.sim_to_real import _measure, _summary
+
+    runs = [_measure([0.10, 0.20], 0.16), _measure([0.30, 0.40], 0.45), _measure([0.2, 0.2], 0.0)]
+    assert runs[0]["simulated"] == pytest.approx(0.15) and runs[0]["gap"] == pytest.approx(-0.0625)
+    assert runs[0]["simulated_range"] == [0.10, 0.20] and runs[2]["gap"] is None  # nothing measured live
+    summary = _summary(runs)
+    assert summary["ratio"] == pytest.approx((0.15 + 0.35 + 0.2) / (0.16 + 0.45 + 0.0), abs=1e-4)
+    assert summary["live_within_range"] == 1  # 0.16 in [0.1, 0.2]; 0.45 above 0.4; 0.0 below 0.2
+    assert (summary["min_gap"], summary["max_gap"]) == (pytest.approx(-0.2222, abs=1e-4), pytest.approx(-0.0625))
