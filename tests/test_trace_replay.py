@@ -63,4 +63,5 @@ def test_the_runs_summary_compares_sums_and_counts_live_figures_inside_their_rep
     summary = _summary(runs)
     assert summary["ratio"] == pytest.approx((0.15 + 0.35 + 0.2) / (0.16 + 0.45 + 0.0), abs=1e-4)
     assert summary["live_within_range"] == 1  # 0.16 in [0.1, 0.2]; 0.45 above 0.4; 0.0 below 0.2
+    assert summary["live_range"] == [0.0, 0.45]
     assert (summary["min_gap"], summary["max_gap"]) == (pytest.approx(-0.2222, abs=1e-4), pytest.approx(-0.0625))

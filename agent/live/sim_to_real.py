@@ -139,6 +139,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="draws of the recorded pods' times (within the record's resolution) replayed per run")
     parser.add_argument("--scheduler", default="rl-scheduler", help="spec.schedulerName of the pods")
     parser.add_argument("--seed", type=int, default=100, help="run k replays the poisson stream of seed + k")
+    parser.add_argument("--same-workload", action="store_true",
+                        help="every run replays seed's stream: how far the live cluster reproduces itself")
     parser.add_argument("--namespace", default="rlscore-sim-to-real")
     parser.add_argument("--out", type=Path, default=Path("eval/sim-to-real/runs.json"))
     return parser
@@ -183,12 +185,12 @@ def main(argv: list[str] | None = None) -> int:
         if others:
             print(f"sim_to_real: {len(others)} pod(s) of other namespaces run on the nodes (e.g. {others[0]}): "
                   "their requests are not replayed and their load is only a background estimate", file=sys.stderr)
-        seed = args.seed + k
+        seed = args.seed if args.same_workload else args.seed + k
         print(f"run {k + 1}/{args.runs}: {args.pods} poisson arrivals (seed {seed}, usage x{args.usage_scale}) "
               f"placed by {args.scheduler} ...", file=sys.stderr)
         start = time.time()
         result = replay(cluster, "poisson", args.pods, args.scheduler, args.policy, args.speed, seed=seed,
-                        run=f"s2r-{seed}", progress=False, usage_scale=args.usage_scale,
+                        run=f"s2r-{seed}-{k}" if args.same_workload else f"s2r-{seed}", progress=False, usage_scale=args.usage_scale,
                         min_lifetime_s=args.min_lifetime_s)
         record = compare_run(source, result, start, time.time(), model, args.policy, replays=args.replays)
         records.append(record)
@@ -211,6 +213,7 @@ def _write(args: argparse.Namespace, version: str, records: list[dict]) -> dict:
     summary = {k: _summary([r[k] for r in records if k in r]) for k in MEASURES if any(k in r for r in records)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"policy": args.policy, "model": version, "pods": args.pods, "speed": args.speed,
+                                    "seed": args.seed, "same_workload": args.same_workload,
                                     "usage_scale": args.usage_scale, "min_lifetime_s": args.min_lifetime_s,
                                     "runs": records, "summary": summary},
                                    indent=2) + "\n")
@@ -218,14 +221,16 @@ def _write(args: argparse.Namespace, version: str, records: list[dict]) -> dict:
 
 
 def _summary(measured: list[dict]) -> dict:
-    """Over the runs: simulated/live of the sums, the single runs' gaps, and how many live figures
-    fell within their replays' range."""
+    """Over the runs: simulated/live of the sums, the single runs' gaps, how many live figures fell
+    within their replays' range, and the live figures' own range (with --same-workload, how far the
+    cluster reproduces itself)."""
     gaps = [m["gap"] for m in measured if m["gap"] is not None]
     live = sum(m["live"] for m in measured)
     return {"ratio": round(sum(m["simulated"] for m in measured) / live, 4) if live > 0 else None,
             "min_gap": min(gaps, default=None), "max_gap": max(gaps, default=None),
             "live_within_range": sum(m["simulated_range"][0] <= m["live"] <= m["simulated_range"][1]
-                                     for m in measured)}
+                                     for m in measured),
+            "live_range": [min(m["live"] for m in measured), max(m["live"] for m in measured)]}
 
 
 def _pct(gap: float | None) -> str:
