@@ -65,3 +65,19 @@ def test_the_runs_summary_compares_sums_and_counts_live_figures_inside_their_rep
     assert summary["live_within_range"] == 1  # 0.16 in [0.1, 0.2]; 0.45 above 0.4; 0.0 below 0.2
     assert summary["live_range"] == [0.0, 0.45]
     assert (summary["min_gap"], summary["max_gap"]) == (pytest.approx(-0.2222, abs=1e-4), pytest.approx(-0.0625))
+
+
+def test_watched_times_replace_the_records_and_decide_the_order():
+    """A pod watch's times win over the record's: the record puts the first pod's end (9.5 s)
+    before the second's creation, the watch saw it go 0.1 s after, so the second opens a node."""
+    from agent.live.trace_replay import with_watched_times
+
+    pods = [_pod(0, 0.5, 10.0), _pod(1, 9.5, 59.5, alive=True), _pod(2, 30.5, 40.0)]
+    history = History(0.0, 60.0, 1.0, _nodes(), pods)
+    watched = with_watched_times(history, {"web-0": (0.31, 9.9), "web-1": (9.8, None)})
+    assert [(p.created, p.ended) for p in watched.pods] == [(0.31, 9.9), (9.8, np.inf), (30.5, pods[2].ended)]
+    assert [p.ended for p in history.pods][:2] == [9.5, np.inf]  # the history itself is not changed
+    profile, _ = build_profile(history, "two-nodes", metrics_interval_s=2.0)
+    scorer = HeuristicScorer("most-allocated", np.random.default_rng(0))
+    assert replay_history(profile, watched, scorer, "EE")[1].active_nodes[:2] == [1, 2]
+    assert replay_history(profile, with_watched_times(history, {}), scorer, "EE")[1].active_nodes[:2] == [1, 1]

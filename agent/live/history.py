@@ -86,11 +86,14 @@ class PodRecord:
     scrape_s: float = 0.0  # how often Prometheus scraped its series (0: not known)
     usage_onset_s: float | None = None  # from its creation until its cpu counter first rose in a scrape
     usage_linger_s: float | None = None  # from when it went until its cpu counter's series ended
+    went: float | None = None  # when it went, where a pod watch saw it (agent.live.pod_timeline)
 
     @property
     def ended(self) -> float:
         """When it went: its series ends at the first scrape without it (half a step after its last
         sample), and it went at some moment between that scrape and the one before."""
+        if self.went is not None:
+            return self.went
         if self.alive:
             return float("inf")
         return max(self.last_seen + self.step_s / 2 - self.scrape_s / 2, self.created)

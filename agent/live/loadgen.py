@@ -21,6 +21,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from agent.live.pod_timeline import PodTimeline
 from agent.sim.families import family
 from agent.sim.scenarios import Event, events
 from agent.sim.world import GIB, Hardware, NodeSpec
@@ -50,6 +51,8 @@ class RunResult:
     placements: list[Placement] = field(default_factory=list)
     active_nodes: list[int] = field(default_factory=list)  # after each arrival
     shifts: list[int] = field(default_factory=list)
+    # pod name -> (first seen, deleted or None), from a pod watch (replay(..., watch_pods=True))
+    pod_times: dict[str, tuple[float, float | None]] = field(default_factory=dict)
 
     @property
     def chosen_latency(self) -> list[float]:
@@ -250,10 +253,11 @@ def drive(cluster: LiveCluster, stream: Iterable[Event], run: str, scheduler: st
 
 def replay(cluster: LiveCluster, scenario: str, pods: int, scheduler: str, policy: str | None, speed: float = 10.0,
            seed: int = 0, run: str | None = None, progress: bool = True, settle_s: float = 60.0,
-           usage_scale: float = 1.0, min_lifetime_s: float = 0.0) -> RunResult:
+           usage_scale: float = 1.0, min_lifetime_s: float = 0.0, watch_pods: bool = False) -> RunResult:
     """Replay `pods` arrivals of `scenario`; wait for each pod to be scheduled before the next arrives.
     `usage_scale` multiplies the cpu every pod uses (3: a workload that uses 3x what it did);
-    `min_lifetime_s` (real seconds) keeps every pod alive at least that long (`with_min_lifetime`)."""
+    `min_lifetime_s` (real seconds) keeps every pod alive at least that long (`with_min_lifetime`);
+    `watch_pods` records when each pod appeared and went (`RunResult.pod_times`)."""
     run = run or f"{scenario}-{(policy or 'default').lower()}-{int(time.time())}"
     result = RunResult(run, scheduler, policy)
     rng = np.random.default_rng(seed)
@@ -267,14 +271,19 @@ def replay(cluster: LiveCluster, scenario: str, pods: int, scheduler: str, polic
             shift_latencies(cluster, rng)
             result.shifts.append(len(result.placements))
 
-    for _, name, placed, alive in drive(cluster, stream, run, scheduler, policy, pods, speed, settle_s, other,
-                                        usage_scale):
-        latencies = cluster.node_latencies()
-        node = placed.get(name)
-        result.placements.append(Placement(name, node, latencies.get(node) if node else None))
-        result.active_nodes.append(len({placed.get(n) for n in alive if placed.get(n)}))
-        if progress:
-            print(f"  {name} -> {node or 'PENDING'}", file=sys.stderr)
+    timeline = PodTimeline(cluster.core, cluster.namespace, f"{RUN_LABEL}={run}").start() if watch_pods else None
+    try:
+        for _, name, placed, alive in drive(cluster, stream, run, scheduler, policy, pods, speed, settle_s, other,
+                                            usage_scale):
+            latencies = cluster.node_latencies()
+            node = placed.get(name)
+            result.placements.append(Placement(name, node, latencies.get(node) if node else None))
+            result.active_nodes.append(len({placed.get(n) for n in alive if placed.get(n)}))
+            if progress:
+                print(f"  {name} -> {node or 'PENDING'}", file=sys.stderr)
+    finally:
+        if timeline is not None:
+            result.pod_times = timeline.stop()
     return result
 
 

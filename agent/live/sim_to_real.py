@@ -34,7 +34,7 @@ from agent.learn.model_io import LoadedModel, ModelValidationError, load_model
 from agent.live import calibrate
 from agent.live.history import History, controller_name, hot_node_share, read_history
 from agent.live.loadgen import LiveCluster, RunResult, replay
-from agent.live.trace_replay import replay_spread
+from agent.live.trace_replay import replay_history, replay_spread, with_watched_times
 from agent.scoring import ModelScorer
 
 # Prometheus's rate window on the local cluster (cluster.sh's cpu query): an earlier run's cpu is in
@@ -71,8 +71,9 @@ def compare_run(source: LiveSource, result: RunResult, start: float, end: float,
     """One live run's recorded pods replayed, in a profile calibrated from that run alone, by the
     model that placed them: hot-node share, mean active nodes and (EL) hard violations, live and
     simulated. The simulated figure is the mean over `replays` draws of the pods' times within the
-    record's resolution (`replay_spread`), with their range. `window` is `read_run_window`'s history
-    when the caller has read it already (it is not changed)."""
+    record's resolution (`replay_spread`), with their range; where the run watched its pods
+    (`replay(..., watch_pods=True)`), one more replay with the watched times (`watched_times`).
+    `window` is `read_run_window`'s history when the caller has read it already (it is not changed)."""
     window = read_run_window(source, start, end) if window is None else window
     history = replace(window, pods=[p for p in window.pods if p.name.startswith(f"{result.run}-")])
     if not history.pods:
@@ -96,11 +97,34 @@ def compare_run(source: LiveSource, result: RunResult, start: float, end: float,
     if policy == "EL" and limited:
         measured["hard_violation_rate"] = _measure([r.hard_violation_rate for r, _ in draws],
                                                    sum(latency > hard for latency, hard in limited) / len(limited))
-    return {"run": result.run, "pods_played": len(result.placements), "pods_recorded": len(history.pods),
-            "pods_without_usage": sum(p.usage is None for p in history.pods),  # replayed at DEFAULT_USAGE
-            "background_cpu": profile.dynamics.background_cpu,
-            "usage_onset_s": profile.dynamics.usage_onset_s, "usage_linger_s": profile.dynamics.usage_linger_s,
-            "replays": replays, **measured}
+    record = {"run": result.run, "pods_played": len(result.placements), "pods_recorded": len(history.pods),
+              "pods_without_usage": sum(p.usage is None for p in history.pods),  # replayed at DEFAULT_USAGE
+              "background_cpu": profile.dynamics.background_cpu,
+              "usage_onset_s": profile.dynamics.usage_onset_s, "usage_linger_s": profile.dynamics.usage_linger_s,
+              "replays": replays, **measured}
+    if result.pod_times:
+        record["watched_times"] = _watched_replay(profile, history, result, model, policy, measured)
+    return record
+
+
+def _watched_replay(profile, history: History, result: RunResult, model: LoadedModel, policy: str,
+                    measured: dict) -> dict:
+    """One replay with the pods' times as the run's pod watch saw them (to the millisecond, where
+    the record has seconds): how many pods the simulator places on the node they went to live
+    (nodes told apart by their latency), and the measures against live."""
+    exact = with_watched_times(history, result.pod_times)
+    simulated, trace = replay_history(profile, exact, ModelScorer(model), policy)
+    figures = {"hot_node_share": simulated.hot_node_share, "mean_active_nodes": float(np.mean(trace.active_nodes)),
+               "hard_violation_rate": simulated.hard_violation_rate}
+    out = {"pods_watched": sum(p.name in result.pod_times for p in history.pods),
+           **{k: {"live": m["live"], "simulated": figures[k], "gap": _gap(figures[k], m["live"])}
+              for k, m in measured.items()}}
+    live = {p.deployment: p.latency_ms for p in result.placements}
+    arrived = sorted(exact.pods, key=lambda p: (p.created, p.name))  # trace_events' order
+    if not simulated.unschedulable and len(trace.chosen_latency) == len(arrived):
+        out["same_node"] = sum(live.get(controller_name(p.name)) == latency
+                               for p, latency in zip(arrived, trace.chosen_latency))
+    return out
 
 
 def _measure(simulated: list[float], live: float) -> dict:
@@ -191,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.time()
         result = replay(cluster, "poisson", args.pods, args.scheduler, args.policy, args.speed, seed=seed,
                         run=f"s2r-{seed}-{k}" if args.same_workload else f"s2r-{seed}", progress=False, usage_scale=args.usage_scale,
-                        min_lifetime_s=args.min_lifetime_s)
+                        min_lifetime_s=args.min_lifetime_s, watch_pods=True)
         record = compare_run(source, result, start, time.time(), model, args.policy, replays=args.replays)
         records.append(record)
         _write(args, model.version, records)  # an interrupted series keeps the runs it finished
@@ -199,6 +223,11 @@ def main(argv: list[str] | None = None) -> int:
                                f"({m['simulated_range'][0]:.3f}..{m['simulated_range'][1]:.3f}) vs {m['live']:.3f} "
                                f"live ({_pct(m['gap'])})" for name, m in record.items() if name in MEASURES),
               file=sys.stderr)
+        if watched := record.get("watched_times"):
+            print(f"  with the pod watch's times: {watched.get('same_node', 'n/a')} of {watched['pods_watched']} pods "
+                  "on the live node; " + "; ".join(f"{name.replace('_', ' ')} {m['simulated']:.3f} ({_pct(m['gap'])})"
+                                                   for name, m in watched.items() if name in MEASURES),
+                  file=sys.stderr)
     _empty(cluster, settle=False)
     summary = _write(args, model.version, records)
     for name, s in summary.items():

@@ -59,3 +59,15 @@ def jittered(history: History, rng: np.random.Generator) -> History:
             last_seen += rng.uniform(-pod.scrape_s / 2, pod.scrape_s / 2)
         pods.append(replace(pod, created=created, last_seen=last_seen))
     return replace(history, pods=pods)
+
+
+def with_watched_times(history: History, times: dict[str, tuple[float, float | None]]) -> History:
+    """The history with each watched pod's creation and end replaced by when a pod watch saw it
+    appear and go (agent.live.pod_timeline); pods the watch missed keep the record's times."""
+    pods = []
+    for pod in history.pods:
+        if pod.name in times:
+            seen, gone = times[pod.name]
+            pod = replace(pod, created=seen, went=gone, alive=pod.alive and gone is None)
+        pods.append(pod)
+    return replace(history, pods=pods)
