@@ -65,6 +65,9 @@ def test_the_runs_summary_compares_sums_and_counts_live_figures_inside_their_rep
     assert summary["live_within_range"] == 1  # 0.16 in [0.1, 0.2]; 0.45 above 0.4; 0.0 below 0.2
     assert summary["live_range"] == [0.0, 0.45]
     assert (summary["min_gap"], summary["max_gap"]) == (pytest.approx(-0.2222, abs=1e-4), pytest.approx(-0.0625))
+    # a watched replay is one replay: no range to be within
+    watched = _summary([{"live": 0.0, "simulated": 0.1, "gap": None}])
+    assert watched["ratio"] is None and "live_within_range" not in watched
 
 
 def test_watched_times_replace_the_records_and_decide_the_order():
@@ -81,3 +84,24 @@ def test_watched_times_replace_the_records_and_decide_the_order():
     scorer = HeuristicScorer("most-allocated", np.random.default_rng(0))
     assert replay_history(profile, watched, scorer, "EE")[1].active_nodes[:2] == [1, 2]
     assert replay_history(profile, with_watched_times(history, {}), scorer, "EE")[1].active_nodes[:2] == [1, 1]
+
+
+def test_the_runs_file_sums_up_the_watched_replays_too(tmp_path):
+    import argparse
+    import json
+
+    from agent.live.sim_to_real import _measure, _write
+
+    def run(live, simulated, same):
+        return {"run": "r", "hot_node_share": _measure([simulated, simulated + 0.1], live),
+                "watched_times": {"pods_watched": 10, "same_node": same,
+                                  "hot_node_share": {"live": live, "simulated": simulated, "gap": None}}}
+
+    out = tmp_path / "runs.json"
+    args = argparse.Namespace(policy="EL", pods=10, speed=4.0, seed=1, same_workload=False, usage_scale=3.0,
+                              min_lifetime_s=8.0, out=out)
+    summary = _write(args, "el-x", [run(0.5, 0.4, 10), run(0.5, 0.5, 9)])
+    assert summary["watched_times"]["same_node"] == [19, 20]
+    assert summary["watched_times"]["hot_node_share"]["ratio"] == pytest.approx(0.9)
+    assert summary["hot_node_share"]["ratio"] == pytest.approx(1.0) and summary["hot_node_share"]["live_within_range"] == 2
+    assert json.loads(out.read_text())["summary"] == json.loads(json.dumps(summary))

@@ -36,6 +36,7 @@ from agent.live.history import History, controller_name, hot_node_share, read_hi
 from agent.live.loadgen import LiveCluster, RunResult, replay
 from agent.live.trace_replay import replay_history, replay_spread, with_watched_times
 from agent.scoring import ModelScorer
+from agent.sim.cluster_profile import ClusterProfile
 
 # Prometheus's rate window on the local cluster (cluster.sh's cpu query): an earlier run's cpu is in
 # it for this long after its pods went
@@ -107,7 +108,7 @@ def compare_run(source: LiveSource, result: RunResult, start: float, end: float,
     return record
 
 
-def _watched_replay(profile, history: History, result: RunResult, model: LoadedModel, policy: str,
+def _watched_replay(profile: ClusterProfile, history: History, result: RunResult, model: LoadedModel, policy: str,
                     measured: dict) -> dict:
     """One replay with the pods' times as the run's pod watch saw them (to the millisecond, where
     the record has seconds): how many pods the simulator places on the node they went to live
@@ -231,15 +232,26 @@ def main(argv: list[str] | None = None) -> int:
     _empty(cluster, settle=False)
     summary = _write(args, model.version, records)
     for name, s in summary.items():
-        print(f"{name}: simulated/live {s['ratio']:.3f} over the {len(records)} runs; single runs "
-              f"{_pct(s['min_gap'])} .. {_pct(s['max_gap'])}; {s['live_within_range']} of {len(records)} live "
-              "figures within their replays' range")
+        if name in MEASURES:
+            print(f"{name}: simulated/live {_ratio(s['ratio'])} over the {len(records)} runs; single runs "
+                  f"{_pct(s['min_gap'])} .. {_pct(s['max_gap'])}; {s['live_within_range']} of {len(records)} live "
+                  "figures within their replays' range")
+    if watched := summary.get("watched_times"):
+        print(f"with the pod watch's times: {watched['same_node'][0]} of {watched['same_node'][1]} pods on the live "
+              "node; " + "; ".join(f"{name} simulated/live {_ratio(s['ratio'])}" for name, s in watched.items()
+                                   if name in MEASURES))
     print(f"wrote {args.out}")
     return 0
 
 
 def _write(args: argparse.Namespace, version: str, records: list[dict]) -> dict:
     summary = {k: _summary([r[k] for r in records if k in r]) for k in MEASURES if any(k in r for r in records)}
+    watched = [r["watched_times"] for r in records if "watched_times" in r]
+    if watched:
+        summary["watched_times"] = {k: _summary([w[k] for w in watched if k in w]) for k in MEASURES
+                                    if any(k in w for w in watched)}
+        summary["watched_times"]["same_node"] = [sum(w.get("same_node", 0) for w in watched),
+                                                 sum(w["pods_watched"] for w in watched)]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"policy": args.policy, "model": version, "pods": args.pods, "speed": args.speed,
                                     "seed": args.seed, "same_workload": args.same_workload,
@@ -255,11 +267,17 @@ def _summary(measured: list[dict]) -> dict:
     cluster reproduces itself)."""
     gaps = [m["gap"] for m in measured if m["gap"] is not None]
     live = sum(m["live"] for m in measured)
-    return {"ratio": round(sum(m["simulated"] for m in measured) / live, 4) if live > 0 else None,
-            "min_gap": min(gaps, default=None), "max_gap": max(gaps, default=None),
-            "live_within_range": sum(m["simulated_range"][0] <= m["live"] <= m["simulated_range"][1]
-                                     for m in measured),
-            "live_range": [min(m["live"] for m in measured), max(m["live"] for m in measured)]}
+    summary = {"ratio": round(sum(m["simulated"] for m in measured) / live, 4) if live > 0 else None,
+               "min_gap": min(gaps, default=None), "max_gap": max(gaps, default=None),
+               "live_range": [min(m["live"] for m in measured), max(m["live"] for m in measured)]}
+    if all("simulated_range" in m for m in measured):  # the record's replays; one watched replay has none
+        summary["live_within_range"] = sum(m["simulated_range"][0] <= m["live"] <= m["simulated_range"][1]
+                                           for m in measured)
+    return summary
+
+
+def _ratio(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{ratio:.3f}"
 
 
 def _pct(gap: float | None) -> str:
