@@ -8,8 +8,8 @@ from agent.sim import scenarios
 from agent.sim.families import FAMILIES, JITTERED_LIMITS, evaluation_families_for, family, families_for
 from agent.sim.outcomes import HOT_UTILIZATION
 from agent.sim.scenarios import PodSampler, _EventMaker
-from agent.sim.simulator import Cluster, Simulation
-from agent.sim.world import GEN_NEW, GEN_OLD, LARGE, SMALL, NodeSpec, PodClass, SimPod, World
+from agent.sim.simulator import Cluster, EventsExhausted, Simulation
+from agent.sim.world import GEN_NEW, GEN_OLD, GIB, LARGE, SMALL, Hardware, NodeSpec, PodClass, SimPod, World
 
 NGINX = (PodClass("nginx", 1.0, (250.0,), (0.25, 0.25), (0.6, 0.6)),)
 
@@ -303,6 +303,33 @@ def test_the_scrape_phase_moves_the_scrapes_among_the_arrivals():
     for phase in (-0.1, 1.0):
         with pytest.raises(ValueError, match="scrape_phase"):
             Simulation(_world([NodeSpec(SMALL, 5.0)]), seed=0, scrape_phase=phase)
+
+
+def test_with_pods_wait_a_pod_that_fits_nowhere_waits_for_a_departure():
+    """One 1-core node. b arrives while a fills it: b waits and is placed when a goes, at 5 s; c
+    arrives and is deleted while waiting, so it is never placed; then the stream ends."""
+    a, b, c = (SimPod(i, 1000.0, 2**20) for i in range(3))
+    events = [scenarios.Event(0.0, 0, "arrive", pod=a), scenarios.Event(1.0, 1, "arrive", pod=b),
+              scenarios.Event(2.0, 2, "arrive", pod=c), scenarios.Event(3.0, 3, "depart", pod_id=2),
+              scenarios.Event(5.0, 4, "depart", pod_id=0)]
+    node = NodeSpec(Hardware("one-core", 1000.0, 4 * GIB, 110, 50.0, 100.0), 5.0)
+    sim = Simulation(_world([node]), seed=0, events=list(events), pods_wait=True)
+    sim.next_decision()
+    assert sim.pod is a
+    sim.place(0)
+    sim.next_decision()
+    assert sim.pod is b and sim.time == 5.0 and not sim.waiting
+    assert (sim.ledger.arrivals, sim.ledger.unschedulable) == (3, 0)
+    sim.place(0)
+    with pytest.raises(EventsExhausted):
+        sim.next_decision()
+    # without waiting, b and c are unschedulable on arrival and dropped
+    dropping = Simulation(_world([node]), seed=0, events=list(events))
+    dropping.next_decision()
+    dropping.place(0)
+    with pytest.raises(EventsExhausted):
+        dropping.next_decision()
+    assert (dropping.ledger.arrivals, dropping.ledger.unschedulable) == (3, 2)
 
 
 def test_power_is_hidden_when_the_world_does_not_know_it():

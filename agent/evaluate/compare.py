@@ -21,7 +21,7 @@ from agent.heuristics import HEURISTICS
 from agent.scoring import HeuristicScorer, Scorer, choose
 from agent.sim.families import family
 from agent.sim.outcomes import cost
-from agent.sim.simulator import Simulation
+from agent.sim.simulator import EventsExhausted, Simulation
 from agent.state import POLICIES
 
 EVAL_SEED_BASE = 2**40
@@ -59,6 +59,7 @@ class Trace:
     hot_nodes: list[int] = field(default_factory=list)
     pods_per_node: list[np.ndarray] = field(default_factory=list)
     shifts: list[int] = field(default_factory=list)
+    pod_ids: list[int] = field(default_factory=list)  # the pod each step placed
 
 
 @dataclass
@@ -114,12 +115,16 @@ def measure(scorer: Scorer, sim: Simulation, seed: int, policy: str, arrivals: i
     start, shifts_before = sim.ledger.copy(), len(sim.latency_shifts)
     arrivals = max(arrivals, burn)
     while sim.ledger.arrivals - start.arrivals < arrivals:
-        sim.next_decision()
+        try:
+            sim.next_decision()
+        except EventsExhausted:  # a recorded stream whose last pods wait to the end (pods_wait)
+            break
         state, pod = sim.candidate_state(policy)
         t0 = time.perf_counter()
         candidate = choose(scorer.values(state, pod), tie_rng)
         spent += time.perf_counter() - t0
         tiers = latency_tiers(state, pod)
+        pod_id = sim.pod.id
         sim.place(candidate)
         decisions += 1
 
@@ -135,6 +140,7 @@ def measure(scorer: Scorer, sim: Simulation, seed: int, policy: str, arrivals: i
             if sim.latency_shifts:
                 after_shift.append(tiers[candidate] == best)
         trace.active_nodes.append(int(np.sum(cluster.active())))
+        trace.pod_ids.append(pod_id)
         trace.chosen_latency.append(latencies[-1])
         if keep_trace:
             util = cluster.cpu_utilization()

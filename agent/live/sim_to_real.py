@@ -121,10 +121,9 @@ def _watched_replay(profile: ClusterProfile, history: History, result: RunResult
            **{k: {"live": m["live"], "simulated": figures[k], "gap": _gap(figures[k], m["live"])}
               for k, m in measured.items()}}
     live = {p.deployment: p.latency_ms for p in result.placements}
-    arrived = sorted(exact.pods, key=lambda p: (p.created, p.name))  # trace_events' order
-    if not simulated.unschedulable and len(trace.chosen_latency) == len(arrived):
-        out["same_node"] = sum(live.get(controller_name(p.name)) == latency
-                               for p, latency in zip(arrived, trace.chosen_latency))
+    arrived = sorted(exact.pods, key=lambda p: (p.created, p.name))  # trace_events' pod ids
+    out["same_node"] = sum(live.get(controller_name(arrived[i].name)) == latency
+                           for i, latency in zip(trace.pod_ids, trace.chosen_latency))
     return out
 
 

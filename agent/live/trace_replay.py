@@ -27,7 +27,8 @@ def replay_history(profile: ClusterProfile, history: History, scorer: Scorer, po
     arrivals = sum(e.kind == "arrive" for e in events)
     if not arrivals:
         raise ValueError("the history holds no pod to replay")
-    sim = Simulation(profile.world(), seed, events=events, scrape_phase=scrape_phase)
+    # a pod that fits no node waits for room, as the live one did (kube-scheduler retries it)
+    sim = Simulation(profile.world(), seed, events=events, scrape_phase=scrape_phase, pods_wait=True)
     return measure(scorer, sim, seed, policy, arrivals, keep_trace=True, burn_in=0)
 
 

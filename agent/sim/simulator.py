@@ -194,6 +194,10 @@ class Cluster:
         self.latency_ms = self.latency_ms[order]
 
 
+class EventsExhausted(RuntimeError):
+    """A recorded event stream ended before another pod could be placed."""
+
+
 def pod_request(pod: SimPod) -> PodRequest:
     return PodRequest(pod.cpu_millicores, pod.memory_bytes, pod.latency_soft_ms, pod.latency_hard_ms)
 
@@ -205,10 +209,14 @@ class Simulation:
     streams spawned from `seed`, none of which the decisions touch: every scorer sees the same world.
     """
 
-    def __init__(self, world: World, seed: int, events: Iterable[Event] | None = None, scrape_phase: float = 0.0):
+    def __init__(self, world: World, seed: int, events: Iterable[Event] | None = None, scrape_phase: float = 0.0,
+                 pods_wait: bool = False):
         """`events` replaces the world's own arrival process (a recorded trace, in time order);
         `scrape_phase` (a fraction of the metrics interval) moves the second scrape earlier: where a
-        recorded trace fixes every arrival, it is which arrivals the scrapes fall between."""
+        recorded trace fixes every arrival, it is which arrivals the scrapes fall between.
+        `pods_wait`: a pod that fits no node waits, as in Kubernetes, and is tried again after each
+        departure (until its own), instead of counting as unschedulable and being dropped: what a
+        replay of a live cluster's pods needs, where a pending pod is placed once room frees."""
         if not 0.0 <= scrape_phase < 1.0:
             raise ValueError(f"scrape_phase must be within [0, 1), not {scrape_phase}")
         scenario_rng, cluster_rng, self._drift_rng, self._noise_rng = (
@@ -219,6 +227,9 @@ class Simulation:
         self.ledger = Ledger()
         self._events: Iterator[Event] = iter(events) if events is not None else scenarios.events(world, scenario_rng)
         self._requeued: list[SimPod] = []
+        self.pods_wait = pods_wait
+        self.waiting: list[SimPod] = []  # (pods_wait) arrived, fit no node yet
+        self._retry: list[SimPod] = []  # waiting pods to try again
         self.time = 0.0
         self.decisions = 0
         self.latency_shifts: list[int] = []  # decision index at which each shift happened
@@ -321,21 +332,30 @@ class Simulation:
     def next_decision(self) -> None:
         """Process events until a pod arrives that fits at least one node."""
         for _ in range(MAX_EVENTS_PER_DECISION):
-            pod = self._requeued.pop(0) if self._requeued else self._next_arrival()
-            if pod is None:
-                continue
-            self.ledger.arrivals += 1
+            retried = bool(self._retry)
+            if retried:
+                pod = self._retry.pop(0)
+            else:
+                pod = self._requeued.pop(0) if self._requeued else self._next_arrival()
+                if pod is None:
+                    continue
+                self.ledger.arrivals += 1
             candidates = self.cluster.feasible(pod)
             if candidates.size:
                 self.pod, self.candidates = pod, candidates
                 return
+            if self.pods_wait:
+                self.waiting.append(pod)
+                continue
             self.ledger.unschedulable += 1
             self.ledger.unschedulable_large += pod.kind == "large"
         raise RuntimeError(f"no schedulable pod within {MAX_EVENTS_PER_DECISION} events "
                            f"(family {self.world.family}, {len(self.cluster)} nodes)")
 
     def _next_arrival(self) -> SimPod | None:
-        event = next(self._events)
+        event = next(self._events, None)
+        if event is None:
+            raise EventsExhausted(f"the event stream ended with {len(self.waiting)} pod(s) waiting")
         self._advance(max(self.time, event.time))
         if event.kind == "arrive":
             return event.pod
@@ -343,6 +363,9 @@ class Simulation:
             linger = self.world.usage_linger_s
             if self.cluster.unbind(event.pod_id, keep_usage=linger > 0) and linger > 0:
                 heapq.heappush(self._usage_changes, (self.time + linger, event.pod_id, False))
+            if self.waiting:  # room freed (or a waiting pod itself went): the rest try again
+                self._retry = [p for p in self.waiting if p.id != event.pod_id]
+                self.waiting = []
         elif event.kind == "shift-latency":
             self.cluster.shift_latency(self._drift_rng)
             self.latency_shifts.append(self.decisions)
