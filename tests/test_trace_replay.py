@@ -103,5 +103,6 @@ def test_the_runs_file_sums_up_the_watched_replays_too(tmp_path):
     summary = _write(args, "el-x", [run(0.5, 0.4, 10), run(0.5, 0.5, 9)])
     assert summary["watched_times"]["same_node"] == [19, 20]
     assert summary["watched_times"]["hot_node_share"]["ratio"] == pytest.approx(0.9)
-    assert summary["hot_node_share"]["ratio"] == pytest.approx(1.0) and summary["hot_node_share"]["live_within_range"] == 2
+    hot = summary["hot_node_share"]
+    assert hot["ratio"] == pytest.approx(1.0) and hot["live_within_range"] == 2
     assert json.loads(out.read_text())["summary"] == json.loads(json.dumps(summary))

@@ -287,6 +287,11 @@ def read_history(core, prometheus, start: float, end: float, step_s: float = 5.0
     return History(start, end, step_s, nodes, sorted(pods, key=lambda p: p.created), notes)
 
 
+def arrival_order(history: History) -> list[PodRecord]:
+    """The window's pods in the order they arrive in a replay: pod i is the simulator's pod id i."""
+    return sorted(history.pods, key=lambda p: (p.created, p.name))
+
+
 def trace_events(history: History) -> list:
     """The window's pods as the simulator's events, in time order: each arrives when it was created
     (pods created before the window arrive at its start) and leaves when its series ended."""
@@ -294,7 +299,7 @@ def trace_events(history: History) -> list:
     from agent.sim.world import SimPod
 
     events, seq = [], 0
-    for i, pod in enumerate(sorted(history.pods, key=lambda p: (p.created, p.name))):
+    for i, pod in enumerate(arrival_order(history)):
         soft, hard = pod.latency_limits_ms or (None, None)
         arrive = max(pod.created, history.start) - history.start
         leave = min(pod.ended, history.end) - history.start

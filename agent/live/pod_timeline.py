@@ -24,7 +24,6 @@ class PodTimeline:
     def __init__(self, core: client.CoreV1Api, namespace: str, label_selector: str):
         self.core, self.namespace, self.label_selector = core, namespace, label_selector
         self.times: dict[str, tuple[float, float | None]] = {}
-        self.restarts = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pod-timeline", daemon=True)
         self._ready = threading.Event()
@@ -70,8 +69,7 @@ class PodTimeline:
                     print(f"pod timeline: watch failed ({exc.status}); listing again", file=sys.stderr)
                     time.sleep(1.0)
                 version = None
-                self.restarts += 1
             except Exception as exc:  # noqa: BLE001 - a broken connection: list again, never stop the run
                 print(f"pod timeline: watch broke ({exc}); listing again", file=sys.stderr)
-                version, self.restarts = None, self.restarts + 1
+                version = None
                 time.sleep(1.0)

@@ -32,7 +32,7 @@ from prometheus_api_client import PrometheusConnect
 
 from agent.learn.model_io import LoadedModel, ModelValidationError, load_model
 from agent.live import calibrate
-from agent.live.history import History, controller_name, hot_node_share, read_history
+from agent.live.history import History, arrival_order, controller_name, hot_node_share, read_history
 from agent.live.loadgen import LiveCluster, RunResult, replay
 from agent.live.trace_replay import replay_history, replay_spread, with_watched_times
 from agent.scoring import ModelScorer
@@ -81,7 +81,8 @@ def compare_run(source: LiveSource, result: RunResult, start: float, end: float,
         raise RuntimeError(f"Prometheus recorded none of run {result.run}'s pods between {start:.0f} and {end:.0f}")
     profile, _ = calibrate.build_profile(history, f"sim-to-real-{result.run}",
                                          metrics_interval_s=source.metrics_interval_s)
-    draws = replay_spread(profile, history, ModelScorer(model), policy, replays)
+    scorer = ModelScorer(model)
+    draws = replay_spread(profile, history, scorer, policy, replays)
     # the replay ends at its last arrival: pods created in the last scrapes before `end` have no
     # series yet, so live time after that arrival has load the replay never saw
     replayed_until = max(p.created for p in history.pods)
@@ -104,24 +105,24 @@ def compare_run(source: LiveSource, result: RunResult, start: float, end: float,
               "usage_onset_s": profile.dynamics.usage_onset_s, "usage_linger_s": profile.dynamics.usage_linger_s,
               "replays": replays, **measured}
     if result.pod_times:
-        record["watched_times"] = _watched_replay(profile, history, result, model, policy, measured)
+        record["watched_times"] = _watched_replay(profile, history, result, scorer, policy, measured)
     return record
 
 
-def _watched_replay(profile: ClusterProfile, history: History, result: RunResult, model: LoadedModel, policy: str,
+def _watched_replay(profile: ClusterProfile, history: History, result: RunResult, scorer: ModelScorer, policy: str,
                     measured: dict) -> dict:
     """One replay with the pods' times as the run's pod watch saw them (to the millisecond, where
     the record has seconds): how many pods the simulator places on the node they went to live
     (nodes told apart by their latency), and the measures against live."""
     exact = with_watched_times(history, result.pod_times)
-    simulated, trace = replay_history(profile, exact, ModelScorer(model), policy)
+    simulated, trace = replay_history(profile, exact, scorer, policy)
     figures = {"hot_node_share": simulated.hot_node_share, "mean_active_nodes": float(np.mean(trace.active_nodes)),
                "hard_violation_rate": simulated.hard_violation_rate}
     out = {"pods_watched": sum(p.name in result.pod_times for p in history.pods),
            **{k: {"live": m["live"], "simulated": figures[k], "gap": _gap(figures[k], m["live"])}
               for k, m in measured.items()}}
     live = {p.deployment: p.latency_ms for p in result.placements}
-    arrived = sorted(exact.pods, key=lambda p: (p.created, p.name))  # trace_events' pod ids
+    arrived = arrival_order(exact)
     out["same_node"] = sum(live.get(controller_name(arrived[i].name)) == latency
                            for i, latency in zip(trace.pod_ids, trace.chosen_latency))
     return out
@@ -214,8 +215,8 @@ def main(argv: list[str] | None = None) -> int:
               f"placed by {args.scheduler} ...", file=sys.stderr)
         start = time.time()
         result = replay(cluster, "poisson", args.pods, args.scheduler, args.policy, args.speed, seed=seed,
-                        run=f"s2r-{seed}-{k}" if args.same_workload else f"s2r-{seed}", progress=False, usage_scale=args.usage_scale,
-                        min_lifetime_s=args.min_lifetime_s, watch_pods=True)
+                        run=f"s2r-{seed}-{k}" if args.same_workload else f"s2r-{seed}", progress=False,
+                        usage_scale=args.usage_scale, min_lifetime_s=args.min_lifetime_s, watch_pods=True)
         record = compare_run(source, result, start, time.time(), model, args.policy, replays=args.replays)
         records.append(record)
         _write(args, model.version, records)  # an interrupted series keeps the runs it finished
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                                f"live ({_pct(m['gap'])})" for name, m in record.items() if name in MEASURES),
               file=sys.stderr)
         if watched := record.get("watched_times"):
-            print(f"  with the pod watch's times: {watched.get('same_node', 'n/a')} of {watched['pods_watched']} pods "
+            print(f"  with the pod watch's times: {watched['same_node']} of {watched['pods_watched']} pods "
                   "on the live node; " + "; ".join(f"{name.replace('_', ' ')} {m['simulated']:.3f} ({_pct(m['gap'])})"
                                                    for name, m in watched.items() if name in MEASURES),
                   file=sys.stderr)
@@ -249,7 +250,7 @@ def _write(args: argparse.Namespace, version: str, records: list[dict]) -> dict:
     if watched:
         summary["watched_times"] = {k: _summary([w[k] for w in watched if k in w]) for k in MEASURES
                                     if any(k in w for w in watched)}
-        summary["watched_times"]["same_node"] = [sum(w.get("same_node", 0) for w in watched),
+        summary["watched_times"]["same_node"] = [sum(w["same_node"] for w in watched),
                                                  sum(w["pods_watched"] for w in watched)]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"policy": args.policy, "model": version, "pods": args.pods, "speed": args.speed,

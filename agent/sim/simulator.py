@@ -332,8 +332,7 @@ class Simulation:
     def next_decision(self) -> None:
         """Process events until a pod arrives that fits at least one node."""
         for _ in range(MAX_EVENTS_PER_DECISION):
-            retried = bool(self._retry)
-            if retried:
+            if self._retry:  # waiting pods first: they came before anything still to arrive
                 pod = self._retry.pop(0)
             else:
                 pod = self._requeued.pop(0) if self._requeued else self._next_arrival()
