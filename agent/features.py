@@ -61,6 +61,31 @@ POD_FEATURES = (
 
 NUM_NODE_FEATURES = len(NODE_FEATURES)
 NUM_POD_FEATURES = len(POD_FEATURES)
+# Named groups of inputs a policy can be trained blind to (`rlscore-train --blind-to`): an input
+# neither its objective nor any of its teachers reads only lets the network tell apart states its
+# teachers treat alike (the LB clone told identical nodes apart by latency and by which nodes'
+# power is known, and spread worse than the rule it copies).
+INPUT_GROUPS = {
+    "latency": ("latency_known", "latency_over_hard", "meets_soft", "meets_hard", "latency_gap_to_best",
+                "latency_rank", "has_latency_limits", "share_meeting_hard", "share_meeting_soft"),
+    "power": ("power_known", "idle_power_relative", "efficiency", "dynamic_efficiency"),
+    "extra-metrics": ("network_receive_relative", "tcp_established_relative", "disk_utilization",
+                      "extra_metrics_known"),
+}
+
+
+def input_columns(names: tuple[str, ...] | list[str]) -> list[int]:
+    """Columns of the network's input (node features, then pod features) for feature or group names."""
+    inputs = NODE_FEATURES + POD_FEATURES
+    columns: list[int] = []
+    for name in names:
+        members = INPUT_GROUPS.get(name, (name,))
+        unknown = [m for m in members if m not in inputs]
+        if unknown:
+            raise ValueError(f"unknown input {name!r}: expected a group ({', '.join(INPUT_GROUPS)}) "
+                             "or a feature name of agent.features")
+        columns += [inputs.index(m) for m in members if inputs.index(m) not in columns]
+    return sorted(columns)
 FEATURE_CLIP = 4.0  # every feature lies in [0, FEATURE_CLIP]
 NO_LIMIT_LATENCY_SCALE_MS = 100.0
 

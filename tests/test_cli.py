@@ -47,6 +47,8 @@ def test_clear_errors_on_bad_input(tmp_path):
     assert tr.returncode == 2 and "--timesteps must be >= 1" in tr.stderr
     tr = run("rlscore-train", "--policy", "EE", "--timesteps", "0", "--kickstart", "0")
     assert tr.returncode == 2 and "--timesteps 0 needs teachers to clone" in tr.stderr
+    tr = run("rlscore-train", "--policy", "LB", "--blind-to", "latency,speed")
+    assert tr.returncode == 2 and "--blind-to: unknown input 'speed'" in tr.stderr
     tr = run("rlscore-train", "--policy", "EE", "--init", str(bad))
     assert tr.returncode == 2 and "--init" in tr.stderr and "not a readable model file" in tr.stderr
 

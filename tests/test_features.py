@@ -124,3 +124,15 @@ def test_the_compiled_features_take_any_numeric_arrays():
                                                 for name in NODE_ARRAYS})  # views, not contiguous
     pod = PodRequest(500, GIB, 20.0, 30.0)
     assert np.array_equal(node_features(strided, pod)[0], reference_node_features(nodes, pod)[0])
+
+
+def test_input_groups_name_columns_of_the_network_input():
+    from agent.features import INPUT_GROUPS, NODE_FEATURES, POD_FEATURES, input_columns
+
+    inputs = NODE_FEATURES + POD_FEATURES
+    for group, members in INPUT_GROUPS.items():
+        assert [inputs[c] for c in input_columns((group,))] == sorted(members, key=inputs.index)
+    # pod features come after the node features; a name given twice is one column
+    assert input_columns(("has_latency_limits", "cpu_share", "cpu_share")) == [0, len(NODE_FEATURES)]
+    with pytest.raises(ValueError, match="unknown input 'speed'"):
+        input_columns(("latency", "speed"))

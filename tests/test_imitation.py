@@ -284,3 +284,23 @@ def test_the_demonstration_worlds_are_drawn_as_the_shipped_clones_were():
                            decisions=40, min_nodes=2, max_nodes=64, seed=1, node_draw="log-uniform")
     assert [nodes for _, _, nodes in demos.worlds] == [11, 13, 60, 37, 18, 2]
     assert [len(n) for n in demos.nodes[::40]] == [11, 13, 60, 37, 18, 2]
+
+
+@pytest.mark.parametrize("algo, extra", [
+    ("ppo", {"kickstart": 1.0, "teachers": {"test2": "one-step-lb"}, "imitation_steps": 20,
+             "imitation_worlds": 1, "imitation_decisions": 32,
+             "num_envs": 4, "num_steps": 32, "env_workers": 0}),
+    ("dqn", {"learning_starts": 64}),
+])
+def test_a_network_trained_blind_to_inputs_ships_without_reading_them(tmp_path, algo, extra):
+    """Cloning, PPO and DQN all leave the blind inputs unread, and the sidecar says which they are."""
+    from agent.features import input_columns
+    from agent.learn.model_io import load_model
+    from agent.learn.train import config_for, run, save_trained
+
+    cfg = config_for(algo, policy="LB", total_timesteps=256, seed=1, families=("test2",), log_dir="",
+                     progress=False, out=str(tmp_path), blind_to=("latency", "power"), **extra)
+    actor, record = run(cfg, algo)
+    served = load_model(save_trained(cfg, actor, record))
+    assert served.network.blind_columns() == input_columns(("latency", "power"))
+    assert served.metadata["training"]["hyperparameters"]["blind_to"] == ["latency", "power"]

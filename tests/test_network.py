@@ -60,3 +60,32 @@ def test_all_masked_row_is_all_minus_infinity_not_nan():
     q = net(x, p, mask)
     assert not torch.isnan(q).any()
     assert torch.isinf(q[0]).all()
+
+
+def test_a_blind_network_never_reads_those_inputs_however_it_is_trained():
+    """blind_to holds the first layer's weights on the named inputs at zero through optimizer steps,
+    so the outputs do not move when those inputs do (node and pod columns alike), and the others
+    still count."""
+    from agent.features import NODE_FEATURES, input_columns
+
+    torch.manual_seed(3)
+    net = NodeScorer((16, 16))
+    blind = input_columns(("latency", "power"))
+    net.blind_to(blind)
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-2)
+    x, p = _inputs(8, 5)
+    mask = torch.ones(8, 5, dtype=torch.bool)
+    for _ in range(20):  # a loss that depends on every input, the blind ones too
+        loss = (net(x, p, mask) - x.sum(-1) - p.sum(-1, keepdim=True)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert net.blind_columns() == blind
+    q = net(x, p, mask)
+    x2, p2 = x.clone(), p.clone()
+    node_blind = [c for c in blind if c < NUM_NODE_FEATURES]
+    x2[..., node_blind] = torch.rand(8, 5, len(node_blind))
+    p2[..., [c - NUM_NODE_FEATURES for c in blind if c >= NUM_NODE_FEATURES]] = 0.5
+    assert torch.equal(net(x2, p2, mask), q)
+    x2[..., NODE_FEATURES.index("cpu_share")] += 0.5
+    assert not torch.allclose(net(x2, p2, mask), q)

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from agent.learn.common import TrainConfig, make_env, seed_everything, tensorboard, training_record
+from agent.learn.common import TrainConfig, make_actor, make_env, seed_everything, tensorboard, training_record
 from agent.learn.network import NodeScorer, ValueHead
 from agent.learn.teachers import teacher_names
 from agent.learn.vector_env import EnvWorkers
@@ -190,9 +190,7 @@ def train(cfg: ACConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, di
 
 
 def _train(cfg: ACConfig, init: NodeScorer | None, envs: EnvWorkers) -> tuple[NodeScorer, dict]:
-    actor, critic = NodeScorer(cfg.hidden), ValueHead(cfg.hidden)
-    if init is not None:
-        actor.load_state_dict(init.state_dict())
+    actor, critic = make_actor(cfg, init), ValueHead(cfg.hidden)
     imitation = held_out = None
     if cfg.imitation_steps > 0 and cfg.teachers:
         imitation, held_out = _imitate(cfg, actor)

@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from agent.features import input_columns
 from agent.learn.env import SchedulingEnv
+from agent.learn.network import NodeScorer
 from agent.sim.families import TRAIN_NODES
 
 
@@ -43,6 +45,9 @@ class TrainConfig:
     """placements per episode"""
     hidden: tuple[int, ...] = (64, 64)
     """equivariant layer widths"""
+    blind_to: tuple[str, ...] = ()
+    """inputs (feature or group names of agent.features.INPUT_GROUPS) the served network may not
+    read: its first layer's weights on them stay zero"""
     torch_threads: int = 1
     """CPU threads for torch (the networks are small; more threads mostly add overhead)"""
     out: str = "models"
@@ -65,6 +70,15 @@ def seed_everything(cfg: TrainConfig) -> np.random.Generator:
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.torch_threads)
     return np.random.default_rng(cfg.seed)
+
+
+def make_actor(cfg: TrainConfig, init: NodeScorer | None = None) -> NodeScorer:
+    """The served network, from `init`'s weights when fine-tuning, blind to `cfg.blind_to`."""
+    actor = NodeScorer(cfg.hidden)
+    if init is not None:
+        actor.load_state_dict(init.state_dict())
+    actor.blind_to(input_columns(cfg.blind_to))
+    return actor
 
 
 def make_env(cfg: TrainConfig) -> SchedulingEnv:

@@ -17,7 +17,7 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from agent.learn.common import TrainConfig, make_env, seed_everything, tensorboard, training_record
+from agent.learn.common import TrainConfig, make_actor, make_env, seed_everything, tensorboard, training_record
 from agent.learn.network import NodeScorer
 from agent.state import normalize_policy
 
@@ -96,9 +96,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     cfg.policy = normalize_policy(cfg.policy)
     rng = seed_everything(cfg)
     env = make_env(cfg)
-    q_network = NodeScorer(cfg.hidden)
-    if init is not None:
-        q_network.load_state_dict(init.state_dict())
+    q_network = make_actor(cfg, init)
     target_network = NodeScorer(cfg.hidden)
     target_network.load_state_dict(q_network.state_dict())
     optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate)

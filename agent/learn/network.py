@@ -62,6 +62,25 @@ class NodeScorer(nn.Module):
                 x = torch.relu(x)
         return x.squeeze(-1).masked_fill(~mask, float("-inf"))
 
+    def blind_to(self, columns: list[int]) -> None:
+        """Hold the first layer's weights on these input columns at zero, for good: the network
+        cannot read those inputs, and the served model keeps the same shape and format."""
+        if not columns:
+            return
+        keep = torch.ones(self.node_features + self.pod_features)
+        keep[columns] = 0.0
+        first = self.layers[0]
+        for linear in (first.Lambda, first.Gamma, first.Delta):
+            with torch.no_grad():
+                linear.weight.mul_(keep)
+            linear.weight.register_hook(lambda grad: grad * keep)
+
+    def blind_columns(self) -> list[int]:
+        """Input columns every first-layer weight ignores (what `blind_to` made, or training left)."""
+        first = self.layers[0]
+        used = sum(linear.weight.detach().abs().sum(dim=0) for linear in (first.Lambda, first.Gamma, first.Delta))
+        return [int(i) for i in torch.nonzero(used == 0).flatten()]
+
     def architecture(self) -> dict:
         return {"hidden": list(self.hidden), "node_features": self.node_features,
                 "pod_features": self.pod_features}

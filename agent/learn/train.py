@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from agent.features import input_columns
 from agent.learn.model_io import MAX_HIDDEN_UNITS, ModelValidationError, load_model, save_model
 from agent.learn.network import NodeScorer
 from agent.learn.rewards import REWARD_VARIANTS
@@ -60,6 +61,17 @@ def _widths(text: str) -> tuple[int, ...]:
     return widths
 
 
+def _inputs(text: str) -> tuple[str, ...]:
+    if text.strip().lower() == "none":
+        return ()
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    try:
+        input_columns(names)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return names
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlscore-train", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -80,6 +92,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--init", type=Path, default=None, help="fine-tune this model instead of starting afresh")
     parser.add_argument("--hidden", type=_widths, default=None,
                         help="equivariant layer widths, e.g. 128,128 (default 64,64; with --init: the model's own)")
+    parser.add_argument("--blind-to", type=_inputs, default=None,
+                        help="comma-separated inputs the network may not read: groups (latency, power, "
+                             "extra-metrics) or feature names (default per policy: DEFAULT_BLIND_TO in "
+                             "agent/learn/train.py; 'none' for none)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="train on this cluster profile (rlscore-calibrate) instead of the scenario families")
     parser.add_argument("--kickstart", type=float, default=None,
@@ -154,6 +170,8 @@ DEFAULT_TEACHER = {"EE": "per-size", "LB": "per-family,usage-skew=load-variation
 # machines. LB (17/23; usage-skew's LVRB replaced on 8 of 12 worlds) and EL (36/44) did worse with
 # them (docs/training.md).
 DEFAULT_TEACHER_FUTURES = {"EE": 3, "LB": 0, "EL": 0}
+# Inputs each policy's network is trained blind to (agent.features.INPUT_GROUPS).
+DEFAULT_BLIND_TO: dict[str, tuple[str, ...]] = {"EE": (), "LB": (), "EL": ()}
 
 
 def default_teacher(policy: str, families: tuple[str, ...]) -> str:
@@ -209,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                      shaping=not args.no_shaping, gamma=args.gamma, node_draw=args.node_draw,
                      families=families, out=args.out, log_dir=args.log_dir,
                      progress=not args.no_progress, init=str(args.init or ""), profile=str(args.profile or ""),
-                     extra_metadata=extra, **sizes, **({"hidden": tuple(init.hidden)} if init is not None else {}),
+                     extra_metadata=extra, **sizes,
+                     blind_to=args.blind_to if args.blind_to is not None else DEFAULT_BLIND_TO[args.policy], **({"hidden": tuple(init.hidden)} if init is not None else {}),
                      **({"hidden": args.hidden} if args.hidden is not None else {}),
                      **({"learning_rate": args.learning_rate} if args.learning_rate is not None else {}))
     if init is not None:
