@@ -61,6 +61,9 @@ POD_FEATURES = (
 
 NUM_NODE_FEATURES = len(NODE_FEATURES)
 NUM_POD_FEATURES = len(POD_FEATURES)
+FEATURE_CLIP = 4.0  # every feature lies in [0, FEATURE_CLIP]
+NO_LIMIT_LATENCY_SCALE_MS = 100.0
+
 # Named groups of inputs a policy can be trained blind to (`rlscore-train --blind-to`): an input
 # neither its objective nor any of its teachers reads only lets the network tell apart states its
 # teachers treat alike (the LB clone told identical nodes apart by latency and by which nodes'
@@ -77,17 +80,16 @@ INPUT_GROUPS = {
 def input_columns(names: tuple[str, ...] | list[str]) -> list[int]:
     """Columns of the network's input (node features, then pod features) for feature or group names."""
     inputs = NODE_FEATURES + POD_FEATURES
-    columns: list[int] = []
+    columns: set[int] = set()
     for name in names:
         members = INPUT_GROUPS.get(name, (name,))
         unknown = [m for m in members if m not in inputs]
         if unknown:
             raise ValueError(f"unknown input {name!r}: expected a group ({', '.join(INPUT_GROUPS)}) "
                              "or a feature name of agent.features")
-        columns += [inputs.index(m) for m in members if inputs.index(m) not in columns]
+        columns.update(inputs.index(m) for m in members)
     return sorted(columns)
-FEATURE_CLIP = 4.0  # every feature lies in [0, FEATURE_CLIP]
-NO_LIMIT_LATENCY_SCALE_MS = 100.0
+
 
 LATENCY_TIER_SOFT = 2
 LATENCY_TIER_HARD = 1
