@@ -149,6 +149,7 @@ def test_the_pull_towards_the_teachers_decays_to_its_floor(kickstart, floor, upd
     (["--teacher-futures", "-1"], "--teacher-futures must be >= 0"),
     (["--dagger-rounds", "-1"], "--dagger-rounds and --dagger-steps must be >= 0"),
     (["--dagger-rounds", "1", "--imitation-steps", "0"], "--dagger-rounds continues cloning"),
+    (["--imitation-worlds", "0"], "--imitation-worlds must be >= 1"),
 ])
 def test_the_command_line_refuses_bad_teacher_settings(tmp_path, capsys, extra, message):
     from agent.learn.train import main
@@ -304,3 +305,42 @@ def test_a_network_trained_blind_to_inputs_ships_without_reading_them(tmp_path, 
     served = load_model(save_trained(cfg, actor, record))
     assert served.network.blind_columns() == input_columns(("latency", "power"))
     assert served.metadata["training"]["hyperparameters"]["blind_to"] == ["latency", "power"]
+
+
+
+@pytest.mark.parametrize("worlds, anneal", [(2, True), (1, False)])
+def test_cloning_data_and_step_size_follow_the_command_line(tmp_path, worlds, anneal):
+    """--imitation-worlds sets how many worlds per family the teachers record, --imitation-anneal
+    whether the step size decays; the sidecar says which."""
+    from agent.learn.model_io import load_model
+    from agent.learn.train import main
+
+    args = ["--policy", "LB", "--algo", "ppo", "--families", "test2", "--teacher", "one-step-lb",
+            "--timesteps", "0", "--imitation-steps", "20", "--imitation-worlds", str(worlds),
+            "--imitation-anneal" if anneal else "--no-imitation-anneal",
+            "--out", str(tmp_path), "--log-dir", "", "--no-eval", "--no-progress"]
+    assert main(args) == 0
+    training = load_model(tmp_path / "lb.pt", expected_policy="LB").metadata["training"]
+    imitation = training["imitation"]
+    assert imitation["demonstrations"] == worlds * training["hyperparameters"]["imitation_decisions"]
+    assert imitation["anneal"] is anneal and training["hyperparameters"]["imitation_anneal"] is anneal
+    assert training["hyperparameters"]["imitation_worlds"] == worlds
+
+
+@pytest.mark.parametrize("anneal", [True, False])
+def test_annealed_cloning_takes_ever_smaller_steps(anneal):
+    """With anneal, the step size of each Adam step falls linearly from the learning rate towards 0;
+    without, it stays put."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    demos = demonstrations("LB", {"test2": "one-step-lb"}, 1, 32, 3, 3, seed=1)
+    seen = []
+    handle = register_optimizer_step_pre_hook(lambda opt, args, kwargs: seen.append(opt.param_groups[0]["lr"]))
+    try:
+        record = clone(NodeScorer((8, 8)), demos, demos, steps=10, batch_size=8, learning_rate=0.01,
+                       anneal=anneal, progress=False)
+    finally:
+        handle.remove()
+    expected = [0.01 * (1 - k / 10) for k in range(10)] if anneal else [0.01] * 10
+    assert seen == pytest.approx(expected)
+    assert record["anneal"] is anneal

@@ -71,6 +71,8 @@ class ACConfig(TrainConfig):
     agent.learn.imitation)"""
     imitation_worlds: int = 12
     """worlds per family the teachers schedule for those demonstrations"""
+    imitation_anneal: bool = False
+    """decay the cloning step size linearly to 0 over each cloning run (agent.learn.imitation.clone)"""
     imitation_decisions: int = 256
     """placements recorded per world"""
     dagger_rounds: int = 0
@@ -140,7 +142,8 @@ def _imitate(cfg: ACConfig, actor: NodeScorer):
     held_out = demonstrations(cfg.policy, cfg.teachers, max(1, cfg.imitation_worlds // 6), cfg.imitation_decisions,
                               cfg.min_nodes, cfg.max_nodes, seed=cfg.seed + 1, node_draw=cfg.node_draw,
                               teacher_futures=cfg.teacher_futures)
-    record = clone(actor, train_demos, held_out, cfg.imitation_steps, progress=cfg.progress)
+    record = clone(actor, train_demos, held_out, cfg.imitation_steps, anneal=cfg.imitation_anneal,
+                   progress=cfg.progress)
     if cfg.dagger_rounds > 0:
         record["dagger"] = dagger(cfg, actor, train_demos, held_out)
     if cfg.teacher_futures:
@@ -169,7 +172,7 @@ def dagger(cfg: ACConfig, actor: NodeScorer, train_demos, held_out) -> list[dict
                              teacher_futures=cfg.teacher_futures, actor=actor, like=train_demos)
         on_own_states = agreement(actor, own)
         train_demos.extend(own)
-        step = clone(actor, train_demos, held_out, steps, progress=cfg.progress)
+        step = clone(actor, train_demos, held_out, steps, anneal=cfg.imitation_anneal, progress=cfg.progress)
         rounds.append({"round": k + 1, "decisions": len(own), "agreement_on_own_states": round(on_own_states, 4),
                        "steps": steps, "held_out_agreement": step["held_out_agreement"], "seconds": step["seconds"]})
         print(f"  the actor agreed with its teachers on {on_own_states:.1%} of the decisions on its own "

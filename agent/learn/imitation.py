@@ -140,10 +140,13 @@ def agreement(actor: NodeScorer, demos: Demonstrations, batch_size: int = 512) -
 
 
 def clone(actor: NodeScorer, train: Demonstrations, held_out: Demonstrations, steps: int, batch_size: int = 256,
-          learning_rate: float = 1e-3, progress: bool = True) -> dict:
-    """Cross-entropy towards the teachers' choices; returns what the sidecar records."""
+          learning_rate: float = 1e-3, anneal: bool = False, progress: bool = True) -> dict:
+    """Cross-entropy towards the teachers' choices; returns what the sidecar records. With `anneal` the
+    step size decays linearly to 0 over the steps, so the last steps settle near-ties instead of
+    jumping between them."""
     started = time.time()
     optimizer = torch.optim.Adam(actor.parameters(), lr=learning_rate)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 1.0 - k / steps if anneal else 1.0)
     rng = np.random.default_rng(0)
     bar = tqdm(range(steps), desc="imitating the teachers", disable=not progress, mininterval=1.0, file=sys.stderr)
     for step in bar:
@@ -152,9 +155,10 @@ def clone(actor: NodeScorer, train: Demonstrations, held_out: Demonstrations, st
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        schedule.step()
         if step % 200 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
     bar.close()
-    return {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate,
+    return {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "anneal": anneal,
             "demonstrations": len(train), "held_out": len(held_out),
             "held_out_agreement": round(agreement(actor, held_out), 4), "seconds": round(time.time() - started, 1)}
