@@ -307,7 +307,6 @@ def test_a_network_trained_blind_to_inputs_ships_without_reading_them(tmp_path, 
     assert served.metadata["training"]["hyperparameters"]["blind_to"] == ["latency", "power"]
 
 
-
 @pytest.mark.parametrize("worlds, anneal", [(2, True), (1, False)])
 def test_cloning_data_and_step_size_follow_the_command_line(tmp_path, worlds, anneal):
     """--imitation-worlds sets how many worlds per family the teachers record, --imitation-anneal

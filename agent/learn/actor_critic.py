@@ -71,10 +71,10 @@ class ACConfig(TrainConfig):
     agent.learn.imitation)"""
     imitation_worlds: int = 12
     """worlds per family the teachers schedule for those demonstrations"""
-    imitation_anneal: bool = False
-    """decay the cloning step size linearly to 0 over each cloning run (agent.learn.imitation.clone)"""
     imitation_decisions: int = 256
     """placements recorded per world"""
+    imitation_anneal: bool = False
+    """decay the cloning step size linearly to 0 over each cloning run (agent.learn.imitation.clone)"""
     dagger_rounds: int = 0
     """after cloning: rounds in which the actor schedules the imitation worlds itself, the teachers
     label its decisions, and cloning goes on over all decisions so far (DAgger; agent.learn.imitation)"""

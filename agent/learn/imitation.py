@@ -146,7 +146,7 @@ def clone(actor: NodeScorer, train: Demonstrations, held_out: Demonstrations, st
     jumping between them."""
     started = time.time()
     optimizer = torch.optim.Adam(actor.parameters(), lr=learning_rate)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 1.0 - k / steps if anneal else 1.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 1.0 - k / max(steps, 1) if anneal else 1.0)
     rng = np.random.default_rng(0)
     bar = tqdm(range(steps), desc="imitating the teachers", disable=not progress, mininterval=1.0, file=sys.stderr)
     for step in bar:
