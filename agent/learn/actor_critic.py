@@ -70,7 +70,9 @@ class ACConfig(TrainConfig):
     """supervised steps on the teachers' own trajectories before PPO starts (0: none;
     agent.learn.imitation)"""
     imitation_worlds: int = 12
-    """worlds per family the teachers schedule for those demonstrations"""
+    """worlds per family the teachers schedule for those demonstrations (LB with 36 and an annealed step
+    agreed with its teachers as often, 93.4% against 93.5%, and met 18/23 goals against 19/23;
+    docs/training.md)"""
     imitation_decisions: int = 256
     """placements recorded per world"""
     imitation_anneal: bool = False

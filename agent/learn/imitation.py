@@ -146,7 +146,7 @@ def clone(actor: NodeScorer, train: Demonstrations, held_out: Demonstrations, st
     jumping between them."""
     started = time.time()
     optimizer = torch.optim.Adam(actor.parameters(), lr=learning_rate)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 1.0 - k / max(steps, 1) if anneal else 1.0)
+    schedule = torch.optim.lr_scheduler.LinearLR(optimizer, 1.0, 0.0, total_iters=steps) if anneal else None
     rng = np.random.default_rng(0)
     bar = tqdm(range(steps), desc="imitating the teachers", disable=not progress, mininterval=1.0, file=sys.stderr)
     for step in bar:
@@ -155,7 +155,8 @@ def clone(actor: NodeScorer, train: Demonstrations, held_out: Demonstrations, st
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        schedule.step()
+        if schedule is not None:
+            schedule.step()
         if step % 200 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
     bar.close()

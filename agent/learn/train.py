@@ -111,10 +111,9 @@ def _parser() -> argparse.ArgumentParser:
                              f"reinforcement learning (default {DEFAULT_IMITATION_STEPS} when kickstarting; 0: none)")
     parser.add_argument("--imitation-worlds", type=int, default=None,
                         help="a2c/ppo with teachers: worlds per family the teachers schedule for the cloning "
-                             "data (default per policy: DEFAULT_IMITATION_WORLDS in agent/learn/train.py)")
+                             "data (default: ACConfig.imitation_worlds, 12)")
     parser.add_argument("--imitation-anneal", action=argparse.BooleanOptionalAction, default=None,
-                        help="decay the cloning step size linearly to 0 (default per policy: "
-                             "DEFAULT_IMITATION_ANNEAL in agent/learn/train.py)")
+                        help="decay the cloning step size linearly to 0 (default: constant)")
     parser.add_argument("--dagger-rounds", type=int, default=0,
                         help="a2c/ppo with teachers: after cloning, rounds in which the actor schedules the "
                              "imitation worlds itself and the teachers label its decisions (DAgger; none by "
@@ -161,13 +160,6 @@ DEFAULT_KICKSTART_FLOOR = 0.2
 # held-out decisions (3 000: 85.9%) and met 16 goals against 15 (mean 1.015 of the best baseline
 # against 1.072; docs/training.md), in 585 s of training.
 DEFAULT_IMITATION_STEPS = {"EE": 3000, "LB": 10_000, "EL": 3000}
-# Cloning data and step size. LB with three times the worlds (36 per family) and the step size annealed
-# to 0 agreed with its teachers as often (93.4% of held-out decisions against 93.5%, per family within a
-# point) and met 18/23 goals against 19/23: test1 at 3 and 10 nodes became ties, while churn, one-pool,
-# poisson at 3, two-d and usage-skew were lost (2026-11-26, docs/training.md). Neither more data nor a
-# settled step size is what the LB clone lacks.
-DEFAULT_IMITATION_WORLDS = {"EE": 12, "LB": 12, "EL": 12}
-DEFAULT_IMITATION_ANNEAL = {"EE": False, "LB": False, "EL": False}
 # LB: the picking chooses TargetLoadPacking (which packs) on usage-skew while every other LB teacher
 # spreads; cloned together they made the LB network fill a half-full node before an empty one
 # (docs/training.md). LoadVariationRiskBalancing spreads on measured load and wins usage-skew's
@@ -276,13 +268,13 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.imitation_steps < 0:
             print("rlscore-train: --imitation-steps must be >= 0", file=sys.stderr)
             return 2
-        cfg.imitation_worlds = (args.imitation_worlds if args.imitation_worlds is not None
-                                else DEFAULT_IMITATION_WORLDS[args.policy])
-        if cfg.imitation_worlds < 1:
-            print("rlscore-train: --imitation-worlds must be >= 1", file=sys.stderr)
-            return 2
-        cfg.imitation_anneal = (args.imitation_anneal if args.imitation_anneal is not None
-                                else DEFAULT_IMITATION_ANNEAL[args.policy])
+        if args.imitation_worlds is not None:
+            if args.imitation_worlds < 1:
+                print("rlscore-train: --imitation-worlds must be >= 1", file=sys.stderr)
+                return 2
+            cfg.imitation_worlds = args.imitation_worlds
+        if args.imitation_anneal is not None:
+            cfg.imitation_anneal = args.imitation_anneal
         cfg.dagger_rounds, cfg.dagger_steps = args.dagger_rounds, args.dagger_steps
         if cfg.dagger_rounds < 0 or cfg.dagger_steps < 0:
             print("rlscore-train: --dagger-rounds and --dagger-steps must be >= 0", file=sys.stderr)
