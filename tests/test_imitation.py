@@ -150,6 +150,13 @@ def test_the_pull_towards_the_teachers_decays_to_its_floor(kickstart, floor, upd
     (["--dagger-rounds", "-1"], "--dagger-rounds and --dagger-steps must be >= 0"),
     (["--dagger-rounds", "1", "--imitation-steps", "0"], "--dagger-rounds continues cloning"),
     (["--imitation-worlds", "0"], "--imitation-worlds must be >= 1"),
+    # options that act only through the teachers, where there are none: refused, not dropped
+    (["--kickstart", "0", "--imitation-worlds", "3", "--imitation-anneal"],
+     "--imitation-worlds, --imitation-anneal set how the teachers teach, and there are none here (--kickstart 0)"),
+    (["--algo", "dqn", "--teacher", "most-allocated"], "--teacher set how the teachers teach, and there are none "
+                                                       "here (dqn has no teachers)"),
+    (["--init", str(Path(__file__).resolve().parents[1] / "models" / "lb.pt"), "--dagger-rounds", "1"],
+     "fine-tuning starts from the model, not from teachers"),
 ])
 def test_the_command_line_refuses_bad_teacher_settings(tmp_path, capsys, extra, message):
     from agent.learn.train import main

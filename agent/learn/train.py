@@ -187,6 +187,17 @@ DEFAULT_TEACHER_FUTURES = {"EE": 3, "LB": 0, "EL": 0}
 DEFAULT_BLIND_TO: dict[str, tuple[str, ...]] = {"EE": (), "LB": ("power",), "EL": ()}
 
 
+# Options that only act through the teachers (with --kickstart > 0); given without them, refused.
+TEACHER_OPTIONS = ("kickstart_fraction", "kickstart_floor", "imitation_steps", "imitation_worlds",
+                   "imitation_anneal", "teacher", "teacher_futures", "dagger_rounds", "dagger_steps")
+
+
+def _teacher_options_given(args: argparse.Namespace) -> list[str]:
+    parser = _parser()
+    given = [name for name in TEACHER_OPTIONS if getattr(args, name) != parser.get_default(name)]
+    return ["--" + name.replace("_", "-") for name in given]
+
+
 def default_teacher(policy: str, families: tuple[str, ...]) -> str:
     """DEFAULT_TEACHER without its overrides for families not trained on: a cluster profile is a family
     of its own, and LB's usage-skew override made `rlscore-train --policy LB --profile ... --kickstart 1`
@@ -254,6 +265,13 @@ def main(argv: list[str] | None = None) -> int:
     if timesteps == 0 and (kickstart <= 0 or args.imitation_steps == 0):
         print("rlscore-train: --timesteps 0 needs teachers to clone (--kickstart > 0, --imitation-steps > 0)",
               file=sys.stderr)
+        return 2
+    if kickstart <= 0 and (ignored := _teacher_options_given(args)):
+        # without the pull there are no teachers, and these options would be dropped without a word
+        why = "dqn has no teachers" if args.algo == "dqn" else (
+            "fine-tuning starts from the model, not from teachers" if args.kickstart is None else "--kickstart 0")
+        print(f"rlscore-train: {', '.join(ignored)} set how the teachers teach, and there are none here ({why}): "
+              "give --kickstart > 0 with a2c/ppo, or leave them out", file=sys.stderr)
         return 2
     if kickstart > 0:
         if args.algo == "dqn":
