@@ -29,6 +29,7 @@ from agent.sim.families import draw_node_count
 from agent.sim.simulator import Simulation
 
 DEMO_SEED_BASE = 2 * 10**6  # below EVAL_SEED_BASE and away from the teachers' picking seeds
+CLONE_BATCH_PARTS = 3  # each cloning batch in parts of like-sized candidate sets (Demonstrations.chunks)
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Demonstrations:
     """(family, world seed, nodes) of each world recorded, in order"""
     world_teacher_of: dict = field(default_factory=dict)
     """world seed -> its per-world teacher (with teacher_futures; agent.learn.teachers.world_teacher)"""
+    _cache: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -62,18 +64,35 @@ class Demonstrations:
         self.pods += other.pods
         self.targets += other.targets
 
+    def _padded(self) -> tuple[torch.Tensor, ...]:
+        """Every decision padded to the largest candidate set once (rebuilt when decisions were added):
+        a batch is then an index, not a Python loop over its rows."""
+        if self._cache is None or len(self._cache[0]) != len(self):
+            widths = torch.tensor([len(n) for n in self.nodes])
+            nodes = torch.zeros(len(self), int(widths.max()), self.nodes[0].shape[1])
+            targets = torch.zeros(nodes.shape[:2])
+            for i, (n, t) in enumerate(zip(self.nodes, self.targets)):
+                nodes[i, :len(n)] = torch.from_numpy(n)
+                targets[i, :len(n)] = torch.from_numpy(t)
+            self._cache = (nodes, torch.from_numpy(np.stack(self.pods)), targets, widths)
+        return self._cache
+
     def batch(self, index: np.ndarray) -> tuple[torch.Tensor, ...]:
         """Padded to the batch's largest candidate set: nodes, pod, mask, targets."""
-        width = max(len(self.nodes[i]) for i in index)
-        nodes = torch.zeros(len(index), width, self.nodes[0].shape[1])
-        mask = torch.zeros(len(index), width, dtype=torch.bool)
-        targets = torch.zeros(len(index), width)
-        for row, i in enumerate(index):
-            k = len(self.nodes[i])
-            nodes[row, :k] = torch.from_numpy(self.nodes[i])
-            mask[row, :k] = True
-            targets[row, :k] = torch.from_numpy(self.targets[i])
-        return nodes, torch.from_numpy(np.stack([self.pods[i] for i in index])), mask, targets
+        nodes, pods, targets, widths = self._padded()
+        index = torch.as_tensor(index, dtype=torch.long)
+        width = int(widths[index].max())
+        mask = torch.arange(width) < widths[index].unsqueeze(1)
+        return nodes[index, :width], pods[index], mask, targets[index, :width]
+
+    def chunks(self, index: np.ndarray, parts: int) -> list[tuple[torch.Tensor, ...]]:
+        """The batch sorted by candidate-set size and cut into `parts` batches, each padded to its own
+        largest set. With log-uniform cluster sizes most sets are small and a few have 64 nodes, so one
+        padded batch is mostly padding: in three parts a cloning step of LB took 18-20 ms instead of
+        35-45 (256 decisions, 2 cores)."""
+        widths = self._padded()[3].numpy()
+        ordered = np.asarray(index)[np.argsort(widths[index], kind="stable")]
+        return [self.batch(part) for part in np.array_split(ordered, min(parts, len(ordered)))]
 
 
 def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decisions: int,
@@ -150,15 +169,18 @@ def clone(actor: NodeScorer, train: Demonstrations, held_out: Demonstrations, st
     rng = np.random.default_rng(0)
     bar = tqdm(range(steps), desc="imitating the teachers", disable=not progress, mininterval=1.0, file=sys.stderr)
     for step in bar:
-        nodes, pod, mask, targets = train.batch(rng.integers(0, len(train), batch_size))
-        loss = -(targets * torch.log_softmax(masked_logits(actor(nodes, pod, mask)), dim=-1)).sum(-1).mean()
         optimizer.zero_grad()
-        loss.backward()
+        loss = 0.0
+        for nodes, pod, mask, targets in train.chunks(rng.integers(0, len(train), batch_size), CLONE_BATCH_PARTS):
+            # the batch's mean cross-entropy, its gradient summed over the parts
+            part = -(targets * torch.log_softmax(masked_logits(actor(nodes, pod, mask)), dim=-1)).sum() / batch_size
+            part.backward()
+            loss += part.item()
         optimizer.step()
         if schedule is not None:
             schedule.step()
         if step % 200 == 0:
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+            bar.set_postfix(loss=f"{loss:.3f}")
     bar.close()
     return {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "anneal": anneal,
             "demonstrations": len(train), "held_out": len(held_out),
