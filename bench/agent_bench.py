@@ -60,10 +60,43 @@ def training_table(steps: int = 4096) -> None:
               f"{recorded.get('steps_per_second', '-')} | {rate:.0f} |")
 
 
+def cloning_table(steps: int = 300) -> None:
+    """The shipped models are their teachers' clones: each one's whole training time (teacher picking
+    included; the goal is 15 minutes) as recorded, and its cloning step timed now on demonstrations
+    recorded as its own were (same teachers and sizes, 4 worlds per family; no per-world teachers)."""
+    from agent.learn.imitation import clone, demonstrations
+    from agent.learn.network import NodeScorer
+
+    torch.set_num_threads(2)
+    print("\n## Cloning (the shipped recipe: teachers' demonstrations, then supervised steps)\n")
+    print("| policy | recorded wall s (goal <= 900) | recorded cloning | ms per step (recorded) | "
+          "ms per step (measured now) |")
+    print("|---|---|---|---|---|")
+    for policy in ("EE", "LB", "EL"):
+        side = MODELS / f"{policy.lower()}.json"
+        recorded = json.loads(side.read_text())["training"] if side.is_file() else {}
+        hyper, imitation = recorded.get("hyperparameters", {}), recorded.get("imitation")
+        if not imitation:
+            print(f"| {policy} | {recorded.get('wall_seconds', '-')} | (not a clone) | - | - |")
+            continue
+        demos = demonstrations(policy, hyper["teachers"], 4, hyper.get("imitation_decisions", 256),
+                               hyper["min_nodes"], hyper["max_nodes"], seed=hyper.get("seed", 1),
+                               node_draw=hyper.get("node_draw", "uniform"))
+        few = demonstrations(policy, hyper["teachers"], 1, 16, hyper["min_nodes"], hyper["max_nodes"], seed=99)
+        torch.manual_seed(0)
+        actor = NodeScorer(tuple(hyper.get("hidden", (64, 64))))
+        clone(actor, demos, few, 30, progress=False)  # warm-up: torch's first steps allocate
+        now = clone(actor, demos, few, steps, progress=False)
+        print(f"| {policy} | {recorded.get('wall_seconds', '-')} | {imitation['steps']} steps in "
+              f"{imitation['seconds']} s | {1000 * imitation['seconds'] / imitation['steps']:.1f} | "
+              f"{1000 * now['seconds'] / steps:.1f} |")
+
+
 def main() -> None:
     print(f"# rlscore agent benchmark ({torch.get_num_threads()} torch threads available)")
     inference_table()
     training_table()
+    cloning_table()
 
 
 if __name__ == "__main__":

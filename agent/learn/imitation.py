@@ -88,8 +88,8 @@ class Demonstrations:
     def chunks(self, index: np.ndarray, parts: int) -> list[tuple[torch.Tensor, ...]]:
         """The batch sorted by candidate-set size and cut into `parts` batches, each padded to its own
         largest set. With log-uniform cluster sizes most sets are small and a few have 64 nodes, so one
-        padded batch is mostly padding: in three parts a cloning step of LB took 18-20 ms instead of
-        35-45 (256 decisions, 2 cores)."""
+        padded batch is mostly padding: in three parts LB's 10 000 cloning steps took 323 s instead of
+        451 s on 2 cores (docs/training.md)."""
         widths = self._padded()[3].numpy()
         ordered = np.asarray(index)[np.argsort(widths[index], kind="stable")]
         return [self.batch(part) for part in np.array_split(ordered, min(parts, len(ordered)))]
