@@ -268,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if kickstart <= 0 and (ignored := _teacher_options_given(args)):
         # without the pull there are no teachers, and these options would be dropped without a word
-        why = "dqn has no teachers" if args.algo == "dqn" else (
-            "fine-tuning starts from the model, not from teachers" if args.kickstart is None else "--kickstart 0")
+        why = ("dqn has no teachers" if args.algo == "dqn" else
+               f"--kickstart {kickstart:g}" if args.kickstart is not None else
+               "fine-tuning starts from the model, not from teachers")
         print(f"rlscore-train: {', '.join(ignored)} set how the teachers teach, and there are none here ({why}): "
               "give --kickstart > 0 with a2c/ppo, or leave them out", file=sys.stderr)
         return 2
