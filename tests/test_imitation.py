@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from agent.learn.actor_critic import ACConfig, kickstart_weight, masked_logits
+from agent.learn.actor_critic import ACConfig, kickstart_weight, masked_logits, teacher_cross_entropy
 from agent.learn.imitation import agreement, clone, demonstrations
 from agent.learn.network import NodeScorer
 from agent.learn.teachers import SIZE_BANDS, TeacherError, assign_teachers, teacher_for, world_teacher
@@ -371,7 +371,7 @@ def test_a_cloning_batch_in_parts_has_the_whole_batchs_gradient():
         actor = NodeScorer((16, 16))
         for b_nodes, b_pod, b_mask, b_targets in batches:
             logits = masked_logits(actor(b_nodes, b_pod, b_mask))
-            (-(b_targets * torch.log_softmax(logits, dim=-1)).sum() / len(index)).backward()
+            (teacher_cross_entropy(logits, b_targets).sum() / len(index)).backward()
         return [p.grad for p in actor.parameters()]
 
     parts = demos.chunks(index, 3)

@@ -123,6 +123,12 @@ def masked_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(logits), logits, torch.full_like(logits, -1e9))
 
 
+def teacher_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per decision, the cross-entropy of the policy (masked logits) against the teacher's choice (a
+    distribution over its tied best nodes): the pull of kickstarting and the loss of cloning."""
+    return -(targets * torch.log_softmax(logits, dim=-1)).sum(-1)
+
+
 def kickstart_weight(cfg: ACConfig, update: int, updates: int) -> float:
     """The pull towards the teachers at `update` of `updates`: kickstart, decaying linearly to the
     floor over kickstart_fraction of the run (0 throughout when not kickstarting)."""
@@ -314,7 +320,7 @@ def _train(cfg: ACConfig, init: NodeScorer | None, envs: EnvWorkers) -> tuple[No
                 else:
                     loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
                 if kick > 0 and not warming_up:
-                    teacher_loss = -(b_targets[mb, :width] * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+                    teacher_loss = teacher_cross_entropy(logits, b_targets[mb, :width]).mean()
                     loss = loss + kick * teacher_loss
                 optimizer.zero_grad()
                 loss.backward()

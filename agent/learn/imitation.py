@@ -20,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 from agent.features import node_features
-from agent.learn.actor_critic import masked_logits
+from agent.learn.actor_critic import masked_logits, teacher_cross_entropy
 from agent.learn.model_io import NumpyScorer
 from agent.learn.network import NodeScorer
 from agent.learn.teachers import teacher_for, teacher_names, teacher_targets, world_teacher
@@ -87,7 +87,7 @@ class Demonstrations:
 
     def chunks(self, index: np.ndarray, parts: int) -> list[tuple[torch.Tensor, ...]]:
         """The batch sorted by candidate-set size and cut into `parts` batches, each padded to its own
-        largest set. With log-uniform cluster sizes most sets are small and a few have 64 nodes, so one
+        largest set (as PPO trims its minibatches, agent.learn.actor_critic). With log-uniform cluster sizes most sets are small and a few have 64 nodes, so one
         padded batch is mostly padding: in three parts LB's 10 000 cloning steps took 323 s instead of
         451 s on 2 cores (docs/training.md)."""
         widths = self._padded()[3].numpy()
@@ -173,7 +173,7 @@ def clone(actor: NodeScorer, train: Demonstrations, held_out: Demonstrations, st
         loss = 0.0
         for nodes, pod, mask, targets in train.chunks(rng.integers(0, len(train), batch_size), CLONE_BATCH_PARTS):
             # the batch's mean cross-entropy, its gradient summed over the parts
-            part = -(targets * torch.log_softmax(masked_logits(actor(nodes, pod, mask)), dim=-1)).sum() / batch_size
+            part = teacher_cross_entropy(masked_logits(actor(nodes, pod, mask)), targets).sum() / batch_size
             part.backward()
             loss += part.item()
         optimizer.step()

@@ -192,8 +192,7 @@ TEACHER_OPTIONS = ("kickstart_fraction", "kickstart_floor", "imitation_steps", "
                    "imitation_anneal", "teacher", "teacher_futures", "dagger_rounds", "dagger_steps")
 
 
-def _teacher_options_given(args: argparse.Namespace) -> list[str]:
-    parser = _parser()
+def _teacher_options_given(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
     given = [name for name in TEACHER_OPTIONS if getattr(args, name) != parser.get_default(name)]
     return ["--" + name.replace("_", "-") for name in given]
 
@@ -207,7 +206,8 @@ def default_teacher(policy: str, families: tuple[str, ...]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     fine_tune = args.init is not None and args.profile is not None
     timesteps = args.timesteps if args.timesteps is not None else (
         FINE_TUNE_TIMESTEPS if fine_tune else DEFAULT_TIMESTEPS)[args.algo]
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         print("rlscore-train: --timesteps 0 needs teachers to clone (--kickstart > 0, --imitation-steps > 0)",
               file=sys.stderr)
         return 2
-    if kickstart <= 0 and (ignored := _teacher_options_given(args)):
+    if kickstart <= 0 and (ignored := _teacher_options_given(parser, args)):
         # without the pull there are no teachers, and these options would be dropped without a word
         why = ("dqn has no teachers" if args.algo == "dqn" else
                f"--kickstart {kickstart:g}" if args.kickstart is not None else
