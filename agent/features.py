@@ -10,13 +10,6 @@ Version 2 (wave 2) adds measured-utilization knowledge, free capacity after plac
 alignment (2-D packing and fragmentation), the latency rank (how rare a node's latency is), the
 power model (idle power, efficiency at full load and per dynamic watt), and the thesis's further
 node metrics (network receive rate, established TCP connections, disk usage).
-
-Version 3 adds `imbalance_rank`: how the cluster's cpu-request imbalance (the coefficient of
-variation of the request shares) ranks after placing the pod on each node. The spread of a set is
-not a function of one node's row, and a mean- and max-pooled network estimated it only roughly:
-LB's clone departed from its teacher where two placements left the CV ~1% apart (6% of openings at
-test1 on 10 nodes). A version-2 model reads version 3 unchanged with zero weight on the new column
-(`upgrade_state_dict`).
 """
 
 from __future__ import annotations
@@ -25,7 +18,7 @@ import numpy as np
 
 from agent.state import NodeState, PodRequest
 
-FEATURE_SPEC_VERSION = 3
+FEATURE_SPEC_VERSION = 2
 
 NODE_FEATURES = (
     "cpu_share",  # requested / allocatable, before placing the pod
@@ -59,11 +52,7 @@ NODE_FEATURES = (
     "tcp_established_relative",
     "disk_utilization",
     "extra_metrics_known",
-    "imbalance_rank",  # share of candidates where placing the pod leaves a lower cpu-request CV (0 = the lowest)
 )
-# The node columns each earlier version ended with: a model of that version reads the columns added
-# since with zero weight (model_io.upgrade_state_dict), so it decides exactly as it did.
-NODE_FEATURES_OF_VERSION = {2: 31, 3: 32}
 POD_FEATURES = (
     "has_latency_limits",
     "share_meeting_hard",  # share of candidates within the pod's hard limit (1 without limits)
@@ -138,25 +127,6 @@ def _min_over(values: np.ndarray, known: np.ndarray) -> np.ndarray:
     if not ok.any():
         return np.zeros(len(values))
     return np.where(ok, values[ok].min() / values, 0.0)
-
-
-def _imbalance_rank(shares: np.ndarray, pod_shares: np.ndarray) -> np.ndarray:
-    """Per node, the share of candidates where the pod leaves a lower CV of the cpu-request shares
-    (as placement_costs' LB term, from the sums of the shares and their squares); 1 where it is not
-    finite. The sums run in index order (cumsum), as the compiled loop and the Go port add them."""
-    n = len(shares)
-    if n == 0:
-        return np.ones(0)
-    total = np.cumsum(shares)[-1] + pod_shares
-    squares = np.cumsum(shares * shares)[-1] + 2.0 * shares * pod_shares + pod_shares * pod_shares
-    mean = total / n
-    variance = squares / n - mean * mean
-    spread = np.sqrt(np.where(variance > 0, variance, 0.0))
-    cv = np.where(mean <= 0, 0.0, spread / mean)  # NaN stays unknown
-    known = np.isfinite(cv)
-    ordered = np.sort(cv[known])
-    below = np.searchsorted(ordered, np.where(known, cv, np.inf), side="left")
-    return np.where(known, below / n, 1.0)
 
 
 def node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.ndarray]:
@@ -242,7 +212,6 @@ def _node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.nd
     out[28] = _relative_to_max(np.where(np.isfinite(tcp), tcp, 0.0), np.isfinite(tcp))
     out[29] = np.where(np.isfinite(disk), disk, 0.0)
     out[30] = np.isfinite(net) & np.isfinite(tcp) & np.isfinite(disk)
-    out[31] = _imbalance_rank(cpu_share, pod_cpu)
 
     out[np.isnan(out)] = FEATURE_CLIP
     features = np.clip(out.T, 0.0, FEATURE_CLIP)  # +inf -> FEATURE_CLIP, -inf -> 0

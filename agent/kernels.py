@@ -51,36 +51,6 @@ def _power_per_core(idle, peak, cpu_cap):  # pragma: no cover (compiled)
 
 
 @compiled
-def _placement_cvs(cpu_req, cpu_cap, pod_cpu):  # pragma: no cover (compiled)
-    """(per node, the CV of the cpu-request shares after placing the pod there; the finite ones in
-    order), in features._imbalance_rank's order of operations."""
-    n = cpu_cap.shape[0]
-    total, squares = 0.0, 0.0
-    for i in range(n):
-        share = _share(cpu_req[i], cpu_cap[i])
-        total += share
-        squares += share * share
-    cvs = np.empty(n)
-    finite = 0
-    for i in range(n):
-        share, pod_share = _share(cpu_req[i], cpu_cap[i]), _share(pod_cpu, cpu_cap[i])
-        mean = (total + pod_share) / n
-        variance = (squares + 2.0 * share * pod_share + pod_share * pod_share) / n - mean * mean
-        spread = np.sqrt(variance if variance > 0 else 0.0)
-        cvs[i] = 0.0 if mean <= 0 else spread / mean
-        if np.isfinite(cvs[i]):
-            finite += 1
-    ordered = np.empty(finite)
-    k = 0
-    for i in range(n):
-        if np.isfinite(cvs[i]):
-            ordered[k] = cvs[i]
-            k += 1
-    ordered.sort()
-    return cvs, ordered
-
-
-@compiled
 def _fill(cpu_cap, mem_cap, max_pods, cpu_req, mem_req, pods, cpu_util, mem_util, since, latency, idle, peak, net, tcp,
           disk, pod_cpu, pod_mem, soft, hard, limited, out, pod_vec):  # pragma: no cover (compiled)
     n = cpu_cap.shape[0]
@@ -124,7 +94,6 @@ def _fill(cpu_cap, mem_cap, max_pods, cpu_req, mem_req, pods, cpu_util, mem_util
     ordered.sort()
     scale = hard if np.isfinite(hard) else NO_LIMIT_LATENCY_SCALE_MS
 
-    cvs, cv_order = _placement_cvs(cpu_req, cpu_cap, pod_cpu)
     meeting_hard, meeting_soft = 0, 0
     row = np.empty(NUM_NODE_FEATURES)
     for i in range(n):
@@ -170,7 +139,6 @@ def _fill(cpu_cap, mem_cap, max_pods, cpu_req, mem_req, pods, cpu_util, mem_util
         row[28] = tcp[i] / top_tcp if (tcp_known and top_tcp > 0) else 0.0
         row[29] = disk[i] if disk_known else 0.0
         row[30] = 1.0 if (net_known and tcp_known and disk_known) else 0.0
-        row[31] = np.searchsorted(cv_order, cvs[i]) / n if np.isfinite(cvs[i]) else 1.0
         for j in range(NUM_NODE_FEATURES):  # NaN -> the clip value, then into [0, clip], then float32
             value = row[j]
             out[i, j] = CLIP if np.isnan(value) else min(max(value, 0.0), CLIP)

@@ -15,8 +15,8 @@ def col(features, name):
     return features[:, NODE_FEATURES.index(name)]
 
 
-def test_spec_version_3_and_shapes():
-    assert FEATURE_SPEC_VERSION == 3
+def test_spec_version_2_and_shapes():
+    assert FEATURE_SPEC_VERSION == 2
     f, p = node_features(make_nodes([4000, 8000]), PodRequest(500, GIB))
     assert f.shape == (2, NUM_NODE_FEATURES) and p.shape == (NUM_POD_FEATURES,)
     assert f.dtype == np.float32 and (f >= 0).all() and (f <= FEATURE_CLIP).all()
@@ -75,29 +75,6 @@ def test_extra_metrics_relative_and_known():
     assert col(f, "tcp_established_relative").tolist() == pytest.approx([0.25, 1.0])
     assert col(f, "disk_utilization").tolist() == pytest.approx([0.5, 0.0])
     assert col(f, "extra_metrics_known").tolist() == [1, 0]
-
-
-def test_imbalance_rank_orders_placements_by_the_cv_they_leave():
-    # shares 0.5, 0.25, 0.25 and an empty 16-core node; the pod asks 1000m
-    nodes = make_nodes([4000, 4000, 16000, 16000], cpu_req=[2000, 1000, 4000, 0])
-    f, _ = node_features(nodes, PodRequest(1000, 0))
-    shares = np.array([0.5, 0.25, 0.25, 0.0])
-    cvs = []
-    for i, add in enumerate([0.25, 0.25, 1 / 16, 1 / 16]):
-        after = shares.copy()
-        after[i] += add
-        cvs.append(after.std() / after.mean())
-    # the empty node is the best place (CV 0.585), the fuller small node the worst (0.872); a
-    # quarter core on the other small node (0.663) beats a sixteenth on the big one (0.673)
-    expected = [sum(c < cv for c in cvs) / 4 for cv in cvs]
-    assert expected == [0.75, 0.25, 0.5, 0.0]
-    assert col(f, "imbalance_rank").tolist() == expected
-    # identical nodes share a rank; an unknown share (NaN request) leaves every CV unknown: rank 1
-    f, _ = node_features(make_nodes([4000, 4000], cpu_req=[1000, 1000]), PodRequest(500, 0))
-    assert col(f, "imbalance_rank").tolist() == [0.0, 0.0]
-    nodes = make_nodes([4000, 4000], cpu_req=[1000, 1000])
-    nodes.cpu_requested = np.array([1000.0, np.nan])
-    assert col(reference_node_features(nodes, PodRequest(500, 0))[0], "imbalance_rank").tolist() == [1.0, 1.0]
 
 
 def test_degenerate_inputs_stay_in_range():

@@ -171,12 +171,12 @@ def test_in_process_scorer_matches_the_server(live_server, tmp_path):
 def test_node_metrics_and_model_endpoints(live_server):
     app, url = live_server
     metrics = httpx.get(f"{url}/v1/node-metrics").json()
-    assert metrics["feature_spec_version"] == 3 and metrics["default_policy"] == "EE"
+    assert metrics["feature_spec_version"] == 2 and metrics["default_policy"] == "EE"
     assert set(metrics["model_versions"]) == set(POLICIES) and all(metrics["model_versions"].values())
     weights = httpx.get(f"{url}/v1/models/el").json()
     assert weights["format"] == "rlscore-deepsets-weights" and weights["policy"] == "EL"
     assert weights["version"] == metrics["model_versions"]["EL"]
-    assert len(weights["layers"][0]["lambda"]) == 35 and len(weights["layers"][-1]["bias"]) == 1
+    assert len(weights["layers"][0]["lambda"]) == 34 and len(weights["layers"][-1]["bias"]) == 1
     bad = httpx.get(f"{url}/v1/models/fast")
     assert bad.status_code == 422 and "unknown policy" in bad.text
     app.state.registry.policies["LB"].model = None  # as after a model file failed to validate

@@ -5,16 +5,16 @@ import (
 	"sort"
 )
 
-// The per-node features of agent/features.py (FEATURE_SPEC_VERSION 3), for the in-process scorer.
+// The per-node features of agent/features.py (FEATURE_SPEC_VERSION 2), for the in-process scorer.
 // This is a port, column for column, of the one function training and serving share; the parity
 // test (tests/test_go_scorer_parity.py, which drives TestParityWithPython) proves both give the
 // same features, Q-values and scores on random states. Change both together and bump the version.
 
 // FeatureSpecVersion is the feature layout this build computes; a model of another version is refused.
-const FeatureSpecVersion = 3
+const FeatureSpecVersion = 2
 
 const (
-	numNodeFeatures            = 32
+	numNodeFeatures            = 31
 	numPodFeatures             = 3
 	featureClip                = 4.0
 	noLimitLatencyScaleMs      = 100.0
@@ -144,43 +144,6 @@ func nanMax(values []float64) float64 {
 		}
 	}
 	return top
-}
-
-// imbalanceRank writes column 31: per node, the share of candidates where placing the pod leaves
-// a lower coefficient of variation of the cpu-request shares (1 where it is not finite). The sums
-// run in index order, as agent/features.py's cumsum does. cvs and sorted are scratch (n long).
-func imbalanceRank(s *NodeState, pod PodRequest, out, cvs, sorted []float64) []float64 {
-	const F = numNodeFeatures
-	n := s.Len()
-	total, squares := 0.0, 0.0
-	for i := 0; i < n; i++ {
-		sh := share(s.CPURequested[i], s.CPUCapacity[i])
-		total += sh
-		squares += sh * sh
-	}
-	for i := 0; i < n; i++ {
-		sh, podShare := share(s.CPURequested[i], s.CPUCapacity[i]), share(pod.CPUMillicores, s.CPUCapacity[i])
-		mean := (total + podShare) / float64(n)
-		variance := (squares+2*sh*podShare+podShare*podShare)/float64(n) - mean*mean
-		if !(variance > 0) {
-			variance = 0
-		}
-		cvs[i] = 0
-		if !(mean <= 0) {
-			cvs[i] = math.Sqrt(variance) / mean
-		}
-		if finite(cvs[i]) {
-			sorted = append(sorted, cvs[i])
-		}
-	}
-	sort.Float64s(sorted)
-	for i := 0; i < n; i++ {
-		out[i*F+31] = 1
-		if finite(cvs[i]) {
-			out[i*F+31] = float64(sort.SearchFloat64s(sorted, cvs[i])) / float64(n)
-		}
-	}
-	return sorted
 }
 
 // Features is the scratch space of one NodeFeatures call, reusable across calls.
@@ -347,7 +310,6 @@ func NodeFeatures(s *NodeState, pod PodRequest, f *Features) {
 		}
 		out[i*F+30] = b2f(finite(s.NetworkReceiveBytesPerS[i]) && finite(s.TCPEstablished[i]) && finite(disk))
 	}
-	f.sorted = imbalanceRank(s, pod, out, scratch, f.sorted[:0])
 
 	for i, v := range out {
 		switch {
