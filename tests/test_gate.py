@@ -321,3 +321,28 @@ def test_retraining_leaves_a_model_that_beats_the_heuristics_alone(tmp_path, chu
     path, info = heuristic_fallback("EE", refused, start, shipped, churn_profile, tmp_path / "work", 0.0)
     assert path is None and "is not behind the heuristic" in info["reason"], info
     assert not list((tmp_path / "work").glob("ee-*.pt"))  # nothing written either
+
+
+@pytest.mark.parametrize("best_ratio, serving_ratio, promote, why", [
+    # the retraining e2e's case: best-fit x1.0025 of most-allocated on every seed, both far ahead of serving
+    (1.0025, 1.3, True, "is ahead of serving"),
+    (1.05, 1.3, False, "the heuristic most-allocated 1 is better than best-fit"),  # clearly behind a rule
+    (1.0, 1.0, False, "is not ahead of serving"),
+])
+def test_a_heuristic_a_fraction_of_a_percent_behind_the_best_rule_still_replaces_a_stale_model(
+        best_ratio, serving_ratio, promote, why):
+    from agent.evaluate.gate import CANDIDATE, SERVING, Verdict, _judge_heuristic
+    from agent.evaluate.goals import paired_ratio
+
+    seeds = range(48)
+    noise = np.random.default_rng(0).uniform(0.9, 1.1, 48)
+    best = {s: float(noise[s]) for s in seeds}
+    mine = {s: best[s] * best_ratio for s in seeds}
+    serving = {s: best[s] * serving_ratio for s in seeds}
+    verdict = Verdict(False, "", "EE", "p", 48, 300, 0.0,
+                      objective={CANDIDATE: float(np.mean(list(mine.values()))), SERVING: 1.3,
+                                 "most-allocated": 1.0},
+                      paired={"serving": paired_ratio(mine, serving), "best_baseline": paired_ratio(mine, best)})
+    assert verdict.paired["best_baseline"]["reading"] == ("tie" if best_ratio == 1.0 else "behind")
+    verdict = _judge_heuristic(verdict, "best-fit", SERVING, "most-allocated", 0.0)
+    assert verdict.promote == promote and why in verdict.reason, verdict.reason
