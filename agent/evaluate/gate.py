@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, baselines_for, evaluate
-from agent.evaluate.goals import OBJECTIVE_TOLERANCE, paired_ratio
+from agent.evaluate.goals import clearly_behind, paired_ratio
 from agent.heuristics import POLICY_HEURISTIC
 from agent.learn.model_io import (ModelValidationError, install_model, load_model, save_heuristic_model, sha256_of,
                                   sidecar_path, write_atomically)
@@ -141,16 +141,15 @@ def _judge_heuristic(verdict: Verdict, name: str, reference: str, best: str, mar
     """A heuristic replaces the serving model only when it is ahead beyond noise and no other rule is
     clearly better: the loop must not swap a model for a rule (and back) on the seeds' luck.
 
-    Clearly better is behind beyond noise *and* by more than the goals' tie (OBJECTIVE_TOLERANCE): on
-    a cluster of like nodes two packing rules can differ by a fraction of a percent that the gate's
-    48 seeds still tell apart (the retraining e2e once measured best-fit at x1.002 of most-allocated,
-    both x0.77 of a stale model), and refusing the rule the start seeds chose would keep the stale
-    model serving."""
+    Clearly better is `goals.clearly_behind`: beyond noise *and* by more than the goals' tie. On a
+    cluster of like nodes two packing rules can differ by a fraction of a percent that the gate's 48
+    seeds still tell apart (the retraining e2e once measured best-fit 1.636 against most-allocated's
+    1.632, best-fit x0.768 of the stale model), and refusing the rule the start seeds chose would
+    keep the stale model serving."""
     against_serving, against_best = verdict.paired["serving"], verdict.paired["best_baseline"]
     mine, theirs = verdict.objective[CANDIDATE], verdict.objective[reference]
     ahead = against_serving is not None and against_serving["ci95"][1] < 1.0 - margin
-    not_behind_best = (against_best is None or against_best["reading"] != "behind"
-                       or against_best["ratio"] <= 1.0 + OBJECTIVE_TOLERANCE)
+    not_behind_best = not clearly_behind(against_best)
     verdict.promote = ahead and not_behind_best
     serving = f"serving {theirs:.4g}"
     if verdict.promote:

@@ -69,6 +69,12 @@ def paired_ratio(model: dict[int, float], baseline: dict[int, float], resamples:
             "seeds_behind": int(np.sum(m > b * (1 + 1e-9))), "reading": reading}
 
 
+def clearly_behind(paired: dict | None) -> bool:
+    """Behind beyond the seeds' noise (paired interval above 1) *and* by more than the goals' tie:
+    what a miss beyond noise is (a missed objective goal whose interval lies above 1)."""
+    return bool(paired) and paired["reading"] == "behind" and paired["ratio"] > 1.0 + OBJECTIVE_TOLERANCE
+
+
 def describe_paired(paired: dict | None) -> str:
     if not paired:
         return ""

@@ -87,9 +87,9 @@ class Demonstrations:
 
     def chunks(self, index: np.ndarray, parts: int) -> list[tuple[torch.Tensor, ...]]:
         """The batch sorted by candidate-set size and cut into `parts` batches, each padded to its own
-        largest set (as PPO trims its minibatches, agent.learn.actor_critic). With log-uniform cluster sizes most sets are small and a few have 64 nodes, so one
-        padded batch is mostly padding: in three parts LB's 10 000 cloning steps took 323 s instead of
-        451 s on 2 cores (docs/training.md)."""
+        largest set (as PPO trims its minibatches, agent.learn.actor_critic). With log-uniform cluster
+        sizes most sets are small and a few have 64 nodes, so one padded batch is mostly padding: in
+        three parts LB's 10 000 cloning steps took 323 s instead of 451 s on 2 cores (docs/training.md)."""
         widths = self._padded()[3].numpy()
         ordered = np.asarray(index)[np.argsort(widths[index], kind="stable")]
         return [self.batch(part) for part in np.array_split(ordered, min(parts, len(ordered)))]
