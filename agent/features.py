@@ -10,6 +10,11 @@ Version 2 (wave 2) adds measured-utilization knowledge, free capacity after plac
 alignment (2-D packing and fragmentation), the latency rank (how rare a node's latency is), the
 power model (idle power, efficiency at full load and per dynamic watt), and the thesis's further
 node metrics (network receive rate, established TCP connections, disk usage).
+
+Version 3 adds `recent_peak_to_come`: the part of the cluster's recent peak of cpu requests not
+bound now, over each node's size. Which node to open decides EE's energy, and the right one
+depends on the load still to come, which the nodes do not show; a cluster that carried more load
+minutes ago shows it in its recent past.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import numpy as np
 
 from agent.state import NodeState, PodRequest
 
-FEATURE_SPEC_VERSION = 2
+FEATURE_SPEC_VERSION = 3
 
 NODE_FEATURES = (
     "cpu_share",  # requested / allocatable, before placing the pod
@@ -52,7 +57,12 @@ NODE_FEATURES = (
     "tcp_established_relative",
     "disk_utilization",
     "extra_metrics_known",
+    # max(the cluster's recent peak of cpu requests - its requests now, the pod's) / allocatable
+    "recent_peak_to_come",
 )
+# node columns per feature spec version: a model of an earlier version is read with zero weight on
+# the columns added since (agent.learn.model_io.upgrade_state_dict), so it decides as it did
+NODE_FEATURES_OF_VERSION = {2: 31, 3: 32}
 POD_FEATURES = (
     "has_latency_limits",
     "share_meeting_hard",  # share of candidates within the pod's hard limit (1 without limits)
@@ -62,6 +72,7 @@ POD_FEATURES = (
 NUM_NODE_FEATURES = len(NODE_FEATURES)
 NUM_POD_FEATURES = len(POD_FEATURES)
 FEATURE_CLIP = 4.0  # every feature lies in [0, FEATURE_CLIP]
+RECENT_PEAK_WINDOW_S = 600.0  # how far back NodeState.recent_peak_cpu_requested looks
 NO_LIMIT_LATENCY_SCALE_MS = 100.0
 
 # Named groups of inputs a policy can be trained blind to (`rlscore-train --blind-to`): an input
@@ -74,6 +85,7 @@ INPUT_GROUPS = {
     "power": ("power_known", "idle_power_relative", "efficiency", "dynamic_efficiency"),
     "extra-metrics": ("network_receive_relative", "tcp_established_relative", "disk_utilization",
                       "extra_metrics_known"),
+    "history": ("recent_peak_to_come",),
 }
 
 
@@ -148,6 +160,18 @@ def reference_node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarr
         return _node_features(nodes, pod)
 
 
+def _to_come(nodes: NodeState, pod: PodRequest) -> float:
+    """The recent peak's part not bound now (the candidates' requests, summed in order, when the
+    cluster's are unknown), and at least the pod: without a peak, the pod alone."""
+    now = nodes.cluster_cpu_requested
+    if not np.isfinite(now):
+        now = np.cumsum(nodes.cpu_requested)[-1] if len(nodes) else 0.0
+    peak, load = nodes.recent_peak_cpu_requested, pod.cpu_millicores
+    if np.isfinite(peak) and peak - now > load:
+        load = peak - now
+    return load
+
+
 def _node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.ndarray]:
     n = len(nodes)
     out = np.empty((NUM_NODE_FEATURES, n), dtype=np.float64)
@@ -212,6 +236,7 @@ def _node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.nd
     out[28] = _relative_to_max(np.where(np.isfinite(tcp), tcp, 0.0), np.isfinite(tcp))
     out[29] = np.where(np.isfinite(disk), disk, 0.0)
     out[30] = np.isfinite(net) & np.isfinite(tcp) & np.isfinite(disk)
+    out[31] = _share(_to_come(nodes, pod), cpu_cap)
 
     out[np.isnan(out)] = FEATURE_CLIP
     features = np.clip(out.T, 0.0, FEATURE_CLIP)  # +inf -> FEATURE_CLIP, -inf -> 0

@@ -52,9 +52,16 @@ def _power_per_core(idle, peak, cpu_cap):  # pragma: no cover (compiled)
 
 @compiled
 def _fill(cpu_cap, mem_cap, max_pods, cpu_req, mem_req, pods, cpu_util, mem_util, since, latency, idle, peak, net, tcp,
-          disk, pod_cpu, pod_mem, soft, hard, limited, out, pod_vec):  # pragma: no cover (compiled)
+          disk, pod_cpu, pod_mem, soft, hard, limited, cluster_now, recent_peak, out, pod_vec):  # pragma: no cover
     n = cpu_cap.shape[0]
     inf = np.inf
+    if not np.isfinite(cluster_now):
+        cluster_now = 0.0
+        for i in range(n):
+            cluster_now += cpu_req[i]
+    to_come = pod_cpu
+    if np.isfinite(recent_peak) and recent_peak - cluster_now > to_come:
+        to_come = recent_peak - cluster_now
     # set-level values first: largest sizes (NaN anywhere: as numpy's max, no largest), nearest
     # latency, the known latencies in order, the power model's and the extra metrics' extremes
     top_cpu, top_mem, cpu_nan, mem_nan = -inf, -inf, False, False
@@ -139,6 +146,7 @@ def _fill(cpu_cap, mem_cap, max_pods, cpu_req, mem_req, pods, cpu_util, mem_util
         row[28] = tcp[i] / top_tcp if (tcp_known and top_tcp > 0) else 0.0
         row[29] = disk[i] if disk_known else 0.0
         row[30] = 1.0 if (net_known and tcp_known and disk_known) else 0.0
+        row[31] = _share(to_come, cpu_cap[i])
         for j in range(NUM_NODE_FEATURES):  # NaN -> the clip value, then into [0, clip], then float32
             value = row[j]
             out[i, j] = CLIP if np.isnan(value) else min(max(value, 0.0), CLIP)
@@ -154,7 +162,8 @@ def compiled_node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarra
     # one compiled specialization: contiguous float64 (a no-op for the arrays NodeState holds)
     columns = [_as_float64(getattr(nodes, name)) for name in _INPUTS]
     _fill(*columns, float(pod.cpu_millicores), float(pod.memory_bytes), float(pod.soft_limit), float(pod.hard_limit),
-          pod.has_latency_limits, features, pod_vec)
+          pod.has_latency_limits, float(nodes.cluster_cpu_requested), float(nodes.recent_peak_cpu_requested),
+          features, pod_vec)
     return features, pod_vec
 
 

@@ -101,9 +101,20 @@ class NodeState:
     cpu_utilization_stddev: np.ndarray = field(default=None)  # type: ignore[assignment]  # over time
     # requests bound since the utilization was measured: what the metrics cannot show yet
     cpu_requested_since_metrics: np.ndarray = field(default=None)  # type: ignore[assignment]
+    # the cluster's sum of cpu requests (millicores, every node, not only these candidates) now, and
+    # its largest within the last RECENT_PEAK_WINDOW_S: the load it carried lately and may again,
+    # which the nodes alone do not show once it has left (NaN: unknown)
+    cluster_cpu_requested: float = math.nan
+    recent_peak_cpu_requested: float = math.nan
 
     def __post_init__(self) -> None:
         n = len(self.names)
+        for name in ("cluster_cpu_requested", "recent_peak_cpu_requested"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float, np.floating)) or not (
+                    math.isnan(value) or (math.isfinite(value) and value >= 0)):
+                raise ValueError(f"{name} must be a number of millicores >= 0 or NaN, got {value!r}")
+            setattr(self, name, float(value))
         for name in NODE_ARRAYS:
             value = getattr(self, name)
             if value is None:
@@ -117,11 +128,14 @@ class NodeState:
         return len(self.names)
 
     @classmethod
-    def trusted(cls, names: list[str], **arrays: np.ndarray) -> NodeState:
+    def trusted(cls, names: list[str], cluster_cpu_requested: float = math.nan,
+                recent_peak_cpu_requested: float = math.nan, **arrays: np.ndarray) -> NodeState:
         """Build from float64 arrays of the right shape without checking them (the simulator's
         hot path); missing fields are unknown."""
         state = cls.__new__(cls)
         state.names = names
+        state.cluster_cpu_requested = cluster_cpu_requested
+        state.recent_peak_cpu_requested = recent_peak_cpu_requested
         unknown = None
         for name in NODE_ARRAYS:
             value = arrays.get(name)
@@ -136,7 +150,8 @@ class NodeState:
         index = np.asarray(index)
         if index.dtype == bool:
             index = np.flatnonzero(index)
-        return NodeState.trusted([self.names[i] for i in index],
+        return NodeState.trusted([self.names[i] for i in index], self.cluster_cpu_requested,
+                                 self.recent_peak_cpu_requested,
                                  **{name: getattr(self, name)[index] for name in NODE_ARRAYS})
 
 

@@ -50,6 +50,10 @@ NO_OPENTELEMETRY = ({"telemetry": {"tracing": False, "metrics": False, "logs": F
                     if "telemetry" in inspect.signature(FastAPI).parameters else {})
 
 
+def _finite_or_none(value: float) -> float | None:
+    return value if np.isfinite(value) else None
+
+
 def _error(status: int, loc: list, message: str) -> JSONResponse:
     metrics.INVALID.labels(str(status)).inc()
     return JSONResponse({"detail": [{"loc": loc, "msg": message, "type": "value_error"}]}, status_code=status)
@@ -329,7 +333,9 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
                 row[field] = value if np.isfinite(value) else None
             rows.append(row)
         return JSONResponse({"nodes": rows, "reasons": [m for _, m in reasons + notes],
-                             "snapshot_age_s": snapshot.age() if snapshot.taken_at else None})
+                             "snapshot_age_s": snapshot.age() if snapshot.taken_at else None,
+                             "cluster_cpu_requested_millicores": _finite_or_none(nodes.cluster_cpu_requested),
+                             "recent_peak_cpu_requested_millicores": _finite_or_none(nodes.recent_peak_cpu_requested)})
 
     @app.get("/v1/node-metrics", summary="The measured node state and serving models, for in-process scoring")
     async def node_metrics() -> Response:
@@ -337,9 +343,11 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         seconds off the scheduling path: every known node's measured columns (null: unknown), the
         model version serving each policy (null: the heuristic, which only the server runs), each
         policy's rollout stage (a policy in shadow or canary is scored here, where the candidate
-        is), and the settings that shape a pod's request."""
+        is), the settings that shape a pod's request, and the cluster's cpu requests now and at
+        their recent peak (null: unknown)."""
         snapshot = collector.snapshot
         names, columns = await asyncio.to_thread(export_metrics, table)
+        requested, peak = table.cluster_cpu_requested()
         payload = {"feature_spec_version": FEATURE_SPEC_VERSION, "default_policy": settings.default_policy,
                    "el_default_latency_ms": {"soft": settings.el_default_soft_ms, "hard": settings.el_default_hard_ms},
                    "stale_after_s": settings.stale_after_s,
@@ -347,6 +355,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
                    "model_versions": {p: (m.version if (m := registry.get(p)) and m.heuristic is None else None)
                                       for p in POLICIES},
                    "rollout_stages": rollout.stages(),
+                   "cluster_cpu_requested_millicores": _finite_or_none(requested),
+                   "recent_peak_cpu_requested_millicores": _finite_or_none(peak),
                    "nodes": {"names": names, **columns}}
         return Response(orjson.dumps(payload), media_type="application/json")
 

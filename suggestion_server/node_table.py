@@ -12,11 +12,15 @@ name without a row reads as all-unknown (the spare last row, which stays NaN).
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
+import time
 from collections.abc import Iterator
 from itertools import repeat
 
 import numpy as np
+
+from agent.recent_peak import RecentPeak
 
 # Columns the Kubernetes API owns: node objects (`in_api` is 1 while the API has the node) ...
 NODE_COLUMNS = ("in_api", "cpu_capacity", "memory_capacity", "max_pods", "power_idle_watts", "power_max_watts")
@@ -36,6 +40,10 @@ class NodeTable:
         self.index: dict[str, int] = {}
         self.names: list[str] = []
         self.generation = 0  # bumped whenever a row is added
+        # the sum of every node's cpu requests and its recent peak (time.monotonic()); unknown
+        # until the watch reported pods once
+        self._cpu_total = math.nan
+        self._request_peak = RecentPeak()
         self._alloc(max(capacity, 1))
 
     def _alloc(self, capacity: int) -> None:
@@ -94,6 +102,8 @@ class NodeTable:
             cols["cpu_requested"][row] += cpu
             cols["memory_requested"][row] += memory
             cols["pods"][row] += pods
+            self._cpu_total = (0.0 if math.isnan(self._cpu_total) else self._cpu_total) + cpu
+            self._request_peak.record(time.monotonic(), self._cpu_total)
 
     def replace_nodes(self, nodes: dict[str, dict[str, float | None]]) -> None:
         """After a relist of nodes: the API's nodes as they are now."""
@@ -113,6 +123,8 @@ class NodeTable:
             for name, (cpu, memory, pods) in usage.items():
                 row = rows[name]
                 cols["cpu_requested"][row], cols["memory_requested"][row], cols["pods"][row] = cpu, memory, pods
+            self._cpu_total = float(cols["cpu_requested"][: len(self.names)].sum())
+            self._request_peak.record(time.monotonic(), self._cpu_total)
 
     def replace_metrics(self, metrics: dict[str, dict[str, float]]) -> None:
         """A refresh's metrics for every node; nodes it does not mention become unknown. Records
@@ -140,6 +152,14 @@ class NodeTable:
         # map() keeps the per-name loop in C: at 5000 names this is most of a request's Python work
         return np.fromiter(map(self.index.get, names, repeat(self.unknown_row, len(names))), dtype=np.intp,
                            count=len(names))
+
+    def cluster_cpu_requested(self) -> tuple[float, float]:
+        """(every node's cpu requests now, their largest sum within the recent-peak window), NaN
+        before the watch reported pods: NodeState's cluster_cpu_requested and recent peak."""
+        with self._lock:
+            if math.isnan(self._cpu_total):
+                return math.nan, math.nan
+            return self._cpu_total, self._request_peak.peak(time.monotonic(), self._cpu_total)
 
     def snapshot(self, keys: tuple[str, ...]) -> tuple[list[str], dict[str, np.ndarray]]:
         """Every row's name and a copy of `keys`, in row order."""

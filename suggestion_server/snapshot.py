@@ -275,7 +275,7 @@ def assemble(names: list[str], given: np.ndarray | None, table: NodeTable, snaps
         reasons.append(("stale", f"node metrics are {snapshot.age():.0f} s old"))
     if used_table or reasons:
         reasons += [("source", problem) for problem in snapshot.problems]
-    return NodeState.trusted(names, **columns), reasons, notes
+    return NodeState.trusted(names, *table.cluster_cpu_requested(), **columns), reasons, notes
 
 
 def _fill_missing(state: dict[str, np.ndarray], names: list[str], need_latency: bool,

@@ -15,8 +15,8 @@ def col(features, name):
     return features[:, NODE_FEATURES.index(name)]
 
 
-def test_spec_version_2_and_shapes():
-    assert FEATURE_SPEC_VERSION == 2
+def test_spec_version_3_and_shapes():
+    assert FEATURE_SPEC_VERSION == 3
     f, p = node_features(make_nodes([4000, 8000]), PodRequest(500, GIB))
     assert f.shape == (2, NUM_NODE_FEATURES) and p.shape == (NUM_POD_FEATURES,)
     assert f.dtype == np.float32 and (f >= 0).all() and (f <= FEATURE_CLIP).all()
@@ -77,6 +77,35 @@ def test_extra_metrics_relative_and_known():
     assert col(f, "extra_metrics_known").tolist() == [1, 0]
 
 
+def test_recent_peak_to_come_is_the_part_of_the_recent_peak_not_bound_now():
+    nodes = make_nodes([4000, 8000, 16000], cpu_req=[0, 0, 0])
+    pod = PodRequest(250, GIB)
+    # no history: the pod alone
+    assert col(node_features(nodes, pod)[0], "recent_peak_to_come").tolist() == pytest.approx([250 / 4000, 250 / 8000,
+                                                                                              250 / 16000])
+    # an empty cluster that carried 7.5 cores minutes ago: they fit the big node only
+    nodes.recent_peak_cpu_requested = 7500.0
+    assert col(node_features(nodes, pod)[0], "recent_peak_to_come").tolist() == pytest.approx([7500 / 4000, 7500 / 8000,
+                                                                                              7500 / 16000])
+    # 4 of them are back on a node that is full now, so no candidate: 3.5 cores to come fit the middle one
+    nodes.cluster_cpu_requested = 4000.0
+    got = col(node_features(nodes, pod)[0], "recent_peak_to_come")
+    assert got.tolist() == pytest.approx([3500 / 4000, 3500 / 8000, 3500 / 16000])
+    assert got.tolist() == col(reference_node_features(nodes, pod)[0], "recent_peak_to_come").tolist()
+    # the cluster's own sum unknown: the candidates' stands in; a peak below it counts for nothing
+    busy = make_nodes([4000, 16000], cpu_req=[3000, 8000])
+    busy.recent_peak_cpu_requested = 6000.0
+    assert col(node_features(busy, pod)[0], "recent_peak_to_come").tolist() == pytest.approx([250 / 4000, 250 / 16000])
+
+
+@pytest.mark.parametrize("field", ["cluster_cpu_requested", "recent_peak_cpu_requested"])
+@pytest.mark.parametrize("value", [-1.0, np.inf, "6000", None])
+def test_cluster_sums_that_are_not_a_load_are_refused(field, value):
+    with pytest.raises(ValueError, match=f"{field} must be a number of millicores"):
+        NodeState(["a"], cpu_capacity=[1.0], memory_capacity=[1.0], max_pods=[1.0], cpu_requested=[0.0],
+                  memory_requested=[0.0], pods=[0.0], **{field: value})
+
+
 def test_degenerate_inputs_stay_in_range():
     nodes = NodeState(["a", "b"], cpu_capacity=np.array([0.0, 4000.0]), memory_capacity=np.array([GIB, 0.0]),
                       max_pods=np.array([0.0, 110.0]), cpu_requested=np.array([5000.0, 0.0]),
@@ -97,7 +126,9 @@ def _awkward_state(n: int, rng: np.random.Generator) -> NodeState:
             values = rng.uniform(0, 100, n) * rng.choice([1.0, 1e3, 1e9])
         values[rng.random(n) < rng.random() * 0.3] = np.nan
         columns[name] = values
-    return NodeState(names=[f"n{i}" for i in range(n)], **columns)
+    now, peak = (float(rng.choice([np.nan, 0.0, 1.0, 4000.0, 1e6, 1e308])) for _ in range(2))
+    return NodeState(names=[f"n{i}" for i in range(n)], cluster_cpu_requested=now, recent_peak_cpu_requested=peak,
+                     **columns)
 
 
 LIMITS = [(None, None), (20.0, 30.0), (None, 30.0), (25.0, None), (30.0, 30.0)]

@@ -80,11 +80,18 @@ def test_go_features_forward_and_scores_equal_python(tmp_path):
         for n in SIZES:
             for _ in range(2):
                 arrays = _with_unknowns(random_state(n, rng), rng)
-                nodes = NodeState(names=[f"n{i}" for i in range(n)], **arrays)
+                # the cluster's requests now (unknown, or beyond the candidates') and their recent peak
+                # (unknown, below what the candidates hold, or above it)
+                held = float(np.nansum(arrays["cpu_requested"]))
+                now, peak = (float(rng.choice([np.nan, 1.0, 1.2, 1.5])) * held for _ in range(2))
+                nodes = NodeState(names=[f"n{i}" for i in range(n)], cluster_cpu_requested=now,
+                                  recent_peak_cpu_requested=peak, **arrays)
                 for request in _pods(policy, rng)[: 2 if n >= 1000 else 4]:
                     features, pod_vec = node_features(nodes, request)
                     q = model.q_values_from_features(features, pod_vec)
                     cases.append({"policy": policy, "nodes": {k: _list(getattr(nodes, k)) for k in NODE_ARRAYS},
+                                  "cluster_requested": _list([nodes.cluster_cpu_requested])[0],
+                                  "recent_peak": _list([nodes.recent_peak_cpu_requested])[0],
                                   "pod": {"cpu": request.cpu_millicores, "memory": request.memory_bytes,
                                           "soft": request.latency_soft_ms or 0.0, "hard": request.latency_hard_ms or 0.0},
                                   "features": features.astype(np.float64).ravel().tolist(),
@@ -171,12 +178,12 @@ def test_in_process_scorer_matches_the_server(live_server, tmp_path):
 def test_node_metrics_and_model_endpoints(live_server):
     app, url = live_server
     metrics = httpx.get(f"{url}/v1/node-metrics").json()
-    assert metrics["feature_spec_version"] == 2 and metrics["default_policy"] == "EE"
+    assert metrics["feature_spec_version"] == 3 and metrics["default_policy"] == "EE"
     assert set(metrics["model_versions"]) == set(POLICIES) and all(metrics["model_versions"].values())
     weights = httpx.get(f"{url}/v1/models/el").json()
     assert weights["format"] == "rlscore-deepsets-weights" and weights["policy"] == "EL"
     assert weights["version"] == metrics["model_versions"]["EL"]
-    assert len(weights["layers"][0]["lambda"]) == 34 and len(weights["layers"][-1]["bias"]) == 1
+    assert len(weights["layers"][0]["lambda"]) == 35 and len(weights["layers"][-1]["bias"]) == 1
     bad = httpx.get(f"{url}/v1/models/fast")
     assert bad.status_code == 422 and "unknown policy" in bad.text
     app.state.registry.policies["LB"].model = None  # as after a model file failed to validate

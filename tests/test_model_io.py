@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from agent.features import FEATURE_SPEC_VERSION
+from agent.features import FEATURE_SPEC_VERSION, NODE_FEATURES, NODE_FEATURES_OF_VERSION, node_features
 from agent.learn.model_io import ModelValidationError, load_model, save_model, sidecar_path
 from agent.learn.network import NodeScorer
 from agent.state import PodRequest
@@ -68,6 +68,36 @@ def test_refuses_mismatched_models(saved, mutate, message):
     path, _ = saved
     _rewrite(path, mutate)
     with pytest.raises(ModelValidationError, match=message):
+        load_model(path)
+
+
+def test_a_version_2_model_reads_version_3_and_decides_as_it_did(tmp_path):
+    """A model trained before `recent_peak_to_come` existed: its first layer is 31 node columns wide. It
+    loads with zero weight on the new column, so what the new column says changes nothing."""
+    torch.manual_seed(1)
+    old_width = NODE_FEATURES_OF_VERSION[2]
+    old = NodeScorer((16, 16), node_features=old_width)
+    path = save_model(tmp_path / "lb.pt", old, "LB", {})
+    payload = torch.load(path, weights_only=True)
+    payload.update(feature_spec_version=2)
+    torch.save(payload, path)
+    sidecar_path(path).unlink()
+    model = load_model(path)
+
+    nodes = make_nodes([4000, 8000, 16000, 4000], cpu_req=[1000, 0, 500, 3000], latency=[5, 15, 40, 8])
+    pod = PodRequest(250, 64 * 2**20)
+    feats, pod_vec = node_features(nodes, pod)
+    column = NODE_FEATURES.index("recent_peak_to_come")
+    assert column == old_width and len(set(feats[:, column])) > 1  # the new column says something here
+    with torch.no_grad():
+        before = old(torch.from_numpy(feats[:, :old_width])[None], torch.from_numpy(pod_vec)[None],
+                     torch.ones(1, 4, dtype=torch.bool))[0].numpy()
+    np.testing.assert_allclose(model.q_values(nodes, pod), before, rtol=1e-6)
+    assert model.network.blind_columns() == [column]
+
+    payload.update(feature_spec_version=1)
+    torch.save(payload, path)
+    with pytest.raises(ModelValidationError, match="feature spec version 1, this build serves version 3 and reads 2, 3"):
         load_model(path)
 
 

@@ -377,3 +377,22 @@ def test_node_down_evicts_its_pods_for_recreation_and_never_removes_the_last_nod
 def test_cluster_needs_a_node():
     with pytest.raises(ValueError, match="at least one node"):
         Cluster(_world([]), np.random.default_rng(0))
+
+
+def test_the_recent_peak_is_the_last_cycles_load_once_the_cluster_emptied():
+    """test1 empties the cluster every 115 s: at the next cycle's first pod the nodes are empty, and
+    the recent peak is the 30 pods of the cycle before; 600 s later that cycle is forgotten."""
+    from agent.features import RECENT_PEAK_WINDOW_S
+
+    sim = Simulation(_world([NodeSpec(LARGE, 5.0)], arrivals="test1"), seed=0)
+    peaks = []
+    for _ in range(31):
+        sim.next_decision()
+        state, _ = sim.candidate_state()
+        peaks.append(state.recent_peak_cpu_requested)
+        sim.place(0)
+    assert peaks[:30] == [250.0 * k for k in range(30)]  # while filling, the peak is what is bound
+    assert state.cpu_requested[0] == 0.0 and state.cluster_cpu_requested == 0.0 and peaks[30] == 30 * 250.0
+    sim.cluster.cpu_requested[:] = 0.0  # the history alone: after the window nothing is left of it
+    sim.time += RECENT_PEAK_WINDOW_S + 1.0
+    assert sim.recent_peak_cpu_requested() == 0.0

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agent.features import FEATURE_SPEC_VERSION, NUM_NODE_FEATURES, NUM_POD_FEATURES, node_features
+from agent.features import (FEATURE_SPEC_VERSION, NODE_FEATURES_OF_VERSION, NUM_NODE_FEATURES, NUM_POD_FEATURES,
+                            node_features)
 from agent.heuristics import HEURISTICS
 from agent.kernels import equivariant_layer
 from agent.learn.network import NodeScorer
@@ -214,8 +215,9 @@ def load_model(path: str | Path, expected_policy: str | None = None,
     _require(payload.get("format") == MODEL_FORMAT, path,
              f"format is {payload.get('format')!r}, expected {MODEL_FORMAT!r}")
     spec = payload.get("feature_spec_version")
-    _require(spec == FEATURE_SPEC_VERSION, path,
-             f"trained on feature spec version {spec!r}, this build serves version {FEATURE_SPEC_VERSION}")
+    _require(isinstance(spec, int) and spec in NODE_FEATURES_OF_VERSION, path,
+             f"trained on feature spec version {spec!r}, this build serves version {FEATURE_SPEC_VERSION} and "
+             f"reads {', '.join(map(str, NODE_FEATURES_OF_VERSION))}")
     policy = payload.get("policy")
     _require(policy in POLICIES, path, f"policy is {policy!r}, expected one of {', '.join(POLICIES)}")
     if expected_policy is not None:
@@ -227,14 +229,15 @@ def load_model(path: str | Path, expected_policy: str | None = None,
     _require(isinstance(hidden, list) and 1 <= len(hidden) <= 8
              and all(isinstance(h, int) and 1 <= h <= MAX_HIDDEN_UNITS for h in hidden), path,
              f"architecture.hidden must be 1..8 layer sizes in 1..{MAX_HIDDEN_UNITS}, got {hidden!r}")
-    _require(arch.get("node_features") == NUM_NODE_FEATURES and arch.get("pod_features") == NUM_POD_FEATURES,
-             path, f"expects {arch.get('node_features')}+{arch.get('pod_features')} features, this build "
-                   f"produces {NUM_NODE_FEATURES}+{NUM_POD_FEATURES}")
+    width = NODE_FEATURES_OF_VERSION[spec]
+    _require(arch.get("node_features") == width and arch.get("pod_features") == NUM_POD_FEATURES,
+             path, f"expects {arch.get('node_features')}+{arch.get('pod_features')} features, feature spec "
+                   f"version {spec} has {width}+{NUM_POD_FEATURES}")
     network = NodeScorer(tuple(hidden))
     state_dict = payload.get("state_dict")
     _require(isinstance(state_dict, dict), path, "missing state_dict")
     try:
-        network.load_state_dict(state_dict, strict=True)
+        network.load_state_dict(upgrade_state_dict(state_dict, width), strict=True)
     except RuntimeError as exc:
         raise ModelValidationError(f"{path}: weights do not match the architecture: {exc}") from exc
     network.eval()
@@ -245,6 +248,25 @@ def load_model(path: str | Path, expected_policy: str | None = None,
                         path=path, metadata=metadata)
     _probe(model, path)
     return model
+
+
+def upgrade_state_dict(state_dict: dict[str, Any], node_features: int) -> dict[str, Any]:
+    """A NodeScorer's weights trained on the first `node_features` columns (an earlier feature spec
+    version), widened to this version's with zero weight on the columns added since (they sit
+    between the old node columns and the pod columns): the network reads the new inputs and decides
+    exactly as it did."""
+    added = NUM_NODE_FEATURES - node_features
+    if added == 0:
+        return state_dict
+    upgraded = dict(state_dict)
+    for name in ("Lambda", "Gamma", "Delta"):
+        key = f"layers.0.{name}.weight"
+        weight = state_dict.get(key)
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.shape[1] < node_features:
+            continue  # load_state_dict names the mismatch
+        zeros = weight.new_zeros(weight.shape[0], added)
+        upgraded[key] = torch.cat([weight[:, :node_features], zeros, weight[:, node_features:]], dim=1)
+    return upgraded
 
 
 def _sidecar(path: Path, digest: str, policy: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from agent.sim import scenarios
 from agent.sim.families import LATENCY_RANGE_MS, family
 from agent.sim.outcomes import EL_ENERGY_WEIGHT, HOT_UTILIZATION, Ledger, Units, cv as _cv, rate
 from agent.sim.scenarios import Event
+from agent.recent_peak import RecentPeak
 from agent.sim.world import SimPod, World
 from agent.state import NodeState, PodRequest, as_served
 
@@ -240,6 +241,7 @@ class Simulation:
         self._last_scrape = 0.0
         # (time, pod id, whether it begins to show): pending changes of what the metrics show
         self._usage_changes: list[tuple[float, int, bool]] = []
+        self._request_peak = RecentPeak()
         self._scrape()
         self._next_scrape = world.metrics_interval_s * (1.0 - scrape_phase)
 
@@ -390,12 +392,17 @@ class Simulation:
                 power = {k: np.where(hidden, np.nan, v) for k, v in power.items()}
         requested = c.cpu_requested[idx]
         state = NodeState.trusted(
-            [c.names[i] for i in idx], cpu_capacity=c.cpu_capacity[idx], memory_capacity=c.memory_capacity[idx],
+            [c.names[i] for i in idx], float(c.cpu_requested.sum()), self.recent_peak_cpu_requested(),
+            cpu_capacity=c.cpu_capacity[idx], memory_capacity=c.memory_capacity[idx],
             max_pods=c.max_pods[idx], cpu_requested=requested, memory_requested=c.memory_requested[idx],
             pods=c.pods[idx], cpu_requested_since_metrics=np.maximum(requested - self._requested_at_scrape[idx], 0.0),
             **{k: v[idx] for k, v in m.items()}, **power)
         pod = pod_request(self.pod)
         return state, (as_served(pod, policy) if policy is not None else pod)
+
+    def recent_peak_cpu_requested(self) -> float:
+        """The largest sum of cpu requests over the cluster within the last RECENT_PEAK_WINDOW_S."""
+        return self._request_peak.peak(self.time, float(self.cluster.cpu_requested.sum()))
 
     def place(self, candidate: int) -> int:
         """Bind the current pod to candidate number `candidate`; returns the node index."""
@@ -416,6 +423,7 @@ class Simulation:
             ledger.soft_violations += int(latency > request.soft_limit)
         onset = self.world.usage_onset_s
         c.bind(pod, node, using=onset <= 0)
+        self._request_peak.record(self.time, float(c.cpu_requested.sum()))
         if onset > 0:
             heapq.heappush(self._usage_changes, (self.time + onset, pod.id, True))
         ledger.placed += 1

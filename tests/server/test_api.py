@@ -253,3 +253,20 @@ def test_the_scoring_endpoints_answer_only_post(client):
     # goes through FastAPI's routing
     assert client.get("/suggest").status_code == 405
     assert client.get("/v1/scores").status_code == 405
+
+
+def test_the_clusters_cpu_requests_now_and_at_their_recent_peak_once_the_watch_reported_pods(client):
+    """What /v1/node-metrics hands the in-process scorer and what /suggest scores with (/state)."""
+    def sums():
+        metrics = client.get("/v1/node-metrics").json()
+        state = client.get("/state", params={"node": ["a"]}).json()
+        pair = metrics["cluster_cpu_requested_millicores"], metrics["recent_peak_cpu_requested_millicores"]
+        assert pair == (state["cluster_cpu_requested_millicores"], state["recent_peak_cpu_requested_millicores"])
+        return pair
+
+    assert sums() == (None, None)
+    table = client.app.state.table
+    table.replace_usage({"a": (1000.0, 0.0, 1.0)})
+    table.add_usage("b", 3000.0, 0.0, 1.0)
+    table.add_usage("b", -3000.0, 0.0, -1.0)
+    assert sums() == (1000.0, 4000.0)

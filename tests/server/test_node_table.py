@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from suggestion_server.node_table import COLUMNS, NodeTable
 
@@ -22,3 +23,27 @@ def test_metrics_and_usage_for_more_nodes_than_the_table_holds():
     assert got["cpu_utilization"][600] == 0.5
     assert np.isnan(got["cpu_utilization"][601]) and np.isnan(got["cpu_capacity"][601])
     assert len(table) == 900
+
+
+def test_the_recent_peak_of_requests_is_unknown_until_the_watch_reports_pods_then_remembers_the_top():
+    table = NodeTable()
+    assert np.isnan(table.cluster_cpu_requested()).all()  # no watch: the features fall back to the candidates
+    table.replace_usage({"a": (1000.0, 0.0, 1.0), "b": (500.0, 0.0, 1.0)})
+    assert table.cluster_cpu_requested() == (1500.0, 1500.0)
+    table.add_usage("a", 2000.0, 0.0, 1.0)
+    table.add_usage("a", -3000.0, 0.0, -2.0)
+    table.add_usage("b", -500.0, 0.0, -1.0)  # the cluster emptied: its recent past did not
+    assert table.cluster_cpu_requested() == (0.0, 3500.0)
+
+
+def test_the_recent_peak_forgets_what_left_the_window():
+    from agent.recent_peak import RecentPeak
+
+    peak = RecentPeak(window_s=100.0)
+    for when, total in ((0.0, 5.0), (10.0, 9.0), (20.0, 4.0), (50.0, 7.0), (60.0, 1.0)):
+        peak.record(when, total)
+    assert peak.peak(60.0, 1.0) == 9.0
+    assert peak.peak(115.0, 1.0) == 7.0  # 9 was recorded at 10 s, 105 s ago
+    assert peak.peak(155.0, 2.0) == 2.0  # all of it left: what is bound now
+    with pytest.raises(ValueError, match="window"):
+        RecentPeak(window_s=0.0)

@@ -5,16 +5,16 @@ import (
 	"sort"
 )
 
-// The per-node features of agent/features.py (FEATURE_SPEC_VERSION 2), for the in-process scorer.
+// The per-node features of agent/features.py (FEATURE_SPEC_VERSION 3), for the in-process scorer.
 // This is a port, column for column, of the one function training and serving share; the parity
 // test (tests/test_go_scorer_parity.py, which drives TestParityWithPython) proves both give the
 // same features, Q-values and scores on random states. Change both together and bump the version.
 
 // FeatureSpecVersion is the feature layout this build computes; a model of another version is refused.
-const FeatureSpecVersion = 2
+const FeatureSpecVersion = 3
 
 const (
-	numNodeFeatures            = 31
+	numNodeFeatures            = 32
 	numPodFeatures             = 3
 	featureClip                = 4.0
 	noLimitLatencyScaleMs      = 100.0
@@ -31,6 +31,10 @@ type NodeState struct {
 	PowerIdleWatts, PowerMaxWatts                            []float64
 	NetworkReceiveBytesPerS, TCPEstablished, DiskUtilization []float64
 	CPURequestedSinceMetrics                                 []float64
+	// ClusterCPURequested is the cluster's sum of cpu requests now (millicores, every node, not
+	// only these) and RecentPeakCPURequested its largest within the server's recent-peak window;
+	// NaN is unknown.
+	ClusterCPURequested, RecentPeakCPURequested float64
 }
 
 // Len is the number of nodes.
@@ -309,6 +313,23 @@ func NodeFeatures(s *NodeState, pod PodRequest, f *Features) {
 			out[i*F+29] = disk
 		}
 		out[i*F+30] = b2f(finite(s.NetworkReceiveBytesPerS[i]) && finite(s.TCPEstablished[i]) && finite(disk))
+	}
+	// recent_peak_to_come: the recent peak's part not bound now, at least the pod, over each node's
+	// size; the candidates' requests stand in for the cluster's, summed in index order as
+	// agent/features.py's cumsum does
+	now := s.ClusterCPURequested
+	if !finite(now) {
+		now = 0
+		for i := 0; i < n; i++ {
+			now += s.CPURequested[i]
+		}
+	}
+	toCome := pod.CPUMillicores
+	if peak := s.RecentPeakCPURequested; finite(peak) && peak-now > toCome {
+		toCome = peak - now
+	}
+	for i := 0; i < n; i++ {
+		out[i*F+31] = share(toCome, s.CPUCapacity[i])
 	}
 
 	for i, v := range out {

@@ -43,7 +43,10 @@ type scoringState struct {
 	elHard        float64
 	index         map[string]int
 	metrics       nodeMetricColumns
-	models        map[string]*Model // a policy without an entry is served by the server's heuristic
+	// the cluster's cpu requests (millicores) as the server's watch saw them, and their recent peak;
+	// NaN unknown
+	clusterRequested, recentPeak float64
+	models                       map[string]*Model // a policy without an entry is served by the server's heuristic
 	// inRollout holds the policies with a candidate in shadow or canary: only the server compares
 	// the two models and sends a canary share of pods to the candidate, so their pods go over HTTP.
 	inRollout map[string]bool
@@ -89,6 +92,8 @@ type nodeMetricsResponse struct {
 	SnapshotAgeS       *float64                     `json:"snapshot_age_s"`
 	ModelVersions      map[string]*string           `json:"model_versions"`
 	RolloutStages      map[string]string            `json:"rollout_stages"` // absent from older servers: none
+	ClusterRequested   *float64                     `json:"cluster_cpu_requested_millicores"`
+	RecentPeak         *float64                     `json:"recent_peak_cpu_requested_millicores"`
 	Nodes              struct {
 		Names []string `json:"names"`
 		nodeMetricColumns
@@ -100,7 +105,8 @@ type LocalScorer struct {
 	client   *Client
 	base     string // the server's root URL
 	interval time.Duration
-	parallel Parallel // nil: serial
+	parallel Parallel   // nil: serial
+	handle   fwk.Handle // nil outside a scheduler
 	state    atomic.Pointer[scoringState]
 	scratch  sync.Pool
 }
@@ -120,7 +126,7 @@ func NewLocalScorer(args *RLScoreArgs, client *Client, handle fwk.Handle) *Local
 	u.Path = strings.TrimSuffix(u.Path, suggestPath)
 	u.RawQuery = ""
 	ls := &LocalScorer{client: client, base: u.String(), interval: args.InProcessRefreshInterval.Duration,
-		scratch: sync.Pool{New: func() any { return &localScratch{} }}}
+		handle: handle, scratch: sync.Pool{New: func() any { return &localScratch{} }}}
 	if handle != nil && handle.Parallelizer() != nil {
 		parallelizer := handle.Parallelizer()
 		ls.parallel = func(pieces int, piece func(int)) {
@@ -217,6 +223,20 @@ func (ls *LocalScorer) Refresh(ctx context.Context) error {
 		index: make(map[string]int, n), metrics: m, models: map[string]*Model{}, inRollout: map[string]bool{}}
 	if r.SnapshotAgeS != nil {
 		st.snapshotAge = *r.SnapshotAgeS
+	}
+	for _, sum := range []struct {
+		name string
+		in   *float64
+		out  *float64
+	}{{"cluster_cpu_requested_millicores", r.ClusterRequested, &st.clusterRequested},
+		{"recent_peak_cpu_requested_millicores", r.RecentPeak, &st.recentPeak}} {
+		*sum.out = math.NaN()
+		if sum.in != nil {
+			if !(*sum.in >= 0) || math.IsInf(*sum.in, 0) {
+				return fmt.Errorf("GET %s: %s is %v, expected a number >= 0", nodeMetricsPath, sum.name, *sum.in)
+			}
+			*sum.out = *sum.in
+		}
 	}
 	for i, name := range r.Nodes.Names {
 		st.index[name] = i
@@ -346,6 +366,7 @@ func (ls *LocalScorer) Score(pod *v1.Pod, nodes []fwk.NodeInfo, requestedPolicy 
 		return localDecision{}, "no_nodes"
 	}
 	s.Resize(len(names))
+	s.ClusterCPURequested, s.RecentPeakCPURequested = ls.clusterRequested(st), st.recentPeak
 	NodeFeatures(s, request, &scratch.features)
 	scratch.values = grow(scratch.values, len(names))
 	model.QValues(&scratch.features, scratch.values, &scratch.forward, ls.parallel)
@@ -359,6 +380,23 @@ func (ls *LocalScorer) Score(pod *v1.Pod, nodes []fwk.NodeInfo, requestedPolicy 
 		out[name] = scores[i]
 	}
 	return localDecision{scores: out, policy: policy, version: model.Version}, ""
+}
+
+// clusterRequested is the cpu requests of every node in the scheduler's snapshot of this cycle,
+// which is newer than the server's last answer; outside a scheduler, the server's figure.
+func (ls *LocalScorer) clusterRequested(st *scoringState) float64 {
+	if ls.handle == nil || ls.handle.SnapshotSharedLister() == nil {
+		return st.clusterRequested
+	}
+	infos, err := ls.handle.SnapshotSharedLister().NodeInfos().List()
+	if err != nil {
+		return st.clusterRequested
+	}
+	total := 0.0
+	for _, info := range infos {
+		total += float64(info.GetRequested().GetMilliCPU())
+	}
+	return total
 }
 
 // podRequest reads the pod as suggestion_server/pods.py does; ok=false where the server would

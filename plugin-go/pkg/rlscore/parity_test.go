@@ -24,6 +24,8 @@ import (
 type parityCase struct {
 	Policy string                `json:"policy"`
 	Nodes  map[string]nullFloats `json:"nodes"`
+	Now    *float64              `json:"cluster_requested"`
+	Peak   *float64              `json:"recent_peak"`
 	Pod    struct {
 		CPU, Memory, Soft, Hard float64
 	} `json:"pod"`
@@ -64,6 +66,13 @@ func TestParityWithPython(t *testing.T) {
 	nodes := 0
 	for k, c := range file.Cases {
 		s := nodeStateOf(t, c.Nodes)
+		s.ClusterCPURequested, s.RecentPeakCPURequested = math.NaN(), math.NaN()
+		if c.Now != nil {
+			s.ClusterCPURequested = *c.Now
+		}
+		if c.Peak != nil {
+			s.RecentPeakCPURequested = *c.Peak
+		}
 		n := s.Len()
 		nodes += n
 		pod := PodRequest{CPUMillicores: c.Pod.CPU, MemoryBytes: c.Pod.Memory, LatencySoftMs: c.Pod.Soft,
