@@ -3,6 +3,7 @@ package rlscore
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand"
 	"net/http"
 	"net/http/httptest"
@@ -10,7 +11,16 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	fwk "k8s.io/kube-scheduler/framework"
+	schedulerapi "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 )
 
 // exportModel writes m in the server's /v1/models format.
@@ -211,5 +221,43 @@ func TestLocalScorerRefreshRefusesBadAnswers(t *testing.T) {
 				t.Fatalf("want an error containing %q, got %v", tt.want, err)
 			}
 		})
+	}
+}
+
+// The cluster's cpu requests for recent_peak_to_come come from the scheduler's snapshot of this
+// cycle, every node's (not only the feasible ones handed to Score), and from the server's last
+// answer only outside a scheduler.
+func TestLocalScorerTakesTheClustersRequestsFromTheSchedulersSnapshot(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cpu := func(milli int64) v1.ResourceList {
+		return v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(milli, resource.DecimalSI)}
+	}
+	var nodes []*v1.Node
+	var pods []*v1.Pod
+	for i, used := range []int64{3000, 0, 1250} {
+		name := fmt.Sprintf("n%d", i)
+		nodes = append(nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: v1.NodeStatus{Allocatable: cpu(8000), Capacity: cpu(8000)}})
+		if used > 0 {
+			pods = append(pods, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p-" + name, Namespace: "default",
+				UID: types.UID("p-" + name)}, Spec: v1.PodSpec{NodeName: name,
+				Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: cpu(used)}}}}})
+		}
+	}
+	client := fake.NewClientset()
+	f, err := frameworkruntime.NewFramework(ctx, frameworkruntime.Registry{}, &schedulerapi.KubeSchedulerProfile{
+		SchedulerName: "test"}, frameworkruntime.WithSnapshotSharedLister(internalcache.NewSnapshot(pods, nodes)),
+		frameworkruntime.WithClientSet(client), frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := &RLScoreArgs{SuggestionURL: "http://127.0.0.1:1/suggest"}
+	st := &scoringState{clusterRequested: 99}
+	if got := NewLocalScorer(args, nil, f).clusterRequested(st); got != 4250 {
+		t.Errorf("in a scheduler: %v millicores, want the snapshot's 4250", got)
+	}
+	if got := NewLocalScorer(args, nil, nil).clusterRequested(st); got != 99 {
+		t.Errorf("outside a scheduler: %v millicores, want the server's 99", got)
 	}
 }
