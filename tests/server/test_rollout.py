@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from agent.evaluate.gate import Verdict, record
+from agent.features import NODE_FEATURES
 from agent.learn.model_io import load_model, save_model, sha256_of
 from agent.learn.network import NodeScorer
 from suggestion_server.rollout import canary_fraction
@@ -31,6 +32,19 @@ def passing_verdict(candidate, promote=True, sha=None):
 def untrained_ee(path, seed=0):
     torch.manual_seed(seed)
     return save_model(path, NodeScorer((64, 64)), "EE", {"training": {"steps": 0}})
+
+
+def spreading_ee(path):
+    """An EE model that prefers the least requested node, so it opens empty nodes where the shipped
+    EE packs: its placements cost more energy by construction, not by the luck of a random init."""
+    net = NodeScorer((1,))
+    with torch.no_grad():
+        for p in net.parameters():
+            p.zero_()
+        net.layers[0].Lambda.weight[0, NODE_FEATURES.index("cpu_share")] = -1.0
+        net.layers[0].Lambda.bias[0] = 1.0
+        net.layers[1].Lambda.weight[0, 0] = 1.0
+    return save_model(path, net, "EE", {"training": {"steps": 0}})
 
 
 @pytest.fixture
@@ -150,11 +164,11 @@ def test_auto_advance_promotes_a_cheaper_candidate(dirs, make_client):
 
 
 def test_auto_rollback_of_a_candidate_that_costs_more(dirs, make_client):
-    """The roles swapped: the shipped model serves, an untrained one is the candidate (its verdict
+    """The roles swapped: the shipped model serves, one that spreads is the candidate (its verdict
     forged: the gate would refuse it)."""
     models, candidates = dirs
     copy_models(models)
-    untrained_ee(candidates / "ee.pt")
+    spreading_ee(candidates / "ee.pt")
     passing_verdict(candidates / "ee.pt")
     before = (models / "ee.pt").read_bytes()
     client = make_client(model_dir=models, api_token=TOKEN, shadow_decisions=25)
