@@ -14,13 +14,14 @@ import (
 const FeatureSpecVersion = 3
 
 const (
-	numNodeFeatures            = 32
-	numPodFeatures             = 3
-	featureClip                = 4.0
-	noLimitLatencyScaleMs      = 100.0
-	latencyTierNone       int8 = 0
-	latencyTierHard       int8 = 1
-	latencyTierSoft       int8 = 2
+	numNodeFeatures             = 32
+	recentPeakToComeColumn      = 31
+	numPodFeatures              = 3
+	featureClip                 = 4.0
+	noLimitLatencyScaleMs       = 100.0
+	latencyTierNone        int8 = 0
+	latencyTierHard        int8 = 1
+	latencyTierSoft        int8 = 2
 )
 
 // NodeState holds the candidate nodes, one slice entry per node; NaN is unknown.
@@ -329,7 +330,7 @@ func NodeFeatures(s *NodeState, pod PodRequest, f *Features) {
 		toCome = peak - now
 	}
 	for i := 0; i < n; i++ {
-		out[i*F+31] = share(toCome, s.CPUCapacity[i])
+		out[i*F+recentPeakToComeColumn] = share(toCome, s.CPUCapacity[i])
 	}
 
 	for i, v := range out {

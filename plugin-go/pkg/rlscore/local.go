@@ -231,8 +231,8 @@ func (ls *LocalScorer) Refresh(ctx context.Context) error {
 	}{{"cluster_cpu_requested_millicores", r.ClusterRequested, &st.clusterRequested},
 		{"recent_peak_cpu_requested_millicores", r.RecentPeak, &st.recentPeak}} {
 		*sum.out = math.NaN()
-		if sum.in != nil {
-			if !(*sum.in >= 0) || math.IsInf(*sum.in, 0) {
+		if sum.in != nil { // JSON has no infinity: a value beyond a float's range fails to decode
+			if !(*sum.in >= 0) {
 				return fmt.Errorf("GET %s: %s is %v, expected a number >= 0", nodeMetricsPath, sum.name, *sum.in)
 			}
 			*sum.out = *sum.in
@@ -366,7 +366,10 @@ func (ls *LocalScorer) Score(pod *v1.Pod, nodes []fwk.NodeInfo, requestedPolicy 
 		return localDecision{}, "no_nodes"
 	}
 	s.Resize(len(names))
-	s.ClusterCPURequested, s.RecentPeakCPURequested = ls.clusterRequested(st), st.recentPeak
+	s.ClusterCPURequested, s.RecentPeakCPURequested = math.NaN(), st.recentPeak
+	if model.readsRecentPeak {
+		s.ClusterCPURequested = ls.clusterRequested(st)
+	}
 	NodeFeatures(s, request, &scratch.features)
 	scratch.values = grow(scratch.values, len(names))
 	model.QValues(&scratch.features, scratch.values, &scratch.forward, ls.parallel)

@@ -205,8 +205,10 @@ func TestLocalScorerRefreshRefusesBadAnswers(t *testing.T) {
 		{"negative recent peak", strings.Replace(strings.Replace(metricsBody, "%AGE%", "1", 1), `"stale_after_s": 30`,
 			`"stale_after_s": 30, "recent_peak_cpu_requested_millicores": -5`, 1),
 			"recent_peak_cpu_requested_millicores is -5"},
-		{"huge cluster requests", strings.Replace(strings.Replace(metricsBody, "%AGE%", "1", 1), `"stale_after_s": 30`,
-			`"stale_after_s": 30, "cluster_cpu_requested_millicores": 1e999`, 1), "node-metrics"},
+		{"negative cluster requests", strings.Replace(strings.Replace(metricsBody, "%AGE%", "1", 1), `"stale_after_s": 30`,
+			`"stale_after_s": 30, "cluster_cpu_requested_millicores": -1`, 1), "cluster_cpu_requested_millicores is -1"},
+		{"cluster requests beyond a float", strings.Replace(strings.Replace(metricsBody, "%AGE%", "1", 1),
+			`"stale_after_s": 30`, `"stale_after_s": 30, "cluster_cpu_requested_millicores": 1e999`, 1), "node-metrics"},
 		{"broken model", strings.Replace(strings.Replace(metricsBody, "%AGE%", "1", 1), `"LB": null`, `"LB": "lb-x"`, 1),
 			"HTTP 404"},
 	}
@@ -259,5 +261,29 @@ func TestLocalScorerTakesTheClustersRequestsFromTheSchedulersSnapshot(t *testing
 	}
 	if got := NewLocalScorer(args, nil, nil).clusterRequested(st); got != 99 {
 		t.Errorf("outside a scheduler: %v millicores, want the server's 99", got)
+	}
+}
+
+// Only a model that reads recent_peak_to_come makes the in-process scorer sum the whole snapshot
+// per pod; a version-2 model (served with zero weight on the column) does not need it.
+func TestParseModelKnowsWhetherTheModelReadsTheRecentPeak(t *testing.T) {
+	reads := randomModel(rand.New(rand.NewSource(5)), 4, 4)
+	blind := randomModel(rand.New(rand.NewSource(5)), 4, 4)
+	first := blind.layers[0]
+	for _, w := range [][]float64{first.lambda, first.gamma, first.delta} {
+		clear(w[recentPeakToComeColumn*first.out : (recentPeakToComeColumn+1)*first.out])
+	}
+	for _, c := range []struct {
+		name  string
+		model *Model
+		want  bool
+	}{{"reads it", reads, true}, {"zero weight on it", blind, false}} {
+		m, err := ParseModel(exportModel(c.model))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.readsRecentPeak != c.want {
+			t.Errorf("%s: readsRecentPeak %v, want %v", c.name, m.readsRecentPeak, c.want)
+		}
 	}
 }

@@ -26,6 +26,23 @@ type Model struct {
 	Policy  string
 	Version string
 	layers  []layer
+	// readsRecentPeak: some first-layer weight on recent_peak_to_come is not zero. The column needs
+	// the whole cluster's requests, a sum over every node per pod; a model of an earlier feature spec
+	// (zero weight on it) decides the same without them.
+	readsRecentPeak bool
+}
+
+// readsInput says whether any first-layer weight on input column c is not zero.
+func (m *Model) readsInput(c int) bool {
+	first := m.layers[0]
+	for _, w := range [][]float64{first.lambda, first.gamma, first.delta} {
+		for _, v := range w[c*first.out : (c+1)*first.out] {
+			if v != 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 type exportedLayer struct {
@@ -93,6 +110,7 @@ func ParseModel(data []byte) (*Model, error) {
 		m.layers = append(m.layers, layer{in: in, out: out, lambda: lam, gamma: gam, delta: del, bias: l.Bias})
 		in = out
 	}
+	m.readsRecentPeak = m.readsInput(recentPeakToComeColumn)
 	return m, nil
 }
 
