@@ -329,8 +329,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         for i, name in enumerate(nodes.names):
             row = {"name": name}
             for field, attr in (*FIELDS, ("cpu_requested_since_metrics", "cpu_requested_since_metrics")):
-                value = float(getattr(nodes, attr)[i])
-                row[field] = value if np.isfinite(value) else None
+                row[field] = _finite_or_none(float(getattr(nodes, attr)[i]))
             rows.append(row)
         return JSONResponse({"nodes": rows, "reasons": [m for _, m in reasons + notes],
                              "snapshot_age_s": snapshot.age() if snapshot.taken_at else None,

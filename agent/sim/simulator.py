@@ -390,9 +390,9 @@ class Simulation:
             if self.world.power_hidden:
                 hidden = np.asarray(self.world.power_hidden)[idx]
                 power = {k: np.where(hidden, np.nan, v) for k, v in power.items()}
-        requested = c.cpu_requested[idx]
+        requested, cluster = c.cpu_requested[idx], float(c.cpu_requested.sum())
         state = NodeState.trusted(
-            [c.names[i] for i in idx], float(c.cpu_requested.sum()), self.recent_peak_cpu_requested(),
+            [c.names[i] for i in idx], cluster, self._request_peak.peak(self.time, cluster),
             cpu_capacity=c.cpu_capacity[idx], memory_capacity=c.memory_capacity[idx],
             max_pods=c.max_pods[idx], cpu_requested=requested, memory_requested=c.memory_requested[idx],
             pods=c.pods[idx], cpu_requested_since_metrics=np.maximum(requested - self._requested_at_scrape[idx], 0.0),
