@@ -94,7 +94,7 @@ def test_the_runs_file_sums_up_the_watched_replays_too(tmp_path):
 
     def run(live, simulated, same):
         return {"run": "r", "hot_node_share": _measure([simulated, simulated + 0.1], live),
-                "watched_times": {"pods_watched": 10, "same_node": same,
+                "watched_times": {"pods_watched": 10, "same_node": same, "choices": 9, "same_choice": same - 1,
                                   "hot_node_share": {"live": live, "simulated": simulated, "gap": None}}}
 
     out = tmp_path / "runs.json"
@@ -102,7 +102,33 @@ def test_the_runs_file_sums_up_the_watched_replays_too(tmp_path):
                               min_lifetime_s=8.0, out=out)
     summary = _write(args, "el-x", [run(0.5, 0.4, 10), run(0.5, 0.5, 9)])
     assert summary["watched_times"]["same_node"] == [19, 20]
+    assert summary["watched_times"]["same_choice"] == [17, 18]
     assert summary["watched_times"]["hot_node_share"]["ratio"] == pytest.approx(0.9)
     hot = summary["hot_node_share"]
     assert hot["ratio"] == pytest.approx(1.0) and hot["live_within_range"] == 2
     assert json.loads(out.read_text())["summary"] == json.loads(json.dumps(summary))
+
+
+def test_following_the_live_placements_judges_each_decision_on_the_live_past():
+    """Two 1-core nodes told apart by latency, four half-core pods, each its own Deployment, placed by
+    MostAllocated. Live, the second pod went to the empty node, where MostAllocated fills the half-full
+    one: that decision parts. Following the live placements, the third and fourth pods then meet the
+    cluster as it was live (one half-full node each, a tie, then the one left) and agree; a free replay
+    would have packed the second pod and placed the rest elsewhere."""
+    from agent.live.trace_replay import follow_live
+
+    nodes = [NodeRecord(f"n{i}", 1000.0, 4 * GIB, 110, "small", 50.0, 150.0, "labels", latency)
+             for i, latency in enumerate((10.0, 20.0))]
+    pods = [PodRecord("default", f"app{i}-5d8f9c7b6-ab{i}cd", f"app{i}", 0.5 + 10 * i, 59.5, True, 500.0,
+                      0.25 * GIB, 0.5, step_s=1.0, scrape_s=2.0) for i in range(4)]
+    history = History(0.0, 60.0, 1.0, nodes, pods)
+    profile, _ = build_profile(history, "two-nodes", metrics_interval_s=2.0)
+    scorer = HeuristicScorer("most-allocated", np.random.default_rng(0))
+    assert follow_live(profile, history, scorer, "EE", {"app0": 10.0, "app1": 20.0, "app2": 10.0,
+                                                        "app3": 20.0}) == (4, 3)
+    # as MostAllocated places them: every decision made again
+    assert follow_live(profile, history, scorer, "EE", {"app0": 10.0, "app1": 10.0, "app2": 20.0,
+                                                        "app3": 20.0}) == (4, 4)
+    # a pod whose node is not known is placed by the scorer and not judged; one whose live node has no
+    # room in the simulator (a third pod on a full node) parts
+    assert follow_live(profile, history, scorer, "EE", {"app0": 10.0, "app1": 10.0, "app3": 10.0}) == (3, 2)

@@ -34,7 +34,7 @@ from agent.learn.model_io import LoadedModel, ModelValidationError, load_model
 from agent.live import calibrate
 from agent.live.history import History, arrival_order, controller_name, hot_node_share, read_history
 from agent.live.loadgen import LiveCluster, RunResult, replay
-from agent.live.trace_replay import replay_history, replay_spread, with_watched_times
+from agent.live.trace_replay import follow_live, replay_history, replay_spread, with_watched_times
 from agent.scoring import ModelScorer
 from agent.sim.cluster_profile import ClusterProfile
 
@@ -113,7 +113,9 @@ def _watched_replay(profile: ClusterProfile, history: History, result: RunResult
                     measured: dict) -> dict:
     """One replay with the pods' times as the run's pod watch saw them (to the millisecond, where
     the record has seconds): how many pods the simulator places on the node they went to live
-    (nodes told apart by their latency), and the measures against live."""
+    (nodes told apart by their latency), and the measures against live; then the same times with
+    every pod placed where it went live (`follow_live`): how many of those decisions the model
+    makes too in the simulator (`same_choice` of `choices`)."""
     exact = with_watched_times(history, result.pod_times)
     simulated, trace = replay_history(profile, exact, scorer, policy)
     figures = {"hot_node_share": simulated.hot_node_share, "mean_active_nodes": float(np.mean(trace.active_nodes)),
@@ -125,6 +127,7 @@ def _watched_replay(profile: ClusterProfile, history: History, result: RunResult
     arrived = arrival_order(exact)
     out["same_node"] = sum(live.get(controller_name(arrived[i].name)) == latency
                            for i, latency in zip(trace.pod_ids, trace.chosen_latency))
+    out["choices"], out["same_choice"] = follow_live(profile, exact, scorer, policy, live)
     return out
 
 
@@ -225,10 +228,11 @@ def main(argv: list[str] | None = None) -> int:
                                f"live ({_pct(m['gap'])})" for name, m in record.items() if name in MEASURES),
               file=sys.stderr)
         if watched := record.get("watched_times"):
+            gaps = "; ".join(f"{name.replace('_', ' ')} {m['simulated']:.3f} ({_pct(m['gap'])})"
+                             for name, m in watched.items() if name in MEASURES)
             print(f"  with the pod watch's times: {watched['same_node']} of {watched['pods_watched']} pods "
-                  "on the live node; " + "; ".join(f"{name.replace('_', ' ')} {m['simulated']:.3f} ({_pct(m['gap'])})"
-                                                   for name, m in watched.items() if name in MEASURES),
-                  file=sys.stderr)
+                  f"on the live node; {watched['same_choice']} of {watched['choices']} live decisions made "
+                  f"again when each pod follows the live placements; {gaps}", file=sys.stderr)
     _empty(cluster, settle=False)
     summary = _write(args, model.version, records)
     for name, s in summary.items():
@@ -238,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                   "figures within their replays' range")
     if watched := summary.get("watched_times"):
         print(f"with the pod watch's times: {watched['same_node'][0]} of {watched['same_node'][1]} pods on the live "
-              "node; " + "; ".join(f"{name} simulated/live {_ratio(s['ratio'])}" for name, s in watched.items()
+              f"node; {watched['same_choice'][0]} of {watched['same_choice'][1]} live decisions made again; "
+              + "; ".join(f"{name} simulated/live {_ratio(s['ratio'])}" for name, s in watched.items()
                                    if name in MEASURES))
     print(f"wrote {args.out}")
     return 0
@@ -252,6 +257,8 @@ def _write(args: argparse.Namespace, version: str, records: list[dict]) -> dict:
                                     if any(k in w for w in watched)}
         summary["watched_times"]["same_node"] = [sum(w["same_node"] for w in watched),
                                                  sum(w["pods_watched"] for w in watched)]
+        summary["watched_times"]["same_choice"] = [sum(w["same_choice"] for w in watched),
+                                                   sum(w["choices"] for w in watched)]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"policy": args.policy, "model": version, "pods": args.pods, "speed": args.speed,
                                     "seed": args.seed, "same_workload": args.same_workload,

@@ -14,10 +14,10 @@ from dataclasses import replace
 import numpy as np
 
 from agent.evaluate.compare import RunResult, Trace, measure
-from agent.live.history import History, trace_events
-from agent.scoring import Scorer
+from agent.live.history import History, arrival_order, controller_name, trace_events
+from agent.scoring import Scorer, choose, to_node_scores
 from agent.sim.cluster_profile import ClusterProfile
-from agent.sim.simulator import Simulation
+from agent.sim.simulator import EventsExhausted, Simulation
 
 
 def replay_history(profile: ClusterProfile, history: History, scorer: Scorer, policy: str,
@@ -30,6 +30,42 @@ def replay_history(profile: ClusterProfile, history: History, scorer: Scorer, po
     # a pod that fits no node waits for room, as the live one did (kube-scheduler retries it)
     sim = Simulation(profile.world(), seed, events=events, scrape_phase=scrape_phase, pods_wait=True)
     return measure(scorer, sim, seed, policy, arrivals, keep_trace=True, burn_in=0)
+
+
+def follow_live(profile: ClusterProfile, history: History, scorer: Scorer, policy: str,
+                live_latency: dict[str, float]) -> tuple[int, int]:
+    """The history replayed with every pod placed on the node it went to live (nodes told apart by
+    their latency; `live_latency` by Deployment): of those decisions, how many the scorer would
+    have made too, given the simulator's state at that moment (the live node among its best node
+    scores, as kube-scheduler ranks them; equal scores are a tie it breaks at random).
+
+    A free replay (`replay_history`) carries one parted decision into every later one, so its count
+    of pods on their live node can fall by several for one tie broken the other way; here each
+    decision is judged on the live cluster's own past. Returns (decisions judged, agreeing)."""
+    events = trace_events(history)
+    pods = arrival_order(history)
+    sim = Simulation(profile.world(), 0, events=events, pods_wait=True)
+    tie_rng = np.random.default_rng(0)
+    judged = agreed = 0
+    while True:
+        try:
+            sim.next_decision()
+        except EventsExhausted:
+            break
+        state, pod = sim.candidate_state(policy)
+        scores = to_node_scores(scorer.values(state, pod))
+        latency = live_latency.get(controller_name(pods[sim.pod.id].name))
+        on_live = np.flatnonzero(state.latency_ms == latency)
+        if latency is None or len(on_live) > 1:  # where it went is unknown, or nodes alike in latency
+            sim.place(choose(scores.astype(np.float64), tie_rng))
+            continue
+        judged += 1
+        if not len(on_live):  # its live node has no room for it in the simulator: parted
+            sim.place(choose(scores.astype(np.float64), tie_rng))
+            continue
+        agreed += bool(scores[on_live[0]] == scores.max())
+        sim.place(int(on_live[0]))
+    return judged, agreed
 
 
 def replay_spread(profile: ClusterProfile, history: History, scorer: Scorer, policy: str,

@@ -137,15 +137,18 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
     assert abs(active["simulated"] - active["live"]) <= 0.15 * active["live"], out
     assert abs(hard["simulated"] - hard["live"]) <= 0.10, out
     # the same replay with the times the run's pod watch saw (to the millisecond; the record has
-    # seconds and scrapes): the simulator then places the pods where the live scheduler did (305 of
-    # 306, 297 of 298 and 80 of 80 in runs outside the test); a few may still part where a departure
-    # and the scheduling cycle overlap within milliseconds
-    # (pods Prometheus did not record are missing from both replays)
+    # seconds and scrapes), every pod placed where it went live: the model, given the simulator's
+    # state, makes the live scheduler's decision again. A few may part where a departure and the
+    # scheduling cycle overlap within milliseconds, or a pod's usage was not recorded. (A free replay's
+    # count of pods on their live node is printed, not asserted: one parted decision moves the pods
+    # after it, 55 of 56 in one run and 51 of 58 in another.) Pods Prometheus did not record are
+    # missing from both replays.
     watched = out["watched_times"]
     assert len(baseline.pod_times) >= len(baseline.placements)
     assert all(seen <= gone for seen, gone in baseline.pod_times.values() if gone is not None)
     assert watched["pods_watched"] == out["pods_recorded"], out
-    assert watched["same_node"] >= 0.9 * out["pods_recorded"], out
+    assert watched["choices"] >= 0.9 * out["pods_recorded"], out
+    assert watched["same_choice"] >= 0.9 * watched["choices"], out
 
     # 2. our server: a stale EE model, the profile as the drift reference, candidates staged by themselves
     models = tmp_path / "models"
