@@ -323,6 +323,35 @@ def test_retraining_leaves_a_model_that_beats_the_heuristics_alone(tmp_path, chu
     assert not list((tmp_path / "work").glob("ee-*.pt"))  # nothing written either
 
 
+def test_a_start_model_that_fine_tuning_made_worse_is_handed_over_before_any_rule(tmp_path, churn_profile):
+    """The retrained candidate is refused (here an untrained network stands for a fine-tune gone
+    wrong); the model fine-tuning started from (the shipped EE, ahead of efficient-first on this
+    profile) is judged by the model rule on the same seeds and handed over, from a copy: the start's
+    own sidecar is not touched. A start that is the serving model, or none, gives nothing."""
+    from agent.evaluate.gate import CANDIDATE, SERVING, judge
+    from agent.live.retrain import start_fallback
+
+    serving = untrained(tmp_path / "serving" / "ee.pt")
+    start = copy_model(SHIPPED_EE, tmp_path / "image" / "ee.pt")
+    sidecar_before = sidecar_path(start).read_bytes()
+    refused = judge("EE", untrained(tmp_path / "work" / "ee.pt", seed=1), serving, churn_profile, seeds=3,
+                    progress=False)
+    assert not refused.promote
+    path, info = start_fallback("EE", refused, start, serving, churn_profile, tmp_path / "work", 0.0)
+    assert path == tmp_path / "work" / "ee-start.pt" and info["promote"], info
+    assert path.read_bytes() == start.read_bytes() and sidecar_path(start).read_bytes() == sidecar_before
+    verdict = load_model(path, expected_policy="EE").metadata["gate"]
+    assert verdict["promote"] and verdict["best_baseline"] == "efficient-first"
+    objective = verdict["objective"]
+    assert objective[CANDIDATE] < objective["efficient-first"] < objective[SERVING] == refused.objective[SERVING]
+    assert objective[CANDIDATE] != refused.objective[CANDIDATE]  # the start was run, not the refused one reused
+
+    path, info = start_fallback("EE", refused, serving, serving, churn_profile, tmp_path / "work2", 0.0)
+    assert path is None and info["reason"] == "fine-tuning started from the serving model"
+    assert start_fallback("EE", refused, None, serving, churn_profile, tmp_path / "work3", 0.0)[0] is None
+    assert not (tmp_path / "work2").exists() and not (tmp_path / "work3").exists()
+
+
 @pytest.mark.parametrize("best_ratio, serving_ratio, promote, why", [
     # the retraining e2e's case: best-fit x1.0025 of most-allocated on every seed, both far ahead of serving
     (1.0025, 1.3, True, "is ahead of serving"),

@@ -20,12 +20,18 @@ rlscore-train does): on its own reward 3 000 decisions made it worse still (1.20
 with the pull better than the heuristic's mean (0.941 against 0.973; README, "Fine-tuning"). A model level with or ahead of every heuristic is fine-tuned
 without a pull, which would only take its edge away. `--kickstart` overrides the choice.
 
-When the gate refuses the retrained candidate, the serving model may still have fallen behind the
-best heuristic (on the local cluster's four like nodes a stale model used twice the nodes best-fit
-did, and a retrained one only tied best-fit). Then that heuristic, chosen on the start seeds, is
-judged as the candidate (rlscore-gate's rule for a heuristic: ahead of the serving model beyond
-noise) and handed over in its place: the server rolls it out like a model, and a later retrained
-model has to beat it. `--no-heuristic-fallback` leaves the serving model as it is.
+When the gate refuses the retrained candidate and fine-tuning started from a model other than the
+serving one, that start model itself is judged by the same rule (its objective below the serving
+model's and the best heuristic's), on the refused judgement's seeds: fine-tuning can make a model
+worse (3 000 PPO steps moved an EE clone's weights by 0.2% and its churn-20 objective from 6.681 to
+6.812, behind efficient-first's 6.781, in two training seeds of three), and the model it started
+from should not lose the cluster to a rule for that. When the start is refused too, the serving
+model may still have fallen behind the best heuristic (on the local cluster's four like nodes a
+stale model used twice the nodes best-fit did, and a retrained one only tied best-fit). Then that
+heuristic, chosen on the start seeds, is judged as the candidate (rlscore-gate's rule for a
+heuristic: ahead of the serving model beyond noise) and handed over in its place: the server rolls
+it out like a model, and a later retrained model has to beat it. `--no-heuristic-fallback` hands
+over no rule (the start model still may be).
 """
 
 from __future__ import annotations
@@ -143,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"    gate: {'PROMOTE' if verdict.promote else 'REFUSED'}: {verdict.reason}", file=sys.stderr)
     handed = "retrained"
     if not verdict.promote:
+        candidate, record["start_fallback"] = _step("start fallback", record, lambda: start_fallback(
+            policy, verdict, start, serving, profile, work, args.margin))
+        print(f"    start fallback: {record['start_fallback']['reason']}", file=sys.stderr)
+        handed = f"the start model {start}"
+    if candidate is None:
         if args.no_heuristic_fallback:
             return finish(1, "refused by the gate; the serving model is untouched")
         candidate, record["fallback"] = _step("heuristic fallback", record, lambda: heuristic_fallback(
@@ -160,6 +171,29 @@ def main(argv: list[str] | None = None) -> int:
     if handed != "retrained":
         return finish(0, f"the retrained candidate was refused; {handed} handed over at {target} in its place")
     return finish(0, f"candidate handed over at {target}")
+
+
+def start_fallback(policy: str, refused, start: Path | None, serving: Path, profile: Path, work: Path,
+                   margin: float) -> tuple[Path | None, dict]:
+    """After the gate refused the retrained candidate: the model fine-tuning started from, judged as
+    the candidate on the refused judgement's seeds (the serving model's and the heuristics' runs
+    reused). Judged on a copy in `work`, so the verdict never touches the start's own sidecar (an
+    image's shipped model); returns that copy when the gate passes it."""
+    from agent.evaluate import gate
+    from agent.learn.model_io import install_model, sha256_of
+
+    if start is None:
+        return None, {"reason": "fine-tuning started from scratch"}
+    if serving.exists() and sha256_of(start) == sha256_of(serving):
+        return None, {"reason": "fine-tuning started from the serving model"}
+    path = work / f"{policy.lower()}-start.pt"
+    install_model(start, path)
+    verdict = gate.judge(policy, path, serving, profile, refused.seeds, margin=margin, progress=False,
+                         measured=refused.per_seed)
+    gate.record(path, verdict, "rlscore-retrain (start fallback)")
+    info = {"start": str(start), "promote": verdict.promote, "reason": verdict.reason,
+            "objective": verdict.objective, "paired": verdict.paired}
+    return (path if verdict.promote else None), info
 
 
 def heuristic_fallback(policy: str, refused, start_info: dict, serving: Path, profile: Path, work: Path,

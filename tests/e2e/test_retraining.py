@@ -204,11 +204,13 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
         figures["gate"] = outcome["gate"]["reason"]
         # the stale (untrained) model is far behind every packing rule on this profile, so something
         # is handed over: the retrained model when the gate finds it better than the best rule (on
-        # four like nodes that is a tie at best: README), else that rule in the stale model's place
+        # four like nodes that is a tie at best: README), else the shipped model it started from if
+        # that is, else that rule in the stale model's place
         assert code == 0, outcome
         # the stale serving model is not where fine-tuning starts: the shipped one fits the profile better
         assert outcome["init"]["chosen"] == str(ROOT / "models" / "ee.pt"), outcome["init"]
         assert (models / "ee.pt").read_bytes() == before  # nothing serves before the rollout says so
+        figures["start_fallback"] = outcome.get("start_fallback", {}).get("reason")
         figures["fallback"] = outcome.get("fallback", {}).get("reason")
         target = models / "candidates" / "ee.pt"
         assert json.loads(sidecar_path(target).read_text())["gate"]["promote"]
