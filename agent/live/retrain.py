@@ -23,8 +23,8 @@ without a pull, which would only take its edge away. `--kickstart` overrides the
 When the gate refuses the retrained candidate and fine-tuning started from a model other than the
 serving one, that start model itself is judged by the same rule (its objective below the serving
 model's and the best heuristic's), on the refused judgement's seeds: fine-tuning can make a model
-worse (3 000 PPO steps moved an EE clone's weights by 0.2% and its churn-20 objective from 6.681 to
-6.812, behind efficient-first's 6.781, in two training seeds of three), and the model it started
+worse (3 000 PPO steps moved the shipped EE's weights by 0.2% and its churn-20 objective from 6.681
+to 6.812, behind efficient-first's 6.781, in two training seeds of three), and the model it started
 from should not lose the cluster to a rule for that. When the start is refused too, the serving
 model may still have fallen behind the best heuristic (on the local cluster's four like nodes a
 stale model used twice the nodes best-fit did, and a retrained one only tied best-fit). Then that
