@@ -161,3 +161,34 @@ func BenchmarkInProcessPreScoreScore(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClusterRequestedFromSnapshot measures what a model that reads recent_peak_to_come adds
+// to each pod's cycle in process: the sum of every node's cpu requests in the scheduler's snapshot
+// (one pod per node).
+func BenchmarkClusterRequestedFromSnapshot(b *testing.B) {
+	for _, n := range []int{1000, 5000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			nodes, pods := make([]*v1.Node, n), make([]*v1.Pod, n)
+			for i := range nodes {
+				name := fmt.Sprintf("node-%05d", i)
+				nodes[i] = &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{
+					Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("8")}}}
+				pods[i] = requestsPod(name+"-p", 250+int64(i%4)*250, 1<<30, nil)
+				pods[i].Spec.NodeName = name
+			}
+			ls := NewLocalScorer(&RLScoreArgs{SuggestionURL: "http://unused:8000/suggest"}, nil,
+				snapshotFramework(ctx, b, pods, nodes))
+			st := &scoringState{}
+			want := float64(n/4) * (250 + 500 + 750 + 1000)
+			b.ResetTimer()
+			for range b.N {
+				if got := ls.clusterRequested(st); got != want {
+					b.Fatalf("sum %v, want %v", got, want)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "us/pod")
+		})
+	}
+}

@@ -247,13 +247,7 @@ func TestLocalScorerTakesTheClustersRequestsFromTheSchedulersSnapshot(t *testing
 				Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: cpu(used)}}}}})
 		}
 	}
-	client := fake.NewClientset()
-	f, err := frameworkruntime.NewFramework(ctx, frameworkruntime.Registry{}, &schedulerapi.KubeSchedulerProfile{
-		SchedulerName: "test"}, frameworkruntime.WithSnapshotSharedLister(internalcache.NewSnapshot(pods, nodes)),
-		frameworkruntime.WithClientSet(client), frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := snapshotFramework(ctx, t, pods, nodes)
 	args := &RLScoreArgs{SuggestionURL: "http://127.0.0.1:1/suggest"}
 	st := &scoringState{clusterRequested: 99}
 	if got := NewLocalScorer(args, nil, f).clusterRequested(st); got != 4250 {
@@ -262,6 +256,18 @@ func TestLocalScorerTakesTheClustersRequestsFromTheSchedulersSnapshot(t *testing
 	if got := NewLocalScorer(args, nil, nil).clusterRequested(st); got != 99 {
 		t.Errorf("outside a scheduler: %v millicores, want the server's 99", got)
 	}
+}
+
+// snapshotFramework is a scheduler framework whose snapshot of the cycle holds these pods and nodes.
+func snapshotFramework(ctx context.Context, t testing.TB, pods []*v1.Pod, nodes []*v1.Node) fwk.Handle {
+	client := fake.NewClientset()
+	f, err := frameworkruntime.NewFramework(ctx, frameworkruntime.Registry{}, &schedulerapi.KubeSchedulerProfile{
+		SchedulerName: "test"}, frameworkruntime.WithSnapshotSharedLister(internalcache.NewSnapshot(pods, nodes)),
+		frameworkruntime.WithClientSet(client), frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // Only a model that reads recent_peak_to_come makes the in-process scorer sum the whole snapshot
