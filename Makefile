@@ -173,7 +173,7 @@ sim-to-real: install ## on the local cluster: live runs of a hot workload replay
 bench: install deps local-bin ## print figures: models, training, /suggest, plugin overhead, cluster throughput
 	PYTHONPATH=$(CURDIR) $(PY) bench/agent_bench.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/server_bench.py
-	cd plugin-go && $(GO) test ./pkg/rlscore/ -run '^$$' -bench PreScoreScore -benchtime 2s
+	cd plugin-go && $(GO) test ./pkg/rlscore/ -run '^$$' -bench 'PreScoreScore|ClusterRequestedFromSnapshot' -benchtime 2s
 	PYTHONPATH=$(CURDIR) $(PY) bench/cluster_bench.py
 
 demo: local-up ## the local cluster + the thesis's test pattern per policy: where the pods landed
