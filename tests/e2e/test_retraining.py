@@ -180,8 +180,8 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
 
             def flagged_on_the_shift():
                 d = server.policies()["drift"]["policies"]["EE"]
-                usage = d["signals"]["usage"]
-                if not (d["flagged"] and usage["over"]) or usage["value"] is None:
+                usage = d["signals"].get("usage")  # none before the first check
+                if usage is None or not (d["flagged"] and usage["over"]) or usage["value"] is None:
                     return None
                 if usage["value"] < 1.0:
                     against.append(usage["value"])
