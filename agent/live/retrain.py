@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         candidate, record["start_fallback"] = _step("start fallback", record, lambda: start_fallback(
             policy, verdict, start, serving, profile, work, args.margin))
         print(f"    start fallback: {record['start_fallback']['reason']}", file=sys.stderr)
-        handed = f"the start model {start}"
+        if candidate is not None:
+            handed = f"the start model {start}"
     if candidate is None:
         if args.no_heuristic_fallback:
             return finish(1, "refused by the gate; the serving model is untouched")

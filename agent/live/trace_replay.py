@@ -55,16 +55,15 @@ def follow_live(profile: ClusterProfile, history: History, scorer: Scorer, polic
         state, pod = sim.candidate_state(policy)
         scores = to_node_scores(scorer.values(state, pod))
         latency = live_latency.get(controller_name(pods[sim.pod.id].name))
-        on_live = np.flatnonzero(state.latency_ms == latency)
-        if latency is None or len(on_live) > 1:  # where it went is unknown, or nodes alike in latency
+        on_live = np.flatnonzero(state.latency_ms == latency) if latency is not None else np.arange(0)
+        # judged unless where it went is unknown or nodes are alike in latency; a live node with no
+        # room for it in the simulator (none matches) is a decision that parted
+        judged += latency is not None and len(on_live) <= 1
+        if len(on_live) == 1 and latency is not None:
+            agreed += bool(scores[on_live[0]] == scores.max())
+            sim.place(int(on_live[0]))
+        else:
             sim.place(choose(scores.astype(np.float64), tie_rng))
-            continue
-        judged += 1
-        if not len(on_live):  # its live node has no room for it in the simulator: parted
-            sim.place(choose(scores.astype(np.float64), tie_rng))
-            continue
-        agreed += bool(scores[on_live[0]] == scores.max())
-        sim.place(int(on_live[0]))
     return judged, agreed
 
 
