@@ -105,6 +105,11 @@ LOCAL_BUSY_CORES='(sum by (node) (irate(container_cpu_usage_seconds_total{contai
 LOCAL_CPU_QUERY="$LOCAL_BUSY_CORES / on (node) max by (node) (machine_cpu_cores)"
 # how often the server refreshes its node metrics (calibration hands it to the simulator)
 LOCAL_REFRESH_S=${RLSCORE_REFRESH_INTERVAL_S:-2}
+# how the cpu query lags the pods here (measured: a pod's cpu shows 2.5-3 s after its creation, a
+# gone one's ~1 s after it left; rlscore-calibrate's usageOnsetSeconds / usageLingerSeconds), with
+# a scrape of margin: the drift check counts a pod's request only while its use can show
+LOCAL_USAGE_ONSET_S=${RLSCORE_USAGE_ONSET_S:-5}
+LOCAL_USAGE_LINGER_S=${RLSCORE_USAGE_LINGER_S:-2}
 LOCAL_NETWORK_QUERY="$LOCAL_BUSY_CORES * 1000000 + 20000"
 
 server_start() {
@@ -120,6 +125,7 @@ server_start() {
   RLSCORE_PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT \
   RLSCORE_KUBERNETES=kubeconfig RLSCORE_KUBECONFIG=$KUBECONFIG_FILE \
   RLSCORE_MODEL_DIR=$OURS/models RLSCORE_REFRESH_INTERVAL_S=$LOCAL_REFRESH_S \
+  RLSCORE_USAGE_ONSET_S=$LOCAL_USAGE_ONSET_S RLSCORE_USAGE_LINGER_S=$LOCAL_USAGE_LINGER_S \
   RLSCORE_POWER_MAX_HISTORY_QUERY="${RLSCORE_POWER_MAX_HISTORY_QUERY:-$LOCAL_POWER_HISTORY}" \
   RLSCORE_CPU_QUERY="${RLSCORE_CPU_QUERY:-$LOCAL_CPU_QUERY}" \
   RLSCORE_NETWORK_QUERY="${RLSCORE_NETWORK_QUERY:-$LOCAL_NETWORK_QUERY}" \
@@ -244,6 +250,8 @@ export RLSCORE_LOCAL_CLUSTER_DIR=$CLUSTER_DIR
 export RLSCORE_LOCAL_CPU_QUERY='$LOCAL_CPU_QUERY'
 export RLSCORE_LOCAL_NETWORK_QUERY='$LOCAL_NETWORK_QUERY'
 export RLSCORE_LOCAL_REFRESH_INTERVAL_S=$LOCAL_REFRESH_S
+export RLSCORE_LOCAL_USAGE_ONSET_S=$LOCAL_USAGE_ONSET_S
+export RLSCORE_LOCAL_USAGE_LINGER_S=$LOCAL_USAGE_LINGER_S
 EOF
 }
 

@@ -133,7 +133,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
     rollout = RolloutManager(registry, settings.model_dir, settings.candidate_dir, settings.canary_share,
                              settings.rollout_auto, settings.shadow_decisions, settings.canary_decisions,
                              settings.rollout_tolerance)
-    table = NodeTable()
+    table = NodeTable(usage_onset_s=settings.usage_onset_s, usage_linger_s=settings.usage_linger_s)
     kube = KubeState.from_settings(settings.kubernetes, settings.kubeconfig, table)
     drift = DriftMonitor(registry, table, settings.drift_profile, settings.drift_window, settings.drift_confirmations,
                          settings.drift_retrain_command, settings.drift_retrain_cooldown_s,

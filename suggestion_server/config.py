@@ -47,6 +47,13 @@ class Settings(BaseSettings):
         description="namespace/name of the retraining CronJob: on drift a Job is made from it (needs RBAC: get "
                     "cronjobs, create jobs); wins over the command")
     drift_retrain_cooldown_s: float = Field(3600.0, ge=0, description="at most one retraining per policy per this")
+    usage_onset_s: float = Field(
+        30.0, ge=0, le=3600, description="from a pod's binding until its cpu shows in cpu_query (the default "
+                                         "query's irate needs two scrapes: 2 x Prometheus' default 15 s); a "
+                                         "calibrated profile's usageOnsetSeconds")
+    usage_linger_s: float = Field(
+        15.0, ge=0, le=3600, description="how long a gone pod's cpu still shows in cpu_query; a calibrated "
+                                         "profile's usageLingerSeconds")
 
     # Request limits
     max_nodes: int = Field(25_000, ge=1, description="more nodes in one request is a 413")

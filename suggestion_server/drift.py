@@ -5,11 +5,13 @@ sidecar, written by rlscore-train --profile), or RLSCORE_DRIFT_PROFILE. Every `i
 compares what it sees with it, on three signals, each with a documented threshold:
 
 - usage: the cpu the cluster's pods use per cpu they request (measured utilization x capacity over
-  the requests at the time of the metrics, all nodes with pods) against the profile's expectation
-  (its pod classes' mean usage, weighted by requested cpu-time), as the median of the last
-  USAGE_CHECKS checks: a burst of new pods is requested before their use shows in the metrics, which
-  alone would read as pods using less. Drift when the ratio leaves [1/USAGE_RATIO, USAGE_RATIO]:
-  pods using 3x their requests is a ratio of about 3.
+  the requests whose use the metrics could show when they were read, all nodes with such pods:
+  NodeTable's `requested_showing`, after RLSCORE_USAGE_ONSET_S and RLSCORE_USAGE_LINGER_S) against
+  the profile's expectation (its pod classes' mean usage, weighted by requested cpu-time), as the
+  median of the last USAGE_CHECKS checks. Without the onset a burst of new pods, requested before
+  their use shows, read as pods using less (x0.64 where the shift was x3, in the retraining e2e).
+  Drift when the ratio leaves [1/USAGE_RATIO, USAGE_RATIO]: pods using 3x their requests is a ratio
+  of about 3.
 - requests: the population stability index (PSI) of the cpu requests of the last `window` pods
   scored against the profile's pod mix, in power-of-two bins. Drift above PSI_THRESHOLD (0.25, the
   usual "major shift").
@@ -158,7 +160,7 @@ class DriftMonitor:
 
     def check(self) -> dict[str, PolicyDrift]:
         names, col = self.table.snapshot(("in_api", "cpu_capacity", "cpu_capacity_metrics", "cpu_utilization",
-                                          "requested_at", "cpu_requested", "pods", "latency_ms",
+                                          "requested_showing", "cpu_requested", "pods", "latency_ms",
                                           "power_idle_watts", "power_max_watts", "power_idle_metrics",
                                           "power_max_metrics"))
         live = self._live(names, col)
@@ -189,7 +191,7 @@ class DriftMonitor:
     def _live(self, names: list[str], col: dict[str, np.ndarray]) -> dict:
         in_api = col["in_api"] == 1.0
         capacity = np.where(np.isnan(col["cpu_capacity"]), col["cpu_capacity_metrics"], col["cpu_capacity"])
-        util, requested = col["cpu_utilization"], col["requested_at"]
+        util, requested = col["cpu_utilization"], col["requested_showing"]
         busy = in_api & (requested > 0) & np.isfinite(util) & np.isfinite(capacity)
         if busy.any():
             self.usage_ratios.append(float((util[busy] * capacity[busy]).sum() / requested[busy].sum()))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace as replace_field
 
 import orjson
 from kubernetes import client, config
@@ -45,6 +45,7 @@ class KubePod:
     node: str
     cpu_millicores: float
     memory_bytes: float
+    bound_at: float = -math.inf  # NodeTable.now() when the watch first saw it bound (-inf: a relist's)
 
 
 def _quantity(resources: dict | None, key: str, scale: float = 1.0) -> float | None:
@@ -268,13 +269,20 @@ class KubeState:
 
         def apply(kind, pod):
             e = None if kind == "DELETED" else entry(pod)
+            uid = pod["metadata"]["uid"]
             with self._lock:  # one pod's delta at a time, in event order
-                old = self._pods.pop(pod["metadata"]["uid"], None)
+                old = self._pods.pop(uid, None)
+                if old is not None and e is not None and old.node == e.node:  # an update: still bound there
+                    self._pods[uid] = replace_field(e, bound_at=old.bound_at)
+                    if (e.cpu_millicores, e.memory_bytes) != (old.cpu_millicores, old.memory_bytes):  # resized
+                        self.table.add_usage(e.node, e.cpu_millicores - old.cpu_millicores,
+                                             e.memory_bytes - old.memory_bytes, 0)
+                    return
                 if old is not None:
-                    self.table.add_usage(old.node, -old.cpu_millicores, -old.memory_bytes, -1)
+                    self.table.add_usage(old.node, -old.cpu_millicores, -old.memory_bytes, -1, old.bound_at)
                 if e is not None:
-                    self._pods[pod["metadata"]["uid"]] = e
-                    self.table.add_usage(e.node, e.cpu_millicores, e.memory_bytes, 1)
+                    e = self._pods[uid] = replace_field(e, bound_at=self.table.now())
+                    self.table.add_usage(e.node, e.cpu_millicores, e.memory_bytes, 1, e.bound_at)
 
         self._follow("pods", self._core.list_pod_for_all_namespaces, apply, replace, self.pods_synced,
                      field_selector="spec.nodeName!=")

@@ -15,7 +15,8 @@ import contextlib
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from itertools import repeat
 
 import numpy as np
@@ -27,20 +28,34 @@ NODE_COLUMNS = ("in_api", "cpu_capacity", "memory_capacity", "max_pods", "power_
 # ... and the requests of the pods bound to each node (0 for a new row, whatever reports it first)
 USAGE_COLUMNS = ("cpu_requested", "memory_requested", "pods")
 # ... and those the metrics refresh owns. `*_metrics` are node_exporter's sizes and Kepler's power
-# model, used where the API has none; `requested_at` is cpu_requested when the metrics were read.
+# model, used where the API has none; `requested_at` is cpu_requested when the metrics were read;
+# `requested_showing` the part of it whose use the metrics could show then (see NodeTable).
 METRIC_COLUMNS = ("cpu_utilization", "memory_utilization", "latency_ms", "network_receive_bytes_per_s",
                   "tcp_established", "disk_utilization", "cpu_capacity_metrics", "memory_capacity_metrics",
-                  "power_idle_metrics", "power_max_metrics", "requested_at")
+                  "power_idle_metrics", "power_max_metrics", "requested_at", "requested_showing")
 COLUMNS = NODE_COLUMNS + USAGE_COLUMNS + METRIC_COLUMNS
+BIND_LOG_MAX = 1_000_000  # binds and departures kept for `requested_showing` (a few per pod and window)
 
 
 class NodeTable:
-    def __init__(self, capacity: int = 256):
+    """`usage_onset_s` and `usage_linger_s` say how the cpu metric lags the pods: a pod's use shows
+    from that long after its binding, and a gone pod's until that long after it left (a rate needs
+    two scrapes; calibration measures both, as a profile's usageOnsetSeconds and usageLingerSeconds).
+    With them `requested_showing` counts only the requests whose use the metrics could show, so a
+    burst of new pods does not read as pods using less than they request."""
+
+    def __init__(self, capacity: int = 256, usage_onset_s: float = 0.0, usage_linger_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic):
+        if not (usage_onset_s >= 0 and usage_linger_s >= 0):
+            raise ValueError(f"usage onset and linger must be >= 0 s, got {usage_onset_s} and {usage_linger_s}")
+        self.usage_onset_s, self.usage_linger_s, self.now = usage_onset_s, usage_linger_s, clock
+        # (when, row, cpu, bound at, gone): binds (when = bound at) and departures within the lags
+        self._binds: deque[tuple[float, int, float, float, bool]] = deque(maxlen=BIND_LOG_MAX)
         self._lock = threading.Lock()
         self.index: dict[str, int] = {}
         self.names: list[str] = []
         self.generation = 0  # bumped whenever a row is added
-        # the sum of every node's cpu requests and its recent peak (time.monotonic()); unknown
+        # the sum of every node's cpu requests and its recent peak (self.now()); unknown
         # until the watch reported pods once
         self._cpu_total = math.nan
         self._request_peak = RecentPeak()
@@ -94,8 +109,10 @@ class NodeTable:
                 for key in NODE_COLUMNS:
                     self.columns[key][row] = np.nan
 
-    def add_usage(self, name: str, cpu: float, memory: float, pods: float) -> None:
-        """Requests of a pod bound to (or gone from, negative) the node."""
+    def add_usage(self, name: str, cpu: float, memory: float, pods: float, bound_at: float | None = None) -> None:
+        """Requests of a pod bound to (or gone from, negative) the node. `bound_at` (self.now()'s
+        time the pod was bound; for a departure, the one its bind gave) marks a bind or a departure
+        the metrics lag behind; without it the change counts as showing at once (a resize)."""
         with self._lock:
             row = self._row(name)
             cols = self.columns
@@ -103,7 +120,10 @@ class NodeTable:
             cols["memory_requested"][row] += memory
             cols["pods"][row] += pods
             self._cpu_total = (0.0 if math.isnan(self._cpu_total) else self._cpu_total) + cpu
-            self._request_peak.record(time.monotonic(), self._cpu_total)
+            now = self.now()
+            self._request_peak.record(now, self._cpu_total)
+            if bound_at is not None and pods != 0 and (self.usage_onset_s > 0 or self.usage_linger_s > 0):
+                self._binds.append((now, row, abs(cpu), bound_at, pods < 0))
 
     def replace_nodes(self, nodes: dict[str, dict[str, float | None]]) -> None:
         """After a relist of nodes: the API's nodes as they are now."""
@@ -124,7 +144,8 @@ class NodeTable:
                 row = rows[name]
                 cols["cpu_requested"][row], cols["memory_requested"][row], cols["pods"][row] = cpu, memory, pods
             self._cpu_total = float(cols["cpu_requested"][: len(self.names)].sum())
-            self._request_peak.record(time.monotonic(), self._cpu_total)
+            self._request_peak.record(self.now(), self._cpu_total)
+            self._binds.clear()  # a relist's pods count as showing
 
     def replace_metrics(self, metrics: dict[str, dict[str, float]]) -> None:
         """A refresh's metrics for every node; nodes it does not mention become unknown. Records
@@ -139,6 +160,25 @@ class NodeTable:
                 for key, value in values.items():
                     cols[key][row] = value
             cols["requested_at"][: self.unknown_row] = cols["cpu_requested"][: self.unknown_row]
+            cols["requested_showing"][: self.unknown_row] = self._requested_showing()
+
+    def _requested_showing(self) -> np.ndarray:
+        """Each row's cpu requests of the pods whose use the metrics can show now: bound at least
+        the onset ago, and those gone less than the linger ago that had shown (lock held)."""
+        showing = self.columns["cpu_requested"][: self.unknown_row].copy()
+        now = self.now()
+        onset_from, linger_from = now - self.usage_onset_s, now - self.usage_linger_s
+        while self._binds and self._binds[0][0] <= min(onset_from, linger_from):
+            self._binds.popleft()
+        for when, row, cpu, bound_at, gone in self._binds:
+            young = bound_at > onset_from
+            if not gone:
+                showing[row] -= cpu if young else 0.0  # bound, its use not in the metrics yet
+            elif young:
+                showing[row] += cpu  # gone before its use showed: undoes its bind's subtraction
+            elif when > linger_from and bound_at + self.usage_onset_s <= when:
+                showing[row] += cpu  # gone, its use still in the metrics
+        return showing
 
     # --- readers ---------------------------------------------------------------------------------
 
@@ -159,7 +199,7 @@ class NodeTable:
         with self._lock:
             if math.isnan(self._cpu_total):
                 return math.nan, math.nan
-            return self._cpu_total, self._request_peak.peak(time.monotonic(), self._cpu_total)
+            return self._cpu_total, self._request_peak.peak(self.now(), self._cpu_total)
 
     def snapshot(self, keys: tuple[str, ...]) -> tuple[list[str], dict[str, np.ndarray]]:
         """Every row's name and a copy of `keys`, in row order."""

@@ -47,6 +47,8 @@ class Server:
                "RLSCORE_PROMETHEUS_URL": cluster.prometheus_url, "RLSCORE_REFRESH_INTERVAL_S": str(REFRESH_S),
                "RLSCORE_CPU_QUERY": cluster.values["RLSCORE_LOCAL_CPU_QUERY"],
                "RLSCORE_NETWORK_QUERY": cluster.values["RLSCORE_LOCAL_NETWORK_QUERY"],
+               "RLSCORE_USAGE_ONSET_S": cluster.values["RLSCORE_LOCAL_USAGE_ONSET_S"],
+               "RLSCORE_USAGE_LINGER_S": cluster.values["RLSCORE_LOCAL_USAGE_LINGER_S"],
                **{f"RLSCORE_{k.upper()}": v for k, v in settings.items()}}
         self.log_path = workdir / "server.log"
         self.log = open(self.log_path, "wb")
@@ -172,15 +174,18 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
         with ThreadPoolExecutor(1) as pool:  # the shifted workload runs while the server is watched
             running = pool.submit(replay, live, "poisson", 40, "rl-scheduler-http", "EE", SPEED, seed=2, run="stale",
                                   progress=False, usage_scale=3.0)
-            # flagged on usage in the direction of the shift. A burst of new pods can read low first:
-            # their requests count at once, their cpu shows two scrapes later (irate), and in one CI
-            # run the median of the first checks read x0.64 and flagged before the shift's x2-3 did
-            # (a known weakness of the usage signal, printed here as flags against the shift)
+            # flagged on usage in the direction of the shift. Before the server counted a request only
+            # once its cpu could show (RLSCORE_USAGE_ONSET_S), a burst of new pods read low first: in
+            # one CI run the median of the first checks read x0.64 and flagged before the shift's x2-3
+            # did. Flags against the shift and the lowest reading are printed.
             against: list[float] = []
+            readings: list[float] = []
 
             def flagged_on_the_shift():
                 d = server.policies()["drift"]["policies"]["EE"]
                 usage = d["signals"].get("usage")  # none before the first check
+                if usage is not None and usage["value"] is not None:
+                    readings.append(usage["value"])
                 if usage is None or not (d["flagged"] and usage["over"]) or usage["value"] is None:
                     return None
                 if usage["value"] < 1.0:
@@ -190,6 +195,7 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
             drift = wait_for(flagged_on_the_shift, 300, "drift flagged on usage above the profile", interval_s=0.5)
             figures["drift_flagged_after_s"] = round(time.monotonic() - shifted_at, 1)
             figures["flags_against_the_shift"] = sorted(set(against))
+            figures["lowest_usage_reading"] = min(readings)
             stale = running.result()
         stale_end = time.time()
         assert all(p.node for p in stale.placements), "pods not scheduled while the stale model served"

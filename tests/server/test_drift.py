@@ -119,3 +119,41 @@ def test_a_cronjob_without_an_api_is_reported_and_a_bad_reference_refused(traine
     assert "no Kubernetes API" in status["retrain"]
     with pytest.raises(ValidationError, match="drift_retrain_cronjob"):
         settings(drift_retrain_cronjob="not a reference")
+
+
+def test_a_burst_of_new_pods_is_not_read_as_pods_using_less_than_their_requests(trained_on_shop, make_client):
+    """The usage signal counts a pod's request only once its use can show in the metrics
+    (RLSCORE_USAGE_ONSET_S), so a burst of new pods is neither a drift nor hides one."""
+    from tests.server.test_node_table import Clock
+
+    client = make_client(model_dir=trained_on_shop, usage_onset_s=30.0, usage_linger_s=15.0)
+    drift = client.app.state.drift
+    table = drift.table
+    table.now = clock = Clock()
+    table.set_node("a", cpu_capacity=8000.0, memory_capacity=16e9, max_pods=110.0)
+    table.set_node("b", cpu_capacity=16000.0, memory_capacity=32e9, max_pods=110.0)
+    factor = Reference.of_profile(profile(), "shop").usage_factor
+    table.add_usage("a", 4000.0, 0.0, 4, bound_at=clock.t - 600.0)  # settled, using what the profile says
+
+    def check(used_b: float) -> dict:
+        clock.t += 3.0
+        table.replace_metrics({"a": {"cpu_utilization": 4000.0 * factor / 8000.0},
+                               "b": {"cpu_utilization": used_b / 16000.0}})
+        drift.check()
+        return client.get("/policies").json()["drift"]["policies"]["EE"]
+
+    for _ in range(3):
+        status = check(0.0)
+    assert status["signals"]["usage"]["value"] == pytest.approx(1.0) and not status["flagged"]
+    for i in range(4):  # a burst: 4 cpus bound on b, their use not in the metrics yet
+        table.add_usage("b", 1000.0, 0.0, 1, bound_at=clock.t)
+    for _ in range(6):
+        status = check(0.0)
+        _, col = table.snapshot(("requested_at", "requested_showing"))
+        assert col["requested_at"][1] == 4000.0 and col["requested_showing"][1] == 0.0
+        assert status["signals"]["usage"]["value"] == pytest.approx(1.0), status  # counted at once: x0.5
+    assert not status["flagged"]
+    clock.t += 30.0  # their use shows now: 3x their requests
+    for _ in range(5):
+        status = check(4000.0 * 3 * factor)
+    assert status["signals"]["usage"]["value"] == pytest.approx(2.0) and status["flagged"]

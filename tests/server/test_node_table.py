@@ -47,3 +47,56 @@ def test_the_recent_peak_forgets_what_left_the_window():
     assert peak.peak(155.0, 2.0) == 2.0  # all of it left: what is bound now
     with pytest.raises(ValueError, match="window"):
         RecentPeak(window_s=0.0)
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.mark.parametrize("onset, linger", [(30.0, 15.0), (5.0, 10.0)])
+def test_requests_count_as_showing_from_their_onset_until_their_linger_ends(onset, linger):
+    clock = Clock()
+    table = NodeTable(usage_onset_s=onset, usage_linger_s=linger, clock=clock)
+    table.replace_usage({"a": (1000.0, 0.0, 1.0)})  # a relist: those pods' use shows already
+
+    def showing() -> tuple[float, float]:
+        table.replace_metrics({"a": {"cpu_utilization": 0.1}})
+        names, col = table.snapshot(("requested_at", "requested_showing"))
+        return float(col["requested_at"][0]), float(col["requested_showing"][0])
+
+    start = clock.t
+    table.add_usage("a", 500.0, 0.0, 1, bound_at=start)  # bound now
+    assert showing() == (1500.0, 1000.0)
+    clock.t = start + onset - 0.1
+    assert showing() == (1500.0, 1000.0)
+    clock.t = start + onset
+    assert showing() == (1500.0, 1500.0)  # its use shows from here
+    table.add_usage("a", -500.0, 0.0, -1, bound_at=start)  # gone: its use lingers
+    left = clock.t
+    assert showing() == (1000.0, 1500.0)
+    clock.t = left + linger - 0.1
+    assert showing() == (1000.0, 1500.0)
+    clock.t = left + linger + 0.1
+    assert showing() == (1000.0, 1000.0)
+    # a pod gone before its use showed never counts; one from a relist lingers on departure
+    quick = clock.t
+    table.add_usage("a", 200.0, 0.0, 1, bound_at=quick)
+    clock.t = quick + 1.0
+    table.add_usage("a", -200.0, 0.0, -1, bound_at=quick)
+    table.add_usage("a", -1000.0, 0.0, -1, bound_at=float("-inf"))
+    assert showing() == (0.0, 1000.0)
+    for later in (quick + onset + 0.5, quick + max(onset, linger) + 1.5):
+        clock.t = later
+        assert showing()[1] == (1000.0 if later < quick + 1.0 + linger else 0.0)
+    # a change without a bind time (a resize) shows at once
+    table.add_usage("a", 300.0, 0.0, 0)
+    assert showing() == (300.0, 300.0)
+
+
+def test_usage_lags_must_not_be_negative():
+    with pytest.raises(ValueError, match="onset and linger"):
+        NodeTable(usage_onset_s=-1.0)
