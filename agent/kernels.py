@@ -218,11 +218,16 @@ def equivariant_layer(x, extra, lam, bias, gam, delta, relu_input):  # pragma: n
     return y
 
 
+TIE = 1e-9  # values this close to the best are a tie (agent.scoring.choose; the plugin's scoreTie)
+
+
 @compiled
 def node_scores(values, top_score):  # pragma: no cover (compiled)
-    """(integer scores 0..top_score, every value finite): best top_score, worst 0, linear between,
-    rounded half to even as np.rint; all top_score when the finite values are equal; non-finite 0.
-    The same operations in the same order as agent.scoring's numpy form."""
+    """(integer scores 0..top_score, every value finite): top_score for the best value and those tied
+    with it (within TIE), worst 0, linear between (rounded half to even as np.rint) but at most
+    top_score - 1 for every other node, so the scheduler picks among exactly the nodes
+    agent.scoring.choose picks among; non-finite 0. The same operations in the same order as
+    agent.scoring's numpy form."""
     low, high, finite = np.inf, -np.inf, 0
     for v in values:
         if np.isfinite(v):
@@ -232,6 +237,10 @@ def node_scores(values, top_score):  # pragma: no cover (compiled)
     if finite:
         for i in range(values.shape[0]):
             v = values[i]
-            if np.isfinite(v):
-                scores[i] = top_score if high - low < 1e-12 else np.int64(np.rint((v - low) / (high - low) * top_score))
+            if not np.isfinite(v):
+                continue
+            if v >= high - TIE:
+                scores[i] = top_score
+            else:
+                scores[i] = min(np.int64(np.rint((v - low) / (high - low) * top_score)), top_score - 1)
     return scores, finite == values.shape[0]

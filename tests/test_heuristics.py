@@ -51,6 +51,11 @@ def test_choose_breaks_ties_at_random_and_to_node_scores_maps_to_0_100():
     assert to_node_scores(np.array([np.nan, 1.0, -np.inf, 3.0])).tolist() == [0, 0, 0, 100]
     assert to_node_scores(np.array([np.nan])).tolist() == [0]
     assert to_node_scores(np.array([0.0, 0.5, 1.5, 2.5, 200.0])).tolist() == [0, 0, 1, 1, 100]  # half to even
+    # only the best and its ties score 100, so the scheduler picks among the nodes `choose` picks among
+    assert to_node_scores(np.array([0.0, 99.9, 100.0])).tolist() == [0, 99, 100]
+    assert to_node_scores(np.array([0.0, 100.0 - 1e-10, 100.0])).tolist() == [0, 100, 100]
+    near = np.array([-50.0, 3.0, 3.0 + 1e-6, 2.9999])
+    assert {int(i) for i in np.flatnonzero(to_node_scores(near) == 100)} == {choose(near, rng) for _ in range(50)}
 
 
 def test_the_compiled_scores_equal_the_numpy_reference():
@@ -58,8 +63,10 @@ def test_the_compiled_scores_equal_the_numpy_reference():
     for n in (1, 2, 5, 100, 5000):
         for _ in range(50):
             values = rng.normal(0, 10 ** rng.uniform(-14, 6), n)
-            if rng.random() < 0.5:  # ties, halves, non-finite values
-                values[rng.random(n) < 0.3] = rng.choice([np.nan, np.inf, -np.inf, values[0], values[0] + 0.5])
+            if rng.random() < 0.5:  # ties, halves, near-ties of the best, non-finite values
+                top = np.nanmax(values)
+                values[rng.random(n) < 0.3] = rng.choice([np.nan, np.inf, -np.inf, values[0], values[0] + 0.5,
+                                                          top - 1e-10, top - 1e-8])
             assert to_node_scores(values).tolist() == reference_node_scores(values).tolist(), values
 
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from agent.evaluate.compare import RunResult, Trace, measure
 from agent.live.history import History, arrival_order, controller_name, trace_events
-from agent.scoring import Scorer, choose, to_node_scores
+from agent.kernels import TIE
+from agent.scoring import Scorer, choose
 from agent.sim.cluster_profile import ClusterProfile
 from agent.sim.simulator import EventsExhausted, Simulation
 
@@ -36,8 +37,10 @@ def follow_live(profile: ClusterProfile, history: History, scorer: Scorer, polic
                 live_latency: dict[str, float]) -> tuple[int, int]:
     """The history replayed with every pod placed on the node it went to live (nodes told apart by
     their latency; `live_latency` by Deployment): of those decisions, how many the scorer would
-    have made too, given the simulator's state at that moment (the live node among its best node
-    scores, as kube-scheduler ranks them; equal scores are a tie it breaks at random).
+    have made too, given the simulator's state at that moment: the live node's value within
+    NEAR_BEST of the value range of the best, since the simulator's utilization and recent peak
+    differ from the live ones by a little (before the served scores gave 100 to the best alone, that
+    was the scores' own rounding).
 
     A free replay (`replay_history`) carries one parted decision into every later one, so its count
     of pods on their live node can fall by several for one tie broken the other way; here each
@@ -53,18 +56,30 @@ def follow_live(profile: ClusterProfile, history: History, scorer: Scorer, polic
         except EventsExhausted:
             break
         state, pod = sim.candidate_state(policy)
-        scores = to_node_scores(scorer.values(state, pod))
+        values = scorer.values(state, pod)
         latency = live_latency.get(controller_name(pods[sim.pod.id].name))
         on_live = np.flatnonzero(state.latency_ms == latency) if latency is not None else np.arange(0)
         # judged unless where it went is unknown or nodes are alike in latency; a live node with no
         # room for it in the simulator (none matches) is a decision that parted
         judged += latency is not None and len(on_live) <= 1
         if len(on_live) == 1 and latency is not None:
-            agreed += bool(scores[on_live[0]] == scores.max())
+            agreed += bool(near_best(values)[on_live[0]])
             sim.place(int(on_live[0]))
         else:
-            sim.place(choose(scores.astype(np.float64), tie_rng))
+            sim.place(choose(values, tie_rng))
     return judged, agreed
+
+
+NEAR_BEST = 0.005  # half a point of kube-scheduler's 0..100 scale
+
+
+def near_best(values: np.ndarray) -> np.ndarray:
+    """The nodes whose value is within NEAR_BEST of the finite values' range of the best (or tied)."""
+    finite = np.isfinite(values)
+    if not finite.any():
+        return finite
+    low, high = values[finite].min(), values[finite].max()
+    return finite & (values >= high - max(NEAR_BEST * (high - low), TIE))
 
 
 def replay_spread(profile: ClusterProfile, history: History, scorer: Scorer, policy: str,

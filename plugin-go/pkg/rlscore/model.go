@@ -307,8 +307,13 @@ func matmulShift(x []float64, n, inW int, w []float64, outW int, shift, out []fl
 	}
 }
 
-// ToNodeScores maps values onto integer scores 0..100 like agent.scoring.to_node_scores: best 100,
-// worst 0, linear between (rounded half to even), all 100 when equal, 0 for non-finite values.
+// scoreTie: values this close to the best are a tie (agent.kernels.TIE).
+const scoreTie = 1e-9
+
+// ToNodeScores maps values onto integer scores 0..100 like agent.scoring.to_node_scores: 100 for the
+// best value and those tied with it, worst 0, linear between (rounded half to even) but at most 99
+// for every other node, 0 for non-finite values. So with RLScore alone the scheduler picks among
+// the nodes the model ranks first, as the evaluation does.
 func ToNodeScores(values []float64, scores []int64) {
 	low, high, any := 0.0, 0.0, false
 	for _, v := range values {
@@ -327,10 +332,10 @@ func ToNodeScores(values []float64, scores []int64) {
 		switch {
 		case !finite(v):
 			scores[i] = 0
-		case high-low < 1e-12:
+		case v >= high-scoreTie:
 			scores[i] = 100
 		default:
-			scores[i] = int64(math.RoundToEven((v - low) / (high - low) * 100))
+			scores[i] = min(int64(math.RoundToEven((v-low)/(high-low)*100)), 99)
 		}
 	}
 }
