@@ -123,6 +123,7 @@ class NodeTable:
             now = self.now()
             self._request_peak.record(now, self._cpu_total)
             if bound_at is not None and pods != 0 and (self.usage_onset_s > 0 or self.usage_linger_s > 0):
+                self._forget_settled(now)  # here too: without metrics no refresh would ever prune
                 self._binds.append((now, row, abs(cpu), bound_at, pods < 0))
 
     def replace_nodes(self, nodes: dict[str, dict[str, float | None]]) -> None:
@@ -167,18 +168,20 @@ class NodeTable:
         the onset ago, and those gone less than the linger ago that had shown (lock held)."""
         showing = self.columns["cpu_requested"][: self.unknown_row].copy()
         now = self.now()
+        self._forget_settled(now)
         onset_from, linger_from = now - self.usage_onset_s, now - self.usage_linger_s
-        while self._binds and self._binds[0][0] <= min(onset_from, linger_from):
-            self._binds.popleft()
         for when, row, cpu, bound_at, gone in self._binds:
-            young = bound_at > onset_from
-            if not gone:
-                showing[row] -= cpu if young else 0.0  # bound, its use not in the metrics yet
-            elif young:
-                showing[row] += cpu  # gone before its use showed: undoes its bind's subtraction
-            elif when > linger_from and bound_at + self.usage_onset_s <= when:
+            if bound_at > onset_from:  # bound, its use not in the metrics yet (gone: undoes its bind's -cpu)
+                showing[row] += cpu if gone else -cpu
+            elif gone and when > linger_from and bound_at + self.usage_onset_s <= when:
                 showing[row] += cpu  # gone, its use still in the metrics
         return showing
+
+    def _forget_settled(self, now: float) -> None:
+        """Drop the binds and departures both lags have passed (lock held)."""
+        settled = now - max(self.usage_onset_s, self.usage_linger_s)
+        while self._binds and self._binds[0][0] <= settled:
+            self._binds.popleft()
 
     # --- readers ---------------------------------------------------------------------------------
 

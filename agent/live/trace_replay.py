@@ -62,7 +62,7 @@ def follow_live(profile: ClusterProfile, history: History, scorer: Scorer, polic
         # judged unless where it went is unknown or nodes are alike in latency; a live node with no
         # room for it in the simulator (none matches) is a decision that parted
         judged += latency is not None and len(on_live) <= 1
-        if len(on_live) == 1 and latency is not None:
+        if len(on_live) == 1:
             agreed += bool(near_best(values)[on_live[0]])
             sim.place(int(on_live[0]))
         else:

@@ -100,3 +100,15 @@ def test_requests_count_as_showing_from_their_onset_until_their_linger_ends(onse
 def test_usage_lags_must_not_be_negative():
     with pytest.raises(ValueError, match="onset and linger"):
         NodeTable(usage_onset_s=-1.0)
+
+
+def test_the_bind_log_keeps_only_what_the_lags_cover_even_without_metrics():
+    clock = Clock()
+    table = NodeTable(usage_onset_s=30.0, usage_linger_s=15.0, clock=clock)
+    for i in range(1000):  # a bind a second for 1000 s, and no metrics refresh
+        clock.t += 1.0
+        table.add_usage("a", 100.0, 0.0, 1, bound_at=clock.t)
+    assert len(table._binds) <= 31
+    table.replace_metrics({"a": {"cpu_utilization": 0.5}})
+    _, col = table.snapshot(("cpu_requested", "requested_showing"))
+    assert col["cpu_requested"][0] == 100_000.0 and col["requested_showing"][0] == 100_000.0 - 30 * 100.0
