@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from typing import Callable
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE, cells, run
 from agent.learn.model_io import ModelValidationError, load_model
 from agent.scoring import HeuristicScorer, ModelScorer, Scorer, choose
 from agent.sim.families import family
-from agent.sim.simulator import Simulation
+from agent.sim.simulator import EventsExhausted, Simulation
 from agent.state import POLICIES
 
 DEFAULT_AT = (30, 120, 330)
@@ -46,10 +46,14 @@ def occupancy(make_scorer: Callable[[], Scorer], label: str, family_name: str, n
     ties = np.random.default_rng(seed)  # as compare.measure breaks ties
     pods = []
     for placed in range(1, max(at) + 1):
-        sim.next_decision()
+        try:
+            sim.next_decision()
+        except EventsExhausted:  # a recorded stream ends; the counts past it are not shown
+            break
         sim.place(choose(scorer.values(*sim.candidate_state(policy)), ties))
-        if placed in at:
-            pods.append(tuple(int(p) for p in sim.cluster.pods))
+        if placed in at:  # a node that left holds no pods (as the evaluation's trace counts)
+            cluster = sim.cluster
+            pods.append(tuple(int(p) for p in np.where(cluster.present, cluster.pods, 0)))
     result, _ = run(make_scorer(), family_name, seed, policy, nodes, arrivals)
     return Occupancy(label, result.objective, pods)
 
@@ -97,12 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     seed_base = HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE
     means = {name: [] for name in args.scorers}
     print(f"{args.family}, {policy}'s objective; pods per node after {', '.join(map(str, at))} placements")
-    for name_, size, seed in cells((args.family,), args.seeds, (args.nodes,) if args.nodes else None, seed_base):
-        sim = Simulation.of_family(name_, seed, size, limits=policy == "EL")
+    for family_name, size, seed in cells((args.family,), args.seeds, (args.nodes,) if args.nodes else None, seed_base):
+        sim = Simulation.of_family(family_name, seed, size, limits=policy == "EL")
         cores = ", ".join(f"{c / 1000:g}" for c in sim.cluster.cpu_capacity)
         print(f"seed {seed - seed_base}: {sim.world.size} nodes of {cores} cores")
         for name, make in factories.items():
-            found = occupancy(lambda: make(seed), name, name_, size, seed, policy, at)
+            found = occupancy(lambda: make(seed), name, family_name, size, seed, policy, at)
             means[name].append(found.objective)
             print(f"  {name:<28} {found.objective:9.4g}  " + "  ".join(str(p) for p in found.pods))
     print("mean objective: " + ", ".join(f"{name} {np.mean(v):.4g}" for name, v in means.items()))
