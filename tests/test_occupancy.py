@@ -19,7 +19,7 @@ def test_the_pods_shown_are_the_evaluation_runs_own():
     make = scorer_factory("most-allocated", "EE")
     burn = int(np.ceil(Simulation.of_family("poisson", EVAL_SEED_BASE, 10).world.pods_alive))
     at = (burn + 1, burn + 40, burn + 120)
-    found = occupancy(lambda: make(EVAL_SEED_BASE), "most-allocated", "poisson", 10, EVAL_SEED_BASE, "EE", at)
+    found = occupancy(lambda: make(EVAL_SEED_BASE), "poisson", 10, EVAL_SEED_BASE, "EE", at)
     result, trace = run(HeuristicScorer("most-allocated", np.random.default_rng(EVAL_SEED_BASE)), "poisson",
                         EVAL_SEED_BASE, "EE", 10, 300, keep_trace=True)
     assert found.objective == result.objective
@@ -33,8 +33,7 @@ def test_one_step_ee_drains_the_small_node_that_most_allocated_keeps_on():
     MostAllocated keeps refilling it, at a higher cost."""
     seed = EVAL_SEED_BASE
     assert list(Simulation.of_family("test2", seed, 3).cluster.cpu_capacity) == [8000.0, 16000.0, 4000.0]
-    runs = {name: occupancy(lambda name=name: scorer_factory(name, "EE")(seed), name, "test2", 3, seed, "EE",
-                            (30, 330))
+    runs = {name: occupancy(lambda name=name: scorer_factory(name, "EE")(seed), "test2", 3, seed, "EE", (30, 330))
             for name in ("one-step-ee", "most-allocated")}
     assert runs["one-step-ee"].pods[0] == runs["most-allocated"].pods[0] == (14, 0, 16)
     assert runs["one-step-ee"].pods[1] == (30, 0, 0)

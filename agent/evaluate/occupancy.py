@@ -22,9 +22,9 @@ import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE, cells, run
 from agent.learn.model_io import ModelValidationError, load_model
-from agent.scoring import HeuristicScorer, ModelScorer, Scorer, choose
+from agent.scoring import HeuristicScorer, ModelScorer, Scorer
 from agent.sim.families import family
-from agent.sim.simulator import EventsExhausted, Simulation
+from agent.sim.simulator import Simulation
 from agent.state import POLICIES
 
 DEFAULT_AT = (30, 120, 330)
@@ -32,30 +32,19 @@ DEFAULT_AT = (30, 120, 330)
 
 @dataclass
 class Occupancy:
-    scorer: str
     objective: float  # as the evaluation measures this run
-    pods: list[tuple[int, ...]]  # pods per node after each of the `at` placements
+    pods: list[tuple[int, ...]]  # pods per node after each of the `at` placements the run reached
 
 
-def occupancy(make_scorer: Callable[[], Scorer], label: str, family_name: str, nodes: int | None, seed: int,
-              policy: str, at: tuple[int, ...], arrivals: int = 300) -> Occupancy:
-    """Follow the run `rlscore-eval` makes of a fresh scorer from `make_scorer()` on one world: the same
-    placements (same tie breaks), the pods per node after each count in `at`, and its objective."""
-    scorer: Scorer = make_scorer()
-    sim = Simulation.of_family(family_name, seed, nodes, limits=policy == "EL")
-    ties = np.random.default_rng(seed)  # as compare.measure breaks ties
-    pods = []
-    for placed in range(1, max(at) + 1):
-        try:
-            sim.next_decision()
-        except EventsExhausted:  # a recorded stream ends; the counts past it are not shown
-            break
-        sim.place(choose(scorer.values(*sim.candidate_state(policy)), ties))
-        if placed in at:  # a node that left holds no pods (as the evaluation's trace counts)
-            cluster = sim.cluster
-            pods.append(tuple(int(p) for p in np.where(cluster.present, cluster.pods, 0)))
+def occupancy(make_scorer: Callable[[], Scorer], family_name: str, nodes: int | None, seed: int, policy: str,
+              at: tuple[int, ...], arrivals: int = 300) -> Occupancy:
+    """The pods per node after each count in `at` and the objective of the run `rlscore-eval` makes of a
+    fresh scorer from `make_scorer()` on one world. The pods come from the same run measured from its
+    first placement (no burn-in): the placements and tie breaks are the same, only what is counted differs."""
+    _, trace = run(make_scorer(), family_name, seed, policy, nodes, max(at), keep_trace=True, burn_in=0)
+    pods = [tuple(int(p) for p in trace.pods_per_node[k - 1]) for k in at if k <= len(trace.pods_per_node)]
     result, _ = run(make_scorer(), family_name, seed, policy, nodes, arrivals)
-    return Occupancy(label, result.objective, pods)
+    return Occupancy(result.objective, pods)
 
 
 def scorer_factory(name: str, policy: str) -> Callable[[int], Scorer]:
@@ -106,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         cores = ", ".join(f"{c / 1000:g}" for c in sim.cluster.cpu_capacity)
         print(f"seed {seed - seed_base}: {sim.world.size} nodes of {cores} cores")
         for name, make in factories.items():
-            found = occupancy(lambda: make(seed), name, family_name, size, seed, policy, at)
+            found = occupancy(lambda: make(seed), family_name, size, seed, policy, at)
             means[name].append(found.objective)
             print(f"  {name:<28} {found.objective:9.4g}  " + "  ".join(str(p) for p in found.pods))
     print("mean objective: " + ", ".join(f"{name} {np.mean(v):.4g}" for name, v in means.items()))
