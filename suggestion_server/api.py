@@ -146,6 +146,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
                    "disk_utilization": settings.disk_query, "power_idle_watts": settings.power_idle_query,
                    "power_active_watts": settings.power_active_query,
                    "power_usage_ratio": settings.power_usage_query}
+        if settings.cpu_stddev_query:
+            queries["cpu_utilization_stddev"] = settings.cpu_stddev_query
         if settings.latency_source == "prometheus":
             queries["latency_ms"] = settings.latency_query
         history = {"power_max_watts": settings.power_max_history_query} if settings.power_idle_query else {}

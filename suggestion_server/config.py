@@ -74,6 +74,11 @@ class Settings(BaseSettings):
         False, description="do not verify an https Prometheus's certificate (a test cluster's self-signed one)")
     cpu_query: str = Field('1 - avg by (instance, node) (irate(node_cpu_seconds_total{mode="idle"}[1m]))',
                            description="busy cpu fraction per node (0..1)")
+    # LoadVariationRiskBalancing's risk reads how much a node's cpu swings, not only its level: the
+    # spread of cpu_query over the last 2 minutes (the simulator's 60 s time constant)
+    cpu_stddev_query: str = Field(
+        'stddev_over_time((1 - avg by (instance, node) (irate(node_cpu_seconds_total{mode="idle"}[1m])))[2m:15s])',
+        description="standard deviation of the busy cpu fraction over time, per node (0..1; '' disables)")
     memory_query: str = Field("1 - node_memory_MemAvailable_bytes / node_memory_MemTotal_bytes",
                               description="used memory fraction per node (0..1)")
     cpu_count_query: str = Field('count by (instance, node) (node_cpu_seconds_total{mode="idle"})',

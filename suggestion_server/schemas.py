@@ -71,6 +71,8 @@ class NodeIn(BaseModel):
     network_receive_bytes_per_s: NonNegative | None = None
     tcp_established: NonNegative | None = Field(None, description="established TCP connections")
     disk_utilization: Fraction | None = Field(None, description="used share of the root filesystem")
+    cpu_utilization_stddev: Fraction | None = Field(
+        None, description="standard deviation of cpu_utilization over the last minutes (LoadVariationRiskBalancing)")
 
     @model_validator(mode="after")
     def _power_model(self) -> NodeIn:

@@ -35,7 +35,8 @@ FIELDS = (("cpu_capacity_millicores", "cpu_capacity"), ("memory_capacity_bytes",
           ("cpu_utilization", "cpu_utilization"), ("memory_utilization", "memory_utilization"),
           ("latency_ms", "latency_ms"), ("power_idle_watts", "power_idle_watts"),
           ("power_max_watts", "power_max_watts"), ("network_receive_bytes_per_s", "network_receive_bytes_per_s"),
-          ("tcp_established", "tcp_established"), ("disk_utilization", "disk_utilization"))
+          ("tcp_established", "tcp_established"), ("disk_utilization", "disk_utilization"),
+          ("cpu_utilization_stddev", "cpu_utilization_stddev"))
 KEPLER_MIN_USAGE = 0.05  # below this the active watts say too little about full load
 KEPLER_SMOOTHING = 0.2  # weight of a new estimate of a node's full-load watts
 
@@ -119,7 +120,7 @@ class StateCollector:
     def _record(self, name: str, values: dict[str, float]) -> dict[str, float]:
         """One node's query results as table columns, clamped to their ranges."""
         record: dict[str, float] = {}
-        for key in ("cpu_utilization", "memory_utilization", "disk_utilization"):
+        for key in ("cpu_utilization", "memory_utilization", "disk_utilization", "cpu_utilization_stddev"):
             if key in values:
                 record[key] = min(max(values[key], 0.0), 1.0)
         for key in ("latency_ms", "network_receive_bytes_per_s", "tcp_established"):
@@ -182,19 +183,20 @@ class StateCollector:
 # NodeState's arrays as `assemble` builds them: one row each of one block
 STATE = ("cpu_capacity", "memory_capacity", "max_pods", "cpu_requested", "memory_requested", "pods",
          "power_idle_watts", "power_max_watts", "cpu_utilization", "memory_utilization", "latency_ms",
-         "network_receive_bytes_per_s", "tcp_established", "disk_utilization", "cpu_requested_since_metrics")
+         "network_receive_bytes_per_s", "tcp_established", "disk_utilization", "cpu_requested_since_metrics",
+         "cpu_utilization_stddev")
 _S = {name: i for i, name in enumerate(STATE)}
 (_S_CPU_CAP, _S_MEM_CAP, _S_MAX_PODS, _S_CPU_REQ, _S_MEM_REQ, _S_PODS, _S_IDLE, _S_PEAK, _S_CPU_UTIL, _S_MEM_UTIL,
- _S_LATENCY, _S_NET, _S_TCP, _S_DISK, _S_SINCE) = range(len(STATE))
+ _S_LATENCY, _S_NET, _S_TCP, _S_DISK, _S_SINCE, _S_CPU_STD) = range(len(STATE))
 _S_GIVEN = np.array([_S[attr] for _, attr in FIELDS])  # the state row of each of a request's fields
 # the node table's rows (compiled code reads plain integers)
 (_T_IN_API, _T_CPU_CAP, _T_MEM_CAP, _T_MAX_PODS, _T_IDLE, _T_PEAK, _T_CPU_REQ, _T_MEM_REQ, _T_PODS, _T_CPU_UTIL,
  _T_MEM_UTIL, _T_LATENCY, _T_NET, _T_TCP, _T_DISK, _T_CPU_CAP_M, _T_MEM_CAP_M, _T_IDLE_M, _T_PEAK_M,
- _T_REQUESTED_AT) = map(COLUMNS.index, (
+ _T_REQUESTED_AT, _T_CPU_STD) = map(COLUMNS.index, (
     "in_api", "cpu_capacity", "memory_capacity", "max_pods", "power_idle_watts", "power_max_watts", "cpu_requested",
     "memory_requested", "pods", "cpu_utilization", "memory_utilization", "latency_ms", "network_receive_bytes_per_s",
     "tcp_established", "disk_utilization", "cpu_capacity_metrics", "memory_capacity_metrics", "power_idle_metrics",
-    "power_max_metrics", "requested_at"))
+    "power_max_metrics", "requested_at", "cpu_utilization_stddev"))
 @compiled
 def _resolve(data, rows, state):  # pragma: no cover (compiled)
     """Each node's state from its table row: the API's sizes and power model, else the metrics';
@@ -212,7 +214,7 @@ def _resolve(data, rows, state):  # pragma: no cover (compiled)
         for s_row, t_row in ((_S_CPU_REQ, _T_CPU_REQ), (_S_MEM_REQ, _T_MEM_REQ), (_S_PODS, _T_PODS)):
             state[s_row, k] = data[t_row, r] if in_api else np.nan
         for s_row, t_row in ((_S_CPU_UTIL, _T_CPU_UTIL), (_S_MEM_UTIL, _T_MEM_UTIL), (_S_LATENCY, _T_LATENCY),
-                             (_S_NET, _T_NET), (_S_TCP, _T_TCP), (_S_DISK, _T_DISK)):
+                             (_S_NET, _T_NET), (_S_TCP, _T_TCP), (_S_DISK, _T_DISK), (_S_CPU_STD, _T_CPU_STD)):
             state[s_row, k] = data[t_row, r]
         since = state[_S_CPU_REQ, k] - data[_T_REQUESTED_AT, r]
         state[_S_SINCE, k] = since if (since >= 0.0 or np.isnan(since)) else 0.0  # as np.maximum(since, 0)

@@ -29,7 +29,8 @@ from suggestion_server.snapshot import FIELDS
 STATE_FIELDS = tuple(key for key, _ in FIELDS)
 INTEGER_FIELDS = ("max_pods", "pods")
 POSITIVE_FIELDS = ("cpu_capacity_millicores", "memory_capacity_bytes", "max_pods", "power_max_watts")
-FRACTION_FIELDS = ("cpu_utilization", "memory_utilization", "disk_utilization")  # the others: >= 0
+FRACTION_FIELDS = ("cpu_utilization", "memory_utilization", "disk_utilization",
+                   "cpu_utilization_stddev")  # the others: >= 0
 _POSITIVE = np.array([STATE_FIELDS.index(f) for f in POSITIVE_FIELDS])
 _FRACTION = np.array([STATE_FIELDS.index(f) for f in FRACTION_FIELDS])
 _IDLE, _PEAK = STATE_FIELDS.index("power_idle_watts"), STATE_FIELDS.index("power_max_watts")

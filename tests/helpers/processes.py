@@ -39,18 +39,22 @@ def wait_for(check, timeout_s: float, what: str, interval_s: float = 0.2):
     raise TimeoutError(f"{what} not within {timeout_s} s (last error: {last})")
 
 
+OFFSET_S = 1000.0  # the fake nodes' uptime when the exporter starts
+
+
 class FakeNodeExporter:
     """Serves node_exporter's series (cpu, memory, network, TCP connections, root filesystem) for
     several fake nodes on one endpoint, and Kepler's node power series for the nodes given a power
     curve; each series carries its node's `instance` (Kepler: `node_name`) label (scraped with
     honor_labels). Counters grow with wall-clock time at each node's busy fraction, so rate() sees
-    exactly that fraction."""
+    exactly that fraction; a fraction changed in `busy` counts from the next scrape on."""
 
     def __init__(self, busy: dict[str, float], cpus: int = 4, memory_bytes: float = 8 * 2**30,
                  power: dict[str, tuple[float, float]] | None = None):
         self.busy, self.cpus, self.memory_bytes = dict(busy), cpus, memory_bytes
         self.power = dict(power or {})
-        self.start = time.time()
+        self.start = self._last = time.time()
+        self._busy_seconds = {node: OFFSET_S * fraction for node, fraction in self.busy.items()}
         self.port = free_port()
         registry = CollectorRegistry()
         registry.register(self)
@@ -62,7 +66,8 @@ class FakeNodeExporter:
         # counters carry the time they were computed at, so rate() is exact however late the scrape
         # that reads them is stamped (under load that jitter made irate() wrong by 20%)
         now = time.time()
-        elapsed = now - self.start + 1000.0
+        elapsed = now - self.start + OFFSET_S
+        step, self._last = now - self._last, now
         cpu = CounterMetricFamily("node_cpu_seconds_total", "cpu time", labels=["instance", "cpu", "mode"])
         avail = GaugeMetricFamily("node_memory_MemAvailable_bytes", "available", labels=["instance"])
         total = GaugeMetricFamily("node_memory_MemTotal_bytes", "total", labels=["instance"])
@@ -75,12 +80,13 @@ class FakeNodeExporter:
         usage = GaugeMetricFamily("kepler_node_cpu_usage_ratio", "usage", labels=["node_name"])
         for node, busy in self.busy.items():
             instance = f"{node}:9100"
+            busy_s = self._busy_seconds[node] = self._busy_seconds.get(node, (elapsed - step) * busy) + step * busy
             for c in range(self.cpus):
-                cpu.add_metric([instance, str(c), "idle"], elapsed * (1.0 - busy), timestamp=now)
-                cpu.add_metric([instance, str(c), "user"], elapsed * busy, timestamp=now)
+                cpu.add_metric([instance, str(c), "idle"], elapsed - busy_s, timestamp=now)
+                cpu.add_metric([instance, str(c), "user"], busy_s, timestamp=now)
             avail.add_metric([instance], self.memory_bytes * (1.0 - busy))
             total.add_metric([instance], self.memory_bytes)
-            network.add_metric([instance, "eth0"], elapsed * busy * 1e6, timestamp=now)
+            network.add_metric([instance, "eth0"], busy_s * 1e6, timestamp=now)
             network.add_metric([instance, "lo"], elapsed * 5e7, timestamp=now)  # loopback is not traffic
             tcp.add_metric([instance], 10.0 + 100.0 * busy)
             fs_size.add_metric([instance, "/"], 100.0 * 2**30)

@@ -1,6 +1,7 @@
 """Names-only /suggest against a real Prometheus scraping node_exporter-format metrics."""
 
 import asyncio
+import threading
 import time
 
 import httpx
@@ -217,3 +218,48 @@ def test_the_server_refuses_to_start_with_an_unreadable_prometheus_ca(tmp_path, 
     monkeypatch.setenv("RLSCORE_PROMETHEUS_CA_FILE", str(tmp_path / "junk.pem"))
     assert cli.main([]) == 2
     assert "junk.pem" in capsys.readouterr().err
+
+
+def test_the_swing_of_a_nodes_cpu_over_time_comes_from_prometheus(tmp_path):
+    """LoadVariationRiskBalancing weighs how much a node's cpu swings, not only its level; served as
+    a rule it read no swing at all before. One node swings between 10% and 70% busy, one is steady
+    at 40%: /state shows the first's standard deviation over time (cpu_stddev_query, its windows
+    shortened to the test's 1 s scrapes) and about 0 for the second; an empty query leaves it unknown."""
+    exporter = FakeNodeExporter({"worker-1": 0.1, "worker-2": 0.4})
+    prometheus = PrometheusServer(tmp_path, [f"127.0.0.1:{exporter.port}"])
+    query = ('stddev_over_time((1 - avg by (instance, node) (irate(node_cpu_seconds_total{mode="idle"}[3s])))'
+             '[20s:1s])')
+    stop = threading.Event()
+
+    def swing():
+        while not stop.wait(2.0):
+            exporter.busy["worker-1"] = 0.7 if exporter.busy["worker-1"] == 0.1 else 0.1
+
+    swinging = threading.Thread(target=swing, daemon=True)
+    swinging.start()
+    try:
+        def spread(client):
+            r = client.get("/state", params={"node": ["worker-1", "worker-2"]})
+            assert r.status_code == 200, r.text
+            rows = {row["name"]: row["cpu_utilization_stddev"] for row in r.json()["nodes"]}
+            return rows if rows["worker-1"] is not None and rows["worker-1"] > 0.2 else None
+
+        common = dict(prometheus_url=prometheus.url, refresh_interval_s=0.5, stale_after_s=30)
+        with TestClient(create_app(settings(cpu_stddev_query=query, **common))) as client:
+            rows = wait_for(lambda: spread(client), 90, "a swinging node's cpu spread in /state", 0.5)
+            # values between 0.1 and 0.7 spread by at most half that range, 0.3 (in equal parts)
+            assert 0.2 < rows["worker-1"] <= 0.301, rows
+            assert rows["worker-2"] == pytest.approx(0.0, abs=0.02)
+        with TestClient(create_app(settings(cpu_stddev_query="", **common))) as client:
+            def measured():
+                r = client.get("/state", params={"node": ["worker-1", "worker-2"]}).json()
+                return r if all(row["cpu_utilization"] is not None for row in r["nodes"]) else None
+
+            r = wait_for(measured, 60, "utilization from Prometheus in the snapshot", 0.5)
+            assert [row["cpu_utilization_stddev"] for row in r["nodes"]] == [None, None]
+            assert r["nodes"][1]["cpu_utilization"] == pytest.approx(0.4, abs=0.02)
+    finally:
+        stop.set()
+        swinging.join()
+        prometheus.stop()
+        exporter.close()
