@@ -65,6 +65,7 @@ def test_latency_limits_from_annotations_including_the_thesis_names(client):
     (lambda b: b["nodes"][0].update(power_idle_watts=-5), 422, "power_idle_watts"),
     (lambda b: b["nodes"][0].update(power_idle_watts=300, power_max_watts=200), 422, "power_max_watts (200.0) must not be below"),
     (lambda b: b["nodes"][0].update(disk_utilization=1.2), 422, "disk_utilization"),
+    (lambda b: b["nodes"][0].update(cpu_utilization_stddev=-0.1), 422, "cpu_utilization_stddev"),
     (lambda b: b["nodes"][0].update(tcp_established=-1), 422, "tcp_established"),
     (lambda b: b["nodes"][0].update(network_receive_bytes_per_s="fast"), 422, "network_receive_bytes_per_s"),
     (lambda b: b.update(nodes=[]), 422, "nodes"),
@@ -173,6 +174,23 @@ def test_heuristic_fallback_without_models(make_client, tmp_path):
     statuses = {p["policy"]: p for p in client.get("/policies").json()["policies"]}
     assert statuses["EE"]["serving"] == "heuristic" and "no such model file" in statuses["EE"]["error"]
     assert "rlscore_fallbacks_total" in client.get("/metrics").text
+
+
+def test_a_rule_served_as_the_model_reads_the_cpu_swing_the_request_gives(make_client, tmp_path):
+    """LoadVariationRiskBalancing served (the retraining loop's fallback names it in a model file)
+    weighs each node's cpu swing: of two nodes alike but for it, the steady one scores higher. The
+    server dropped the field before, and both scored the same."""
+    from agent.learn.model_io import save_heuristic_model
+
+    save_heuristic_model(tmp_path / "lb.pt", "load-variation-risk-balancing", "LB", {"note": "test"})
+    client = make_client(model_dir=tmp_path)
+    nodes = [node("steady", cpu_req=1000, pods=3, util=0.3, cpu_utilization_stddev=0.0),
+             node("swinging", cpu_req=1000, pods=3, util=0.3, cpu_utilization_stddev=0.4)]
+    body = post(client, {"pod": pod(), "nodes": nodes, "policy": "LB"}).json()
+    assert body["source"] == "heuristic", body
+    assert body["scores"]["steady"] > body["scores"]["swinging"], body
+    state = client.get("/state", params={"node": ["steady", "swinging"]}).json()["nodes"]
+    assert [row["cpu_utilization_stddev"] for row in state] == [None, None]  # given, not measured
 
 
 def test_health_readiness_metrics_and_openapi(client):
