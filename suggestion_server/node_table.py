@@ -31,8 +31,9 @@ USAGE_COLUMNS = ("cpu_requested", "memory_requested", "pods")
 # model, used where the API has none; `requested_at` is cpu_requested when the metrics were read;
 # `requested_showing` the part of it whose use the metrics could show then (see NodeTable).
 METRIC_COLUMNS = ("cpu_utilization", "memory_utilization", "latency_ms", "network_receive_bytes_per_s",
-                  "tcp_established", "disk_utilization", "cpu_utilization_stddev", "cpu_capacity_metrics", "memory_capacity_metrics",
-                  "power_idle_metrics", "power_max_metrics", "requested_at", "requested_showing")
+                  "tcp_established", "disk_utilization", "cpu_utilization_stddev", "cpu_capacity_metrics",
+                  "memory_capacity_metrics", "power_idle_metrics", "power_max_metrics", "requested_at",
+                  "requested_showing")
 COLUMNS = NODE_COLUMNS + USAGE_COLUMNS + METRIC_COLUMNS
 BIND_LOG_MAX = 1_000_000  # binds and departures kept for `requested_showing` (a few per pod and window)
 
