@@ -103,8 +103,6 @@ LOCAL_POWER_HISTORY='avg_over_time((sum by (node_name) (kepler_node_cpu_idle_wat
 # for a minute); a node without pods reads 0.
 LOCAL_BUSY_CORES='(sum by (node) (irate(container_cpu_usage_seconds_total{container!=""}[1m]) and on (namespace, pod, container) container_cpu_usage_seconds_total{container!=""}) or on (node) (0 * max by (node) (machine_cpu_cores)))'
 LOCAL_CPU_QUERY="$LOCAL_BUSY_CORES / on (node) max by (node) (machine_cpu_cores)"
-# LoadVariationRiskBalancing's swing of that fraction, over the server default's 2 minutes
-LOCAL_CPU_STDDEV_QUERY="stddev_over_time(($LOCAL_CPU_QUERY)[2m:15s])"
 # how often the server refreshes its node metrics (calibration hands it to the simulator)
 LOCAL_REFRESH_S=${RLSCORE_REFRESH_INTERVAL_S:-2}
 # how the cpu query lags the pods here (measured: a pod's cpu shows 2.5-3 s after its creation, a
@@ -130,7 +128,6 @@ server_start() {
   RLSCORE_USAGE_ONSET_S=$LOCAL_USAGE_ONSET_S RLSCORE_USAGE_LINGER_S=$LOCAL_USAGE_LINGER_S \
   RLSCORE_POWER_MAX_HISTORY_QUERY="${RLSCORE_POWER_MAX_HISTORY_QUERY:-$LOCAL_POWER_HISTORY}" \
   RLSCORE_CPU_QUERY="${RLSCORE_CPU_QUERY:-$LOCAL_CPU_QUERY}" \
-  RLSCORE_CPU_STDDEV_QUERY="${RLSCORE_CPU_STDDEV_QUERY:-$LOCAL_CPU_STDDEV_QUERY}" \
   RLSCORE_NETWORK_QUERY="${RLSCORE_NETWORK_QUERY:-$LOCAL_NETWORK_QUERY}" \
     nohup "$ROOT/.venv/bin/rlscore-server" --host 127.0.0.1 --port "$SERVER_PORT" \
     >>"$OURS/server.log" 2>&1 &

@@ -74,11 +74,10 @@ class Settings(BaseSettings):
         False, description="do not verify an https Prometheus's certificate (a test cluster's self-signed one)")
     cpu_query: str = Field('1 - avg by (instance, node) (irate(node_cpu_seconds_total{mode="idle"}[1m]))',
                            description="busy cpu fraction per node (0..1)")
-    # LoadVariationRiskBalancing's risk reads how much a node's cpu swings, not only its level: the
-    # spread of cpu_query over the last 2 minutes (the simulator's 60 s time constant)
-    cpu_stddev_query: str = Field(
-        'stddev_over_time((1 - avg by (instance, node) (irate(node_cpu_seconds_total{mode="idle"}[1m])))[2m:15s])',
-        description="standard deviation of the busy cpu fraction over time, per node (0..1; '' disables)")
+    # LoadVariationRiskBalancing's risk reads how much a node's cpu swings, not only its level
+    cpu_stddev_query: str | None = Field(
+        None, description="standard deviation of the busy cpu fraction over time, per node (0..1); default: "
+                          "cpu_query's over the last 2 minutes (the simulator's 60 s time constant); '' disables")
     memory_query: str = Field("1 - node_memory_MemAvailable_bytes / node_memory_MemTotal_bytes",
                               description="used memory fraction per node (0..1)")
     cpu_count_query: str = Field('count by (instance, node) (node_cpu_seconds_total{mode="idle"})',
@@ -131,6 +130,14 @@ class Settings(BaseSettings):
         None, description="mutual TLS: require client certificates signed by this CA bundle (PEM)")
     tls_reload_interval_s: float = Field(
         30.0, gt=0, description="how often changed certificate, key and CA files are loaded (rotation without restart)")
+
+    @model_validator(mode="after")
+    def _cpu_stddev_of_cpu_query(self) -> Settings:
+        # derived, so a cluster that reads its cpu another way (the local cluster's cAdvisor query)
+        # measures the swing of what it reads
+        if self.cpu_stddev_query is None:
+            self.cpu_stddev_query = f"stddev_over_time(({self.cpu_query})[2m:15s])"
+        return self
 
     @model_validator(mode="after")
     def _prometheus_verification(self) -> Settings:
