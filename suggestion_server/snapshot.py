@@ -37,6 +37,8 @@ FIELDS = (("cpu_capacity_millicores", "cpu_capacity"), ("memory_capacity_bytes",
           ("power_max_watts", "power_max_watts"), ("network_receive_bytes_per_s", "network_receive_bytes_per_s"),
           ("tcp_established", "tcp_established"), ("disk_utilization", "disk_utilization"),
           ("cpu_utilization_stddev", "cpu_utilization_stddev"))
+# the fields that are fractions 0..1 (a request's are validated, Prometheus's clamped); the others are >= 0
+FRACTION_FIELDS = ("cpu_utilization", "memory_utilization", "disk_utilization", "cpu_utilization_stddev")
 KEPLER_MIN_USAGE = 0.05  # below this the active watts say too little about full load
 KEPLER_SMOOTHING = 0.2  # weight of a new estimate of a node's full-load watts
 
@@ -120,7 +122,7 @@ class StateCollector:
     def _record(self, name: str, values: dict[str, float]) -> dict[str, float]:
         """One node's query results as table columns, clamped to their ranges."""
         record: dict[str, float] = {}
-        for key in ("cpu_utilization", "memory_utilization", "disk_utilization", "cpu_utilization_stddev"):
+        for key in FRACTION_FIELDS:
             if key in values:
                 record[key] = min(max(values[key], 0.0), 1.0)
         for key in ("latency_ms", "network_receive_bytes_per_s", "tcp_established"):

@@ -23,14 +23,12 @@ import numpy as np
 
 from suggestion_server.compact import MAX_NAME, valid_names
 from suggestion_server.schemas import PodIn, SuggestRequest, first_duplicate, policy_field
-from suggestion_server.snapshot import FIELDS
+from suggestion_server.snapshot import FIELDS, FRACTION_FIELDS
 
 # the rows of `given`: the node objects' state fields, in snapshot.FIELDS's order
 STATE_FIELDS = tuple(key for key, _ in FIELDS)
 INTEGER_FIELDS = ("max_pods", "pods")
 POSITIVE_FIELDS = ("cpu_capacity_millicores", "memory_capacity_bytes", "max_pods", "power_max_watts")
-FRACTION_FIELDS = ("cpu_utilization", "memory_utilization", "disk_utilization",
-                   "cpu_utilization_stddev")  # the others: >= 0
 _POSITIVE = np.array([STATE_FIELDS.index(f) for f in POSITIVE_FIELDS])
 _FRACTION = np.array([STATE_FIELDS.index(f) for f in FRACTION_FIELDS])
 _IDLE, _PEAK = STATE_FIELDS.index("power_idle_watts"), STATE_FIELDS.index("power_max_watts")
