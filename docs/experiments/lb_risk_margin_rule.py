@@ -7,6 +7,7 @@ and LoadVariationRiskBalancing on both seed ranges.
 """
 
 import argparse
+from dataclasses import replace
 
 import numpy as np
 
@@ -14,20 +15,15 @@ from agent.evaluate import compare
 from agent.heuristics import HEURISTICS
 from agent.learn.model_io import load_model
 from agent.scoring import ModelScorer
-from agent.sim.outcomes import HOT_UTILIZATION, LB_HOT_WEIGHT, placement_costs
+from agent.sim.outcomes import placement_costs
 
 
 def one_step_lb_with_margin(k: float):
     def score(nodes, pod, rng):
-        """one-step-lb's cost with its hot term recomputed on measured use + k x stddev + the request."""
-        capacity = np.maximum(nodes.cpu_capacity, 1e-9)
-        share = pod.cpu_millicores / capacity
-        used = np.where(np.isfinite(nodes.cpu_utilization), nodes.cpu_utilization, nodes.cpu_requested / capacity)
-        std = np.nan_to_num(nodes.cpu_utilization_stddev, nan=0.0)
-        n = len(nodes)
-        plain_hot = (used + share > HOT_UTILIZATION).astype(np.float64)
-        risky_hot = (used + k * std + share > HOT_UTILIZATION).astype(np.float64)
-        return -(placement_costs("LB", nodes, pod) + LB_HOT_WEIGHT * (risky_hot - plain_hot) / n)
+        """one-step-lb's cost on the nodes as they would measure k standard deviations busier (the
+        hot check reads the measured use; unknown use stays unknown, then the requests count)."""
+        swing = np.nan_to_num(nodes.cpu_utilization_stddev, nan=0.0)
+        return -placement_costs("LB", replace(nodes, cpu_utilization=nodes.cpu_utilization + k * swing), pod)
     return score
 
 
