@@ -13,11 +13,25 @@ from suggestion_server import metrics
 from suggestion_server.registry import ModelRegistry
 
 
+# Rules served as a model that read an optional column, and what they assume where it is unknown:
+# the answer is not degraded (the rule is defined there), but the reasons say what it could not see.
+UNSEEN_BY_RULE = {"load-variation-risk-balancing": ("cpu_utilization_stddev", "cpu swing",
+                                                    "scored as steady (RLSCORE_CPU_STDDEV_QUERY)")}
+
+
 def score_nodes(policy: str, nodes: NodeState, pod: PodRequest, registry: ModelRegistry,
                 rng: np.random.Generator) -> tuple[np.ndarray, str, str | None, list[str]]:
-    """(integer scores 0..100, source, model version, reasons for a fallback)."""
+    """(integer scores 0..100, source, model version, reasons: why a fallback, or what a served rule
+    could not see)."""
     model = registry.get(policy)
     reasons: list[str] = []
+    if model is not None and model.heuristic in UNSEEN_BY_RULE:
+        column, what, assumed = UNSEEN_BY_RULE[model.heuristic]
+        unknown = np.flatnonzero(np.isnan(getattr(nodes, column)))
+        if unknown.size:
+            shown = ", ".join(nodes.names[k] for k in unknown[:3]) + (f" and {unknown.size - 3} more"
+                                                                       if unknown.size > 3 else "")
+            reasons.append(f"{what} unknown for {unknown.size} node(s) ({shown}): {model.heuristic} {assumed}")
     if model is not None:
         try:
             values = model.q_values(nodes, pod)

@@ -189,8 +189,16 @@ def test_a_rule_served_as_the_model_reads_the_cpu_swing_the_request_gives(make_c
     body = post(client, {"pod": pod(), "nodes": nodes, "policy": "LB"}).json()
     assert body["source"] == "heuristic", body
     assert body["scores"]["steady"] > body["scores"]["swinging"], body
+    assert not any("cpu swing" in reason for reason in body["reasons"]), body
     state = client.get("/state", params={"node": ["steady", "swinging"]}).json()["nodes"]
     assert [row["cpu_utilization_stddev"] for row in state] == [None, None]  # given, not measured
+    # not given and not measured: scored as steady, and the reasons say so without degrading the answer
+    del nodes[1]["cpu_utilization_stddev"]
+    body = post(client, {"pod": pod(), "nodes": nodes, "policy": "LB"}).json()
+    assert body["scores"]["steady"] == body["scores"]["swinging"], body
+    swing = [reason for reason in body["reasons"] if "cpu swing" in reason]
+    assert swing == ["cpu swing unknown for 1 node(s) (swinging): load-variation-risk-balancing scored as steady "
+                     "(RLSCORE_CPU_STDDEV_QUERY)"], body
 
 
 def test_health_readiness_metrics_and_openapi(client):
