@@ -60,6 +60,9 @@ class Trace:
     pods_per_node: list[np.ndarray] = field(default_factory=list)
     shifts: list[int] = field(default_factory=list)
     pod_ids: list[int] = field(default_factory=list)  # the pod each step placed
+    # pods per node after each placement count asked for (`pods_at`), counted from the run's first
+    # placement, burn-in included
+    pods_at: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -91,27 +94,37 @@ class RunResult:
 
 
 def run(scorer: Scorer, family_name: str, seed: int, policy: str, nodes: int | None = None,
-        arrivals: int = 300, keep_trace: bool = False, burn_in: int | None = None) -> tuple[RunResult, Trace]:
+        arrivals: int = 300, keep_trace: bool = False, burn_in: int | None = None,
+        pods_at: tuple[int, ...] = ()) -> tuple[RunResult, Trace]:
     """One scorer on one world. The first `burn_in` arrivals (default: one fill of the world) are
     scheduled by the scorer but not measured, so what is measured is the steady state the scorer's
     own placements lead to; then `arrivals` more, at least one fill, are measured."""
     sim = Simulation.of_family(family_name, seed, nodes, limits=policy == "EL")
-    return measure(scorer, sim, seed, policy, arrivals, keep_trace, burn_in, family_name)
+    return measure(scorer, sim, seed, policy, arrivals, keep_trace, burn_in, family_name, pods_at)
 
 
 def measure(scorer: Scorer, sim: Simulation, seed: int, policy: str, arrivals: int = 300,
-            keep_trace: bool = False, burn_in: int | None = None, family_name: str | None = None
-            ) -> tuple[RunResult, Trace]:
+            keep_trace: bool = False, burn_in: int | None = None, family_name: str | None = None,
+            pods_at: tuple[int, ...] = ()) -> tuple[RunResult, Trace]:
     """Run `scorer` on a fresh simulation (see `run`); `seed` breaks ties."""
     family_name = family_name or sim.world.family
     tie_rng = np.random.default_rng(seed)
     trace = Trace()
     cvs, latencies, tiers_ok, soft, after_shift = [], [], [], [], []
-    spent, decisions = 0.0, 0
+    spent, decisions, placed = 0.0, 0, 0
+    wanted = frozenset(pods_at)
+
+    def count_placement() -> None:
+        nonlocal placed
+        placed += 1
+        if placed in wanted:
+            trace.pods_at[placed] = np.where(sim.cluster.present, sim.cluster.pods, 0).copy()
+
     burn = int(np.ceil(sim.world.pods_alive)) if burn_in is None else burn_in
     while sim.ledger.arrivals < burn:
         sim.next_decision()
         sim.place(choose(scorer.values(*sim.candidate_state(policy)), tie_rng))
+        count_placement()
     start, shifts_before = sim.ledger.copy(), len(sim.latency_shifts)
     arrivals = max(arrivals, burn)
     while sim.ledger.arrivals - start.arrivals < arrivals:
@@ -126,6 +139,7 @@ def measure(scorer: Scorer, sim: Simulation, seed: int, policy: str, arrivals: i
         tiers = latency_tiers(state, pod)
         pod_id = sim.pod.id
         sim.place(candidate)
+        count_placement()
         decisions += 1
 
         cluster = sim.cluster

@@ -38,13 +38,11 @@ class Occupancy:
 
 def occupancy(make_scorer: Callable[[], Scorer], family_name: str, nodes: int | None, seed: int, policy: str,
               at: tuple[int, ...], arrivals: int = 300) -> Occupancy:
-    """The pods per node after each count in `at` and the objective of the run `rlscore-eval` makes of a
-    fresh scorer from `make_scorer()` on one world. The pods come from the same run measured from its
-    first placement (no burn-in): the placements and tie breaks are the same, only what is counted differs."""
-    _, trace = run(make_scorer(), family_name, seed, policy, nodes, max(at), keep_trace=True, burn_in=0)
-    pods = [tuple(int(p) for p in trace.pods_per_node[k - 1]) for k in at if k <= len(trace.pods_per_node)]
-    result, _ = run(make_scorer(), family_name, seed, policy, nodes, arrivals)
-    return Occupancy(result.objective, pods)
+    """The pods per node after each count in `at` (counted from the first placement, burn-in included;
+    counts past the run's end are left out) and the objective of the run `rlscore-eval` makes of a
+    fresh scorer from `make_scorer()` on one world: one run gives both."""
+    result, trace = run(make_scorer(), family_name, seed, policy, nodes, arrivals, pods_at=at)
+    return Occupancy(result.objective, [tuple(int(p) for p in trace.pods_at[k]) for k in at if k in trace.pods_at])
 
 
 def scorer_factory(name: str, policy: str) -> Callable[[int], Scorer]:
