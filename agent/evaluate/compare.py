@@ -111,20 +111,18 @@ def measure(scorer: Scorer, sim: Simulation, seed: int, policy: str, arrivals: i
     tie_rng = np.random.default_rng(seed)
     trace = Trace()
     cvs, latencies, tiers_ok, soft, after_shift = [], [], [], [], []
-    spent, decisions, placed = 0.0, 0, 0
+    spent, decisions = 0.0, 0
     wanted = frozenset(pods_at)
 
-    def count_placement() -> None:
-        nonlocal placed
-        placed += 1
-        if placed in wanted:
-            trace.pods_at[placed] = np.where(sim.cluster.present, sim.cluster.pods, 0).copy()
+    def note_pods() -> None:
+        if sim.ledger.placed in wanted:
+            trace.pods_at[sim.ledger.placed] = _pods_per_node(sim.cluster)
 
     burn = int(np.ceil(sim.world.pods_alive)) if burn_in is None else burn_in
     while sim.ledger.arrivals < burn:
         sim.next_decision()
         sim.place(choose(scorer.values(*sim.candidate_state(policy)), tie_rng))
-        count_placement()
+        note_pods()
     start, shifts_before = sim.ledger.copy(), len(sim.latency_shifts)
     arrivals = max(arrivals, burn)
     while sim.ledger.arrivals - start.arrivals < arrivals:
@@ -139,7 +137,7 @@ def measure(scorer: Scorer, sim: Simulation, seed: int, policy: str, arrivals: i
         tiers = latency_tiers(state, pod)
         pod_id = sim.pod.id
         sim.place(candidate)
-        count_placement()
+        note_pods()
         decisions += 1
 
         cluster = sim.cluster
@@ -160,7 +158,7 @@ def measure(scorer: Scorer, sim: Simulation, seed: int, policy: str, arrivals: i
             util = cluster.cpu_utilization()
             trace.power_watts.append(float(cluster.power(util).sum()))
             trace.hot_nodes.append(int(np.sum(cluster.active() & (util > 0.85))))
-            trace.pods_per_node.append(np.where(present, cluster.pods, 0).copy())
+            trace.pods_per_node.append(_pods_per_node(cluster))
     trace.shifts = [s - shifts_before for s in sim.latency_shifts[shifts_before:]]
     ledger, nan = sim.ledger.minus(start), float("nan")
     result = RunResult(
@@ -183,6 +181,11 @@ def measure(scorer: Scorer, sim: Simulation, seed: int, policy: str, arrivals: i
         decision_ms=1000.0 * spent / max(decisions, 1),
     )
     return result, trace
+
+
+def _pods_per_node(cluster) -> np.ndarray:
+    """Pods on every node, 0 on nodes that are down (a new array)."""
+    return np.where(cluster.present, cluster.pods, 0)
 
 
 METRICS = ("objective", "mean_power_watts", "energy_kwh", "unschedulable", "unschedulable_large",
