@@ -11,6 +11,7 @@ from agent.scoring import HeuristicScorer, to_node_scores
 from agent.state import NodeState, PodRequest
 from suggestion_server import metrics
 from suggestion_server.registry import ModelRegistry
+from suggestion_server.snapshot import unknown_for
 
 
 # Rules served as a model that read an optional column, and what they assume where it is unknown:
@@ -27,11 +28,9 @@ def score_nodes(policy: str, nodes: NodeState, pod: PodRequest, registry: ModelR
     reasons: list[str] = []
     if model is not None and model.heuristic in UNSEEN_BY_RULE:
         column, what, assumed = UNSEEN_BY_RULE[model.heuristic]
-        unknown = np.flatnonzero(np.isnan(getattr(nodes, column)))
-        if unknown.size:
-            shown = ", ".join(nodes.names[k] for k in unknown[:3]) + (f" and {unknown.size - 3} more"
-                                                                       if unknown.size > 3 else "")
-            reasons.append(f"{what} unknown for {unknown.size} node(s) ({shown}): {model.heuristic} {assumed}")
+        unknown = np.isnan(getattr(nodes, column))
+        if unknown.any():
+            reasons.append(f"{unknown_for(unknown, nodes.names, what)}: {model.heuristic} {assumed}")
     if model is not None:
         try:
             values = model.q_values(nodes, pod)

@@ -282,6 +282,14 @@ def assemble(names: list[str], given: np.ndarray | None, table: NodeTable, snaps
     return NodeState.trusted(names, *table.cluster_cpu_requested(), **columns), reasons, notes
 
 
+def unknown_for(mask: np.ndarray, names: list[str], what: str) -> str:
+    """"<what> unknown for N node(s) (the first three names and N - 3 more)" for the nodes in `mask`."""
+    count = int(mask.sum())
+    shown = [names[k] for k in np.flatnonzero(mask)[:3]]
+    more = f" and {count - 3} more" if count > 3 else ""
+    return f"{what} unknown for {count} node(s) ({', '.join(shown)}{more})"
+
+
 def _fill_missing(state: dict[str, np.ndarray], names: list[str], need_latency: bool,
                   need_power: bool) -> list[tuple[str, str]]:
     """Guesses for unknown sizes and requests, in place; what was missing, as (code, message)."""
@@ -289,10 +297,7 @@ def _fill_missing(state: dict[str, np.ndarray], names: list[str], need_latency: 
 
     def note(mask: np.ndarray, code: str, what: str) -> None:
         if mask.any():
-            count = int(mask.sum())
-            shown = [names[k] for k in np.flatnonzero(mask)[:3]]
-            more = f" and {count - 3} more" if count > 3 else ""
-            reasons.append((code, f"{what} unknown for {count} node(s) ({', '.join(shown)}{more})"))
+            reasons.append((code, unknown_for(mask, names, what)))
 
     cpu_cap, mem_cap, max_pods = state["cpu_capacity"], state["memory_capacity"], state["max_pods"]
     cpu_req, mem_req, pods = state["cpu_requested"], state["memory_requested"], state["pods"]
