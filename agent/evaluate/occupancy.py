@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE, cells, run
-from agent.learn.model_io import ModelValidationError, load_model
+from agent.learn.model_io import LoadedModel, ModelValidationError, load_model
 from agent.scoring import HeuristicScorer, ModelScorer, Scorer
 from agent.sim.families import family
 from agent.sim.simulator import Simulation
@@ -45,10 +45,11 @@ def occupancy(make_scorer: Callable[[], Scorer], family_name: str, nodes: int | 
     return Occupancy(result.objective, [tuple(int(p) for p in trace.pods_at[k]) for k in at if k in trace.pods_at])
 
 
-def scorer_factory(name: str, policy: str) -> Callable[[int], Scorer]:
-    """Fresh scorers per seed: a model file's, or a heuristic's seeded as the evaluation seeds it."""
+def scorer_factory(name: str, policy: str, model: LoadedModel | None = None) -> Callable[[int], Scorer]:
+    """Fresh scorers per seed: a model file's (`model` when it is already loaded), or a heuristic's
+    seeded as the evaluation seeds it."""
     if name.endswith(".pt"):
-        model = load_model(Path(name), expected_policy=policy)
+        model = model or load_model(Path(name), expected_policy=policy)
         return lambda seed: ModelScorer(model)
     HeuristicScorer(name, np.random.default_rng(0))  # refuses an unknown name before any run
     return lambda seed: HeuristicScorer(name, np.random.default_rng(seed))
@@ -75,13 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         family(args.family)
-        policy = args.policy
-        if policy is None:
+        policy, loaded = args.policy, {}
+        if policy is None:  # the first model's, which is then loaded once
             model_file = next((s for s in args.scorers if s.endswith(".pt")), None)
             if model_file is None:
                 raise ValueError("--policy is needed when no model file is given")
-            policy = load_model(Path(model_file)).policy
-        factories = {name: scorer_factory(name, policy) for name in args.scorers}
+            loaded[model_file] = load_model(Path(model_file))
+            policy = loaded[model_file].policy
+        factories = {name: scorer_factory(name, policy, loaded.get(name)) for name in args.scorers}
     except (ModelValidationError, ValueError) as exc:
         print(f"occupancy: {exc}", file=sys.stderr)
         return 2
