@@ -12,6 +12,7 @@ import argparse
 import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, cells, run
+from agent.evaluate.shipped import ARRIVALS, SEEDS
 from agent.learn.model_io import load_model
 from agent.scoring import HeuristicScorer, ModelScorer
 
@@ -38,16 +39,21 @@ def main() -> None:
     parser.add_argument("--after", default="0,30,60", help="placement counts at which the model takes over")
     args = parser.parse_args()
     model = load_model(args.model)
-    worlds = list(cells((args.family,), 8, (args.nodes,), EVAL_SEED_BASE))
+    worlds = list(cells((args.family,), SEEDS, (args.nodes,), EVAL_SEED_BASE))
+
+    def objectives(scorer_for_seed) -> list[float]:
+        return [run(scorer_for_seed(seed), name, seed, model.policy, size, ARRIVALS)[0].objective
+                for name, size, seed in worlds]
+
+    def rule(seed: int) -> HeuristicScorer:
+        return HeuristicScorer(args.rule, np.random.default_rng(seed))
+
     for after in [int(k) for k in args.after.split(",")]:
-        values = [run(RuleThenModel(HeuristicScorer(args.rule, np.random.default_rng(seed)), ModelScorer(model), after),
-                      name, seed, model.policy, size, 300)[0].objective for name, size, seed in worlds]
+        values = objectives(lambda seed: RuleThenModel(rule(seed), ModelScorer(model), after))
         print(f"{args.rule} for the first {after:>3} placements, then the model: {np.mean(values):.4f}  "
               + " ".join(f"{v:.3f}" for v in values))
-    rule = [run(HeuristicScorer(args.rule, np.random.default_rng(seed)), name, seed, model.policy, size, 300)[0]
-            .objective for name, size, seed in worlds]
-    print(f"{args.rule} alone: {np.mean(rule):.4f}  " + " ".join(f"{v:.3f}" for v in rule))
-
+    alone = objectives(rule)
+    print(f"{args.rule} alone: {np.mean(alone):.4f}  " + " ".join(f"{v:.3f}" for v in alone))
 
 if __name__ == "__main__":
     main()
