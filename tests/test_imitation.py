@@ -150,7 +150,16 @@ def test_the_pull_towards_the_teachers_decays_to_its_floor(kickstart, floor, upd
     (["--dagger-rounds", "-1"], "--dagger-rounds and --dagger-steps must be >= 0"),
     (["--dagger-rounds", "1", "--imitation-steps", "0"], "--dagger-rounds continues cloning"),
     (["--imitation-worlds", "0"], "--imitation-worlds must be >= 1"),
+    (["--extra-worlds", "test2=many@3-5"], "'test2=many@3-5': expected FAMILY=WORLDS@MIN-MAX, e.g. test2=32@3-5"),
+    (["--extra-worlds", "test2=4"], "expected FAMILY=WORLDS@MIN-MAX"),
+    (["--extra-worlds", "nowhere=4@3-5"], "'nowhere' is not one of the families trained on"),
+    (["--families", "test1", "--extra-worlds", "test2=4@3-5"], "'test2' is not one of the families trained on (test1)"),
+    (["--extra-worlds", "test2=0@3-5"], "the number of worlds must be >= 1"),
+    (["--extra-worlds", "test2=4@5-3"], "the node range must lie within 2-64"),
+    (["--extra-worlds", "test2=4@1-3"], "the node range must lie within 2-64"),
+    (["--extra-worlds", "test2=4@3-65"], "the node range must lie within 2-64"),
     # options that act only through the teachers, where there are none: refused, not dropped
+    (["--algo", "dqn", "--extra-worlds", "test2=4@3-5"], "--extra-worlds set how the teachers teach"),
     (["--kickstart", "0", "--imitation-worlds", "3", "--imitation-anneal"],
      "--imitation-worlds, --imitation-anneal set how the teachers teach, and there are none here (--kickstart 0)"),
     (["--algo", "dqn", "--teacher", "most-allocated"], "--teacher set how the teachers teach, and there are none "
@@ -331,6 +340,37 @@ def test_cloning_data_and_step_size_follow_the_command_line(tmp_path, worlds, an
     assert imitation["demonstrations"] == worlds * training["hyperparameters"]["imitation_decisions"]
     assert imitation["anneal"] is anneal and training["hyperparameters"]["imitation_anneal"] is anneal
     assert training["hyperparameters"]["imitation_worlds"] == worlds
+
+
+def test_extra_worlds_add_one_familys_worlds_in_a_size_range(tmp_path):
+    """--extra-worlds: the family's teachers record that many more worlds, every one within the range,
+    cloned with the rest; the sidecar says how many decisions they added and which sizes they had."""
+    from agent.learn.model_io import load_model
+    from agent.learn.train import main
+
+    args = ["--policy", "LB", "--algo", "ppo", "--families", "test2,poisson", "--teacher", "one-step-lb",
+            "--timesteps", "0", "--imitation-steps", "20", "--imitation-worlds", "1", "--extra-worlds", "test2=3@3-4",
+            "--out", str(tmp_path), "--log-dir", "", "--no-eval", "--no-progress"]
+    assert main(args) == 0
+    training = load_model(tmp_path / "lb.pt", expected_policy="LB").metadata["training"]
+    decisions = training["hyperparameters"]["imitation_decisions"]
+    assert training["hyperparameters"]["extra_worlds"] == [["test2", 3, 3, 4]]
+    [extra] = training["imitation"]["extra_worlds"]
+    assert extra["family"] == "test2" and extra["decisions"] == 3 * decisions
+    assert len(extra["nodes"]) == 3 and all(3 <= n <= 4 for n in extra["nodes"])
+    assert training["imitation"]["demonstrations"] == (2 + 3) * decisions  # one world per family, then three
+
+
+@pytest.mark.parametrize("policy, families, expected", [
+    ("EE", ("test1", "test2"), [["test2", 32, 3, 5]]),  # EE's default
+    ("EE", ("test1",), []),  # its family is not trained on: no extra worlds, no refusal
+    ("LB", ("test1", "test2"), []),
+])
+def test_the_default_extra_worlds_apply_where_their_family_is_trained_on(policy, families, expected):
+    from agent.learn.train import extra_worlds_for
+
+    assert extra_worlds_for(policy, None, families, 2, 64) == expected
+    assert extra_worlds_for(policy, ["none"], families, 2, 64) == []
 
 
 @pytest.mark.parametrize("anneal", [True, False])

@@ -82,6 +82,11 @@ class ACConfig(TrainConfig):
     label its decisions, and cloning goes on over all decisions so far (DAgger; agent.learn.imitation)"""
     dagger_steps: int = 0
     """supervised steps per DAgger round (0: half of imitation_steps)"""
+    extra_worlds: list = field(default_factory=list)
+    """[[family, worlds, min_nodes, max_nodes], ...]: more cloning worlds of one family within a size
+    range, taught by that family's own teachers. A size band whose teacher differs from the rest of its
+    family is a small share of log-uniform draws (2-5 nodes: about a quarter), and the clone answered
+    its states as the neighbouring bands' teacher does (EE, test2 at 3 nodes; docs/training.md)"""
     teacher_futures: int = 0
     """per-world teachers: each world's teacher is the teachers' rule that does best on its machines
     over this many arrival streams (0: the family's or band's teacher; agent.learn.teachers.world_teacher)"""
@@ -147,11 +152,23 @@ def _imitate(cfg: ACConfig, actor: NodeScorer):
     train_demos = demonstrations(cfg.policy, cfg.teachers, cfg.imitation_worlds, cfg.imitation_decisions,
                                  cfg.min_nodes, cfg.max_nodes, seed=cfg.seed, node_draw=cfg.node_draw,
                                  teacher_futures=cfg.teacher_futures)
+    extra_record = []
+    for index, (family_name, worlds, low, high) in enumerate(cfg.extra_worlds):
+        print(f"recording {family_name}'s teachers on {worlds} more worlds of {low}-{high} nodes ...", file=sys.stderr)
+        # the family's own teachers only, on worlds drawn apart from the main ones (seed + 500 + index)
+        extra = demonstrations(cfg.policy, {family_name: cfg.teachers[family_name]}, worlds, cfg.imitation_decisions,
+                               low, high, seed=cfg.seed + 500 + index, node_draw="uniform",
+                               teacher_futures=cfg.teacher_futures)
+        train_demos.extend(extra)
+        extra_record.append({"family": family_name, "worlds": worlds, "min_nodes": low, "max_nodes": high,
+                             "nodes": [nodes for _, _, nodes in extra.worlds], "decisions": len(extra), "world_teachers": extra.world_teachers.get(family_name, {})})
     held_out = demonstrations(cfg.policy, cfg.teachers, max(1, cfg.imitation_worlds // 6), cfg.imitation_decisions,
                               cfg.min_nodes, cfg.max_nodes, seed=cfg.seed + 1, node_draw=cfg.node_draw,
                               teacher_futures=cfg.teacher_futures)
     record = clone(actor, train_demos, held_out, cfg.imitation_steps, anneal=cfg.imitation_anneal,
                    progress=cfg.progress)
+    if extra_record:
+        record["extra_worlds"] = extra_record
     if cfg.dagger_rounds > 0:
         record["dagger"] = dagger(cfg, actor, train_demos, held_out)
     if cfg.teacher_futures:

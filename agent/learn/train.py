@@ -131,6 +131,10 @@ def _parser() -> argparse.ArgumentParser:
                              "average over the families (consistent targets where families look alike); or a "
                              "baseline's name; `family=baseline` entries override one family (default per policy: "
                              "DEFAULT_TEACHER in agent/learn/train.py)")
+    parser.add_argument("--extra-worlds", action="append", default=None, metavar="FAMILY=WORLDS@MIN-MAX",
+                        help="a2c/ppo with teachers, repeatable: more cloning worlds of one family within a "
+                             "size range, taught by that family's teachers, e.g. test2=32@3-5 ('none': no "
+                             "extra worlds; default per policy: DEFAULT_EXTRA_WORLDS in agent/learn/train.py)")
     parser.add_argument("--teacher-futures", type=int, default=None,
                         help="per-world teachers: each imitation world is taught by the teachers' rule that does "
                              "best on its machines over this many arrival streams, where it beats the family's "
@@ -175,6 +179,12 @@ DEFAULT_TEACHER = {"EE": "per-size", "LB": "per-family,usage-skew=load-variation
 # machines. LB (17/23; usage-skew's LVRB replaced on 8 of 12 worlds) and EL (36/44) did worse with
 # them (docs/training.md).
 DEFAULT_TEACHER_FUTURES = {"EE": 3, "LB": 0, "EL": 0}
+# More cloning worlds where a size band's teacher differs from the rest of its family. EE's test2 is
+# taught by one-step-ee up to 5 nodes and by MostAllocated above; log-uniform sizes give that band about
+# a quarter of test2's 12 worlds, and the clone filled test2's 3-node clusters as MostAllocated does
+# (x1.111 of one-step-ee, 8 evaluation seeds). With 32 more test2 worlds of 3-5 nodes it scheduled
+# them as well as one-step-ee (x0.999; docs/training.md, "More worlds where a band's teacher differs").
+DEFAULT_EXTRA_WORLDS: dict[str, tuple[str, ...]] = {"EE": ("test2=32@3-5",), "LB": (), "EL": ()}
 # Inputs each policy's network is trained blind to (agent.features.INPUT_GROUPS). LB's objective and
 # its teachers read neither latency nor power, but its clone did: on one node pool its choices followed
 # which nodes' power is known. Blind to power alone it met 19/23 goals on the evaluation seeds (mean
@@ -189,12 +199,48 @@ DEFAULT_BLIND_TO: dict[str, tuple[str, ...]] = {"EE": (), "LB": ("power",), "EL"
 
 # Options that only act through the teachers (with --kickstart > 0); given without them, refused.
 TEACHER_OPTIONS = ("kickstart_fraction", "kickstart_floor", "imitation_steps", "imitation_worlds",
-                   "imitation_anneal", "teacher", "teacher_futures", "dagger_rounds", "dagger_steps")
+                   "imitation_anneal", "teacher", "teacher_futures", "dagger_rounds", "dagger_steps",
+                   "extra_worlds")
 
 
 def _teacher_options_given(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
     given = [name for name in TEACHER_OPTIONS if getattr(args, name) != parser.get_default(name)]
     return ["--" + name.replace("_", "-") for name in given]
+
+
+def parse_extra_worlds(specs: list[str] | tuple[str, ...], trained_on: tuple[str, ...], min_nodes: int,
+                       max_nodes: int) -> list[list]:
+    """`FAMILY=WORLDS@MIN-MAX` entries as ACConfig.extra_worlds; ValueError names the bad entry."""
+    parsed = []
+    for spec in specs:
+        if spec.strip() == "none":
+            continue
+        family_name, _, rest = spec.partition("=")
+        count, _, span = rest.partition("@")
+        low, _, high = span.partition("-")
+        try:
+            worlds, low_n, high_n = int(count), int(low), int(high)
+        except ValueError:
+            raise ValueError(f"{spec!r}: expected FAMILY=WORLDS@MIN-MAX, e.g. test2=32@3-5") from None
+        family_name = family_name.strip()
+        if family_name not in trained_on:
+            raise ValueError(f"{spec!r}: {family_name!r} is not one of the families trained on ({', '.join(trained_on)})")
+        if worlds < 1:
+            raise ValueError(f"{spec!r}: the number of worlds must be >= 1")
+        if not min_nodes <= low_n <= high_n <= max_nodes:
+            raise ValueError(f"{spec!r}: the node range must lie within {min_nodes}-{max_nodes} and start at its "
+                             "lower end")
+        parsed.append([family_name, worlds, low_n, high_n])
+    return parsed
+
+
+def extra_worlds_for(policy: str, given: list[str] | None, trained_on: tuple[str, ...], min_nodes: int,
+                     max_nodes: int) -> list[list]:
+    """The --extra-worlds given, else the policy's defaults whose family is trained on (a cluster profile
+    or --families without it leaves them out); given ones must name a family trained on."""
+    specs = given if given is not None else [
+        spec for spec in DEFAULT_EXTRA_WORLDS[policy] if spec.partition("=")[0] in trained_on]
+    return parse_extra_worlds(specs, trained_on, min_nodes, max_nodes)
 
 
 def default_teacher(policy: str, families: tuple[str, ...]) -> str:
@@ -308,9 +354,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         from agent.learn.teachers import TeacherError, assign_teachers
         from agent.sim.families import families_for
+        trained_on = families or families_for(args.policy)
+        try:
+            extra_worlds = extra_worlds_for(args.policy, args.extra_worlds, trained_on, cfg.min_nodes, cfg.max_nodes)
+        except ValueError as exc:
+            print(f"rlscore-train: --extra-worlds {exc}", file=sys.stderr)
+            return 2
         print("picking teachers (every baseline on training seeds) ...", file=sys.stderr)
         try:
-            trained_on = families or families_for(args.policy)
             picked = assign_teachers(args.policy, trained_on, args.teacher or default_teacher(args.policy, trained_on))
         except TeacherError as exc:
             print(f"rlscore-train: --teacher: {exc}", file=sys.stderr)
@@ -318,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg.kickstart, cfg.kickstart_fraction = kickstart, args.kickstart_fraction
         cfg.teachers = {family: p["teacher"] for family, p in picked.items()}
         cfg.teacher_futures = teacher_futures
+        cfg.extra_worlds = extra_worlds
         if args.critic_warmup is not None:
             cfg.critic_warmup_fraction = args.critic_warmup
         print("teachers: " + ", ".join(f"{f}: {t}" for f, t in cfg.teachers.items()), file=sys.stderr)
