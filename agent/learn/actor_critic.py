@@ -161,7 +161,8 @@ def _imitate(cfg: ACConfig, actor: NodeScorer):
                                teacher_futures=cfg.teacher_futures)
         train_demos.extend(extra)
         extra_record.append({"family": family_name, "worlds": worlds, "min_nodes": low, "max_nodes": high,
-                             "nodes": [nodes for _, _, nodes in extra.worlds], "decisions": len(extra), "world_teachers": extra.world_teachers.get(family_name, {})})
+                             "nodes": [nodes for _, _, nodes in extra.worlds], "decisions": len(extra),
+                             "world_teachers": extra.world_teachers.get(family_name, {})})
     held_out = demonstrations(cfg.policy, cfg.teachers, max(1, cfg.imitation_worlds // 6), cfg.imitation_decisions,
                               cfg.min_nodes, cfg.max_nodes, seed=cfg.seed + 1, node_draw=cfg.node_draw,
                               teacher_futures=cfg.teacher_futures)

@@ -224,7 +224,8 @@ def parse_extra_worlds(specs: list[str] | tuple[str, ...], trained_on: tuple[str
             raise ValueError(f"{spec!r}: expected FAMILY=WORLDS@MIN-MAX, e.g. test2=32@3-5") from None
         family_name = family_name.strip()
         if family_name not in trained_on:
-            raise ValueError(f"{spec!r}: {family_name!r} is not one of the families trained on ({', '.join(trained_on)})")
+            raise ValueError(f"{spec!r}: {family_name!r} is not one of the families trained on "
+                             f"({', '.join(trained_on)})")
         if worlds < 1:
             raise ValueError(f"{spec!r}: the number of worlds must be >= 1")
         if not min_nodes <= low_n <= high_n <= max_nodes:
