@@ -361,16 +361,17 @@ def test_extra_worlds_add_one_familys_worlds_in_a_size_range(tmp_path):
     assert training["imitation"]["demonstrations"] == (2 + 3) * decisions  # one world per family, then three
 
 
-@pytest.mark.parametrize("policy, families, expected", [
-    ("EE", ("test1", "test2"), [["test2", 32, 3, 5]]),  # EE's default
-    ("EE", ("test1",), []),  # its family is not trained on: no extra worlds, no refusal
-    ("LB", ("test1", "test2"), []),
+@pytest.mark.parametrize("families, expected", [
+    (("test1", "test2"), [["test2", 32, 3, 5]]),
+    (("test1",), []),  # its family is not trained on (a profile, or --families without it): left out, no refusal
 ])
-def test_the_default_extra_worlds_apply_where_their_family_is_trained_on(policy, families, expected):
-    from agent.learn.train import extra_worlds_for
+def test_default_extra_worlds_apply_where_their_family_is_trained_on(monkeypatch, families, expected):
+    import agent.learn.train as train
 
-    assert extra_worlds_for(policy, None, families, 2, 64) == expected
-    assert extra_worlds_for(policy, ["none"], families, 2, 64) == []
+    monkeypatch.setitem(train.DEFAULT_EXTRA_WORLDS, "EE", ("test2=32@3-5",))
+    assert train.extra_worlds_for("EE", None, families, 2, 64) == expected
+    assert train.extra_worlds_for("EE", ["none"], families, 2, 64) == []  # given: no defaults
+    assert train.extra_worlds_for("LB", None, families, 2, 64) == []
 
 
 @pytest.mark.parametrize("anneal", [True, False])
