@@ -361,19 +361,6 @@ def test_extra_worlds_add_one_familys_worlds_in_a_size_range(tmp_path):
     assert training["imitation"]["demonstrations"] == (2 + 3) * decisions  # one world per family, then three
 
 
-@pytest.mark.parametrize("families, expected", [
-    (("test1", "test2"), [["test2", 32, 3, 5]]),
-    (("test1",), []),  # its family is not trained on (a profile, or --families without it): left out, no refusal
-])
-def test_default_extra_worlds_apply_where_their_family_is_trained_on(monkeypatch, families, expected):
-    import agent.learn.train as train
-
-    monkeypatch.setitem(train.DEFAULT_EXTRA_WORLDS, "EE", ("test2=32@3-5",))
-    assert train.extra_worlds_for("EE", None, families, 2, 64) == expected
-    assert train.extra_worlds_for("EE", ["none"], families, 2, 64) == []  # given: no defaults
-    assert train.extra_worlds_for("LB", None, families, 2, 64) == []
-
-
 @pytest.mark.parametrize("anneal", [True, False])
 def test_annealed_cloning_takes_ever_smaller_steps(anneal):
     """With anneal, the step size of each Adam step falls linearly from the learning rate towards 0;

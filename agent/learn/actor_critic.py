@@ -84,9 +84,11 @@ class ACConfig(TrainConfig):
     """supervised steps per DAgger round (0: half of imitation_steps)"""
     extra_worlds: list = field(default_factory=list)
     """[[family, worlds, min_nodes, max_nodes], ...]: more cloning worlds of one family within a size
-    range, taught by that family's own teachers. A size band whose teacher differs from the rest of its
-    family is a small share of log-uniform draws (2-5 nodes: about a quarter), and the clone answered
-    its states as the neighbouring bands' teacher does (EE, test2 at 3 nodes; docs/training.md)"""
+    range, taught by that family's own teachers, for a size band whose teacher differs from the rest of
+    its family (2-5 nodes are 31% of log-uniform draws). EE with test2=32@3-5 met test2 at 3 nodes on
+    training seeds 1-3 (the plain recipe on seed 2 only) but not more goals overall (30, 32, 31 of 33
+    against 31, 32, 29), and the plain seed-2 clone ships (docs/training.md, "More worlds where a
+    band's teacher differs")"""
     teacher_futures: int = 0
     """per-world teachers: each world's teacher is the teachers' rule that does best on its machines
     over this many arrival streams (0: the family's or band's teacher; agent.learn.teachers.world_teacher)"""

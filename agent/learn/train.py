@@ -133,8 +133,8 @@ def _parser() -> argparse.ArgumentParser:
                              "DEFAULT_TEACHER in agent/learn/train.py)")
     parser.add_argument("--extra-worlds", action="append", default=None, metavar="FAMILY=WORLDS@MIN-MAX",
                         help="a2c/ppo with teachers, repeatable: more cloning worlds of one family within a "
-                             "size range, taught by that family's teachers, e.g. test2=32@3-5 ('none': no "
-                             "extra worlds; default per policy: DEFAULT_EXTRA_WORLDS in agent/learn/train.py)")
+                             "size range, taught by that family's teachers, e.g. test2=32@3-5 (none by default; "
+                             "ACConfig.extra_worlds says what it did for EE)")
     parser.add_argument("--teacher-futures", type=int, default=None,
                         help="per-world teachers: each imitation world is taught by the teachers' rule that does "
                              "best on its machines over this many arrival streams, where it beats the family's "
@@ -179,13 +179,6 @@ DEFAULT_TEACHER = {"EE": "per-size", "LB": "per-family,usage-skew=load-variation
 # machines. LB (17/23; usage-skew's LVRB replaced on 8 of 12 worlds) and EL (36/44) did worse with
 # them (docs/training.md).
 DEFAULT_TEACHER_FUTURES = {"EE": 3, "LB": 0, "EL": 0}
-# More cloning worlds where a size band's teacher differs from the rest of its family (none by
-# default). EE's test2 is taught by one-step-ee up to 5 nodes and by MostAllocated above; log-uniform
-# sizes give that band about a quarter of test2's 12 worlds. With `--extra-worlds test2=32@3-5`, EE met
-# test2 at 3 nodes on training seeds 1, 2 and 3 (the plain recipe on seed 2 only), with 30, 32 and 31
-# goals of 33 against 31, 32 and 29, and the plain seed-2 clone, which ships, did better on the
-# hold-out seeds (29/33 against 28/33; docs/training.md, "More worlds where a band's teacher differs").
-DEFAULT_EXTRA_WORLDS: dict[str, tuple[str, ...]] = {"EE": (), "LB": (), "EL": ()}
 # Inputs each policy's network is trained blind to (agent.features.INPUT_GROUPS). LB's objective and
 # its teachers read neither latency nor power, but its clone did: on one node pool its choices followed
 # which nodes' power is known. Blind to power alone it met 19/23 goals on the evaluation seeds (mean
@@ -214,8 +207,6 @@ def parse_extra_worlds(specs: list[str] | tuple[str, ...], trained_on: tuple[str
     """`FAMILY=WORLDS@MIN-MAX` entries as ACConfig.extra_worlds; ValueError names the bad entry."""
     parsed = []
     for spec in specs:
-        if spec.strip() == "none":
-            continue
         family_name, _, rest = spec.partition("=")
         count, _, span = rest.partition("@")
         low, _, high = span.partition("-")
@@ -234,15 +225,6 @@ def parse_extra_worlds(specs: list[str] | tuple[str, ...], trained_on: tuple[str
                              "lower end")
         parsed.append([family_name, worlds, low_n, high_n])
     return parsed
-
-
-def extra_worlds_for(policy: str, given: list[str] | None, trained_on: tuple[str, ...], min_nodes: int,
-                     max_nodes: int) -> list[list]:
-    """The --extra-worlds given, else the policy's defaults whose family is trained on (a cluster profile
-    or --families without it leaves them out); given ones must name a family trained on."""
-    specs = given if given is not None else [
-        spec for spec in DEFAULT_EXTRA_WORLDS[policy] if spec.partition("=")[0] in trained_on]
-    return parse_extra_worlds(specs, trained_on, min_nodes, max_nodes)
 
 
 def default_teacher(policy: str, families: tuple[str, ...]) -> str:
@@ -358,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         from agent.sim.families import families_for
         trained_on = families or families_for(args.policy)
         try:
-            extra_worlds = extra_worlds_for(args.policy, args.extra_worlds, trained_on, cfg.min_nodes, cfg.max_nodes)
+            extra_worlds = parse_extra_worlds(args.extra_worlds or [], trained_on, cfg.min_nodes, cfg.max_nodes)
         except ValueError as exc:
             print(f"rlscore-train: --extra-worlds {exc}", file=sys.stderr)
             return 2

@@ -55,5 +55,6 @@ def main() -> None:
     alone = objectives(rule)
     print(f"{args.rule} alone: {np.mean(alone):.4f}  " + " ".join(f"{v:.3f}" for v in alone))
 
+
 if __name__ == "__main__":
     main()
