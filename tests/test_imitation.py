@@ -146,6 +146,7 @@ def test_the_pull_towards_the_teachers_decays_to_its_floor(kickstart, floor, upd
     (["--timesteps", "0", "--algo", "dqn"], "--timesteps must be >= 1"),
     (["--learning-rate", "0"], "--learning-rate must be > 0"),
     (["--critic-warmup", "1.5"], "--critic-warmup is a share of the run, 0..1"),
+    (["--torch-threads", "0"], "--torch-threads must be 1..256"),
     (["--teacher-futures", "-1"], "--teacher-futures must be >= 0"),
     (["--dagger-rounds", "-1"], "--dagger-rounds and --dagger-steps must be >= 0"),
     (["--dagger-rounds", "1", "--imitation-steps", "0"], "--dagger-rounds continues cloning"),

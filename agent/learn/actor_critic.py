@@ -169,7 +169,7 @@ def _imitate(cfg: ACConfig, actor: NodeScorer):
                               cfg.min_nodes, cfg.max_nodes, seed=cfg.seed + 1, node_draw=cfg.node_draw,
                               teacher_futures=cfg.teacher_futures)
     record = clone(actor, train_demos, held_out, cfg.imitation_steps, anneal=cfg.imitation_anneal,
-                   progress=cfg.progress)
+                   progress=cfg.progress, threads=cfg.torch_threads)
     if extra_record:
         record["extra_worlds"] = extra_record
     if cfg.dagger_rounds > 0:
@@ -200,7 +200,8 @@ def dagger(cfg: ACConfig, actor: NodeScorer, train_demos, held_out) -> list[dict
                              teacher_futures=cfg.teacher_futures, actor=actor, like=train_demos)
         on_own_states = agreement(actor, own)
         train_demos.extend(own)
-        step = clone(actor, train_demos, held_out, steps, anneal=cfg.imitation_anneal, progress=cfg.progress)
+        step = clone(actor, train_demos, held_out, steps, anneal=cfg.imitation_anneal, progress=cfg.progress,
+                     threads=cfg.torch_threads)
         rounds.append({"round": k + 1, "decisions": len(own), "agreement_on_own_states": round(on_own_states, 4),
                        "steps": steps, "held_out_agreement": step["held_out_agreement"], "seconds": step["seconds"]})
         print(f"  the actor agreed with its teachers on {on_own_states:.1%} of the decisions on its own "

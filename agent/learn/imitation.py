@@ -24,6 +24,7 @@ from agent.learn.actor_critic import masked_logits, teacher_cross_entropy
 from agent.learn.model_io import NumpyScorer
 from agent.learn.network import NodeScorer
 from agent.learn.teachers import teacher_for, teacher_names, teacher_targets, world_teacher
+from agent.learn.threads import ThreadBudget
 from agent.scoring import choose
 from agent.sim.families import draw_node_count
 from agent.sim.simulator import Simulation
@@ -159,16 +160,19 @@ def agreement(actor: NodeScorer, demos: Demonstrations, batch_size: int = 512) -
 
 
 def clone(actor: NodeScorer, train: Demonstrations, held_out: Demonstrations, steps: int, batch_size: int = 256,
-          learning_rate: float = 1e-3, anneal: bool = False, progress: bool = True) -> dict:
+          learning_rate: float = 1e-3, anneal: bool = False, progress: bool = True, threads: int | None = None) -> dict:
     """Cross-entropy towards the teachers' choices; returns what the sidecar records. With `anneal` the
     step size decays linearly to 0 over the steps, so the last steps settle near-ties instead of
-    jumping between them."""
+    jumping between them. Up to `threads` torch threads (default: torch's count now), fewer while other
+    work holds the cores (agent.learn.threads)."""
     started = time.time()
+    budget = ThreadBudget(threads or torch.get_num_threads())
     optimizer = torch.optim.Adam(actor.parameters(), lr=learning_rate)
     schedule = torch.optim.lr_scheduler.LinearLR(optimizer, 1.0, 0.0, total_iters=steps) if anneal else None
     rng = np.random.default_rng(0)
     bar = tqdm(range(steps), desc="imitating the teachers", disable=not progress, mininterval=1.0, file=sys.stderr)
     for step in bar:
+        budget.check()
         optimizer.zero_grad()
         loss = 0.0
         for nodes, pod, mask, targets in train.chunks(rng.integers(0, len(train), batch_size), CLONE_BATCH_PARTS):
@@ -182,6 +186,8 @@ def clone(actor: NodeScorer, train: Demonstrations, held_out: Demonstrations, st
         if step % 200 == 0:
             bar.set_postfix(loss=f"{loss:.3f}")
     bar.close()
+    torch.set_num_threads(budget.wanted)
     return {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "anneal": anneal,
             "demonstrations": len(train), "held_out": len(held_out),
-            "held_out_agreement": round(agreement(actor, held_out), 4), "seconds": round(time.time() - started, 1)}
+            "held_out_agreement": round(agreement(actor, held_out), 4), "seconds": round(time.time() - started, 1),
+            "threads": budget.wanted, "threads_lowered": budget.lowered}

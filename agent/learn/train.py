@@ -140,6 +140,10 @@ def _parser() -> argparse.ArgumentParser:
                              "best on its machines over this many arrival streams, where it beats the family's "
                              "teacher by more than 2%% (0: the family's or size band's teacher; default per policy: "
                              "DEFAULT_TEACHER_FUTURES in agent/learn/train.py)")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="most torch threads for the updates (default: a2c/ppo 2, dqn 1); cloning takes "
+                             "fewer while other work holds the cores, with the same weights (agent/learn/threads.py); "
+                             "PPO's and DQN's weights depend on it")
     parser.add_argument("--out", default="models", help="output directory for <policy>.pt + .json")
     parser.add_argument("--name", default=None, help="file name (default <policy>.pt)")
     parser.add_argument("--log-dir", default="runs", help="TensorBoard logs ('' disables)")
@@ -250,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     if timesteps < 0 or (timesteps == 0 and args.algo == "dqn"):
         print("rlscore-train: --timesteps must be >= 1 (0 with a2c/ppo: the teachers' clone alone)", file=sys.stderr)
         return 2
+    if args.torch_threads is not None and not 1 <= args.torch_threads <= 256:
+        print("rlscore-train: --torch-threads must be 1..256", file=sys.stderr)
+        return 2
     if args.hidden is not None and args.init is not None:
         print("rlscore-train: --hidden and --init exclude each other (fine-tuning keeps the model's widths)",
               file=sys.stderr)
@@ -285,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                      blind_to=args.blind_to if args.blind_to is not None else DEFAULT_BLIND_TO[args.policy],
                      **({"hidden": tuple(init.hidden)} if init is not None else {}),
                      **({"hidden": args.hidden} if args.hidden is not None else {}),
-                     **({"learning_rate": args.learning_rate} if args.learning_rate is not None else {}))
+                     **({"learning_rate": args.learning_rate} if args.learning_rate is not None else {}),
+                     **({"torch_threads": args.torch_threads} if args.torch_threads is not None else {}))
     if init is not None:
         cfg.critic_warmup_fraction = args.critic_warmup if args.critic_warmup is not None else INIT_CRITIC_WARMUP
     started = time.time()

@@ -1,0 +1,99 @@
+"""Training's torch threads: fewer while other work holds the cores, and the clone's weights the same
+whatever the count (agent/learn/threads.py)."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from agent.learn.imitation import clone, demonstrations
+from agent.learn.network import NodeScorer
+from agent.learn.threads import ThreadBudget, busy_cpu_seconds, cgroup_cpu_limit, threads_for, usable_cpus
+
+
+@pytest.mark.parametrize("wanted, cpus, others, expected", [
+    (2, 2, 0.0, 2),   # a quiet machine
+    (2, 2, 0.3, 2),   # a little other work leaves both cores
+    (2, 2, 1.0, 1),   # another training run or a busy loop holds one core
+    (2, 2, 2.5, 1),   # never fewer than one
+    (4, 8, 3.2, 4),   # enough cores left for all
+    (8, 8, 3.2, 5),
+    (1, 2, 0.0, 1),   # never more than asked
+    (2, 2, -0.2, 2),  # measurement noise below zero
+])
+def test_threads_leave_the_cores_other_work_holds(wanted, cpus, others, expected):
+    assert threads_for(wanted, cpus, others) == expected
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"cpu.max": "max 100000\n"}, None),
+    ({"cpu.max": "150000 100000\n"}, 1.5),
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 0.5),
+    ({"cpu.max": "garbage\n"}, None),
+    ({}, None),
+])
+def test_the_containers_cpu_limit_is_read_from_either_cgroup_version(tmp_path, files, expected):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cgroup_cpu_limit(tmp_path) == expected
+
+
+def test_a_cpu_limit_below_the_cores_caps_the_threads(tmp_path):
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert usable_cpus(tmp_path) == 1
+    (tmp_path / "cpu.max").write_text("20000 100000\n")
+    assert usable_cpus(tmp_path) == 1  # a fifth of a core still runs one thread
+
+
+def test_the_machines_busy_time_is_read_from_proc_stat(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 1000 30 0 0 0 0 0\ncpu0 50 0 25 500 15 0 0 0 0 0\n")
+    assert busy_cpu_seconds(stat) == pytest.approx(150 / os.sysconf("SC_CLK_TCK"))
+    stat.write_text("intr 1 2 3\n")
+    assert busy_cpu_seconds(stat) is None
+    assert busy_cpu_seconds(tmp_path / "missing") is None
+
+
+@pytest.mark.skipif(busy_cpu_seconds() is None, reason="needs Linux's /proc/stat")
+def test_a_busy_process_beside_training_takes_a_thread_and_gives_it_back():
+    """A real busy loop in another process holds one of two cores: the budget drops to one thread,
+    and takes the second back once the loop has ended."""
+    wanted = torch.get_num_threads()
+    budget = ThreadBudget(2, cpus=2, every_s=0.0)
+    try:
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            time.sleep(0.3)
+            budget.check()  # starts the measured stretch with the loop running
+            time.sleep(1.5)
+            assert budget.check() == 1 and torch.get_num_threads() == 1
+            assert budget.lowered == 1
+        finally:
+            busy.kill()
+            busy.wait()
+        budget.check()
+        time.sleep(1.5)
+        assert budget.check() == 2 and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(wanted)
+
+
+def test_cloning_gives_the_same_weights_with_one_thread_or_two():
+    """Why the budget may change the threads mid-run: the clone comes out bit for bit the same."""
+    teachers = {"poisson": "one-step-lb", "test1": "one-step-lb"}
+    train = demonstrations("LB", teachers, worlds_per_family=2, decisions=64, min_nodes=2, max_nodes=64,
+                           seed=3, node_draw="log-uniform")
+    held_out = demonstrations("LB", teachers, worlds_per_family=1, decisions=64, min_nodes=2, max_nodes=64, seed=4)
+    weights = []
+    for threads in (1, 2):
+        torch.manual_seed(0)
+        actor = NodeScorer()
+        record = clone(actor, train, held_out, steps=60, batch_size=128, progress=False, threads=threads)
+        assert record["threads"] == threads
+        weights.append(actor.state_dict())
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
