@@ -48,6 +48,11 @@ def test_a_cpu_limit_below_the_cores_caps_the_threads(tmp_path):
     assert usable_cpus(tmp_path) == 1
     (tmp_path / "cpu.max").write_text("20000 100000\n")
     assert usable_cpus(tmp_path) == 1  # a fifth of a core still runs one thread
+    wanted = torch.get_num_threads()
+    try:
+        assert ThreadBudget(2, cpus=usable_cpus(tmp_path)).threads == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(wanted)
 
 
 def test_the_machines_busy_time_is_read_from_proc_stat(tmp_path):
@@ -61,18 +66,22 @@ def test_the_machines_busy_time_is_read_from_proc_stat(tmp_path):
 
 @pytest.mark.skipif(busy_cpu_seconds() is None, reason="needs Linux's /proc/stat")
 def test_a_busy_process_beside_training_takes_a_thread_and_gives_it_back():
-    """A real busy loop in another process holds one of two cores: the budget drops to one thread,
-    and takes the second back once the loop has ended."""
+    """A real busy loop in another process holds one of two cores: the budget measures it, drops to
+    one thread, and takes the second back once the loop has ended."""
     wanted = torch.get_num_threads()
     budget = ThreadBudget(2, cpus=2, every_s=0.0)
     try:
+        time.sleep(1.0)
+        budget.check()
+        if budget.others > 0.5:
+            pytest.skip(f"other processes keep {budget.others:.1f} cores busy: the test needs a quiet core")
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         try:
             time.sleep(0.3)
             budget.check()  # starts the measured stretch with the loop running
             time.sleep(1.5)
             assert budget.check() == 1 and torch.get_num_threads() == 1
-            assert budget.lowered == 1
+            assert budget.others > 0.5 and budget.lowered == 1
         finally:
             busy.kill()
             busy.wait()

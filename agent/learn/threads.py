@@ -75,9 +75,11 @@ class ThreadBudget:
 
     def __init__(self, wanted: int, cpus: int | None = None, every_s: float = CHECK_EVERY_S):
         self.wanted, self.cpus, self.every_s = max(1, wanted), cpus or usable_cpus(), every_s
-        self.threads = self.wanted
+        self.threads = min(self.wanted, self.cpus)  # a container's quota from the start
         self.lowered = 0
         """how often other work took the threads down"""
+        self.others = 0.0
+        """cores other processes kept busy over the last stretch measured"""
         torch.set_num_threads(self.threads)
         self._last = self._sample()
 
@@ -86,13 +88,13 @@ class ThreadBudget:
         return time.monotonic(), busy_cpu_seconds(), own_cpu_seconds()
 
     def check(self) -> int:
+        if time.monotonic() - self._last[0] < self.every_s:
+            return self.threads
         now = self._sample()
         wall = now[0] - self._last[0]
-        if wall < self.every_s:
-            return self.threads
         if now[1] is not None and self._last[1] is not None:
-            others = ((now[1] - self._last[1]) - (now[2] - self._last[2])) / wall
-            threads = threads_for(self.wanted, self.cpus, others)
+            self.others = ((now[1] - self._last[1]) - (now[2] - self._last[2])) / wall
+            threads = threads_for(self.wanted, self.cpus, self.others)
             if threads < self.threads:
                 self.lowered += 1
             if threads != self.threads:
