@@ -92,11 +92,54 @@ def cloning_table(steps: int = 300) -> None:
               f"{1000 * now['seconds'] / steps:.1f} |")
 
 
+def cloning_beside_other_work(steps: int = 1000) -> None:
+    """Cloning's thread budget (agent/learn/threads.py) against fixed threads, alone and beside a
+    busy loop in another process that holds one core; the weights come out the same either way. The
+    budget looks every 5 s, so a run of a few seconds would not show it."""
+    import subprocess
+    import sys
+
+    from agent.learn import threads
+    from agent.learn.imitation import clone, demonstrations
+    from agent.learn.network import NodeScorer
+
+    teachers = {"test1": "one-step-lb", "poisson": "one-step-lb"}
+    demos = demonstrations("LB", teachers, 4, 256, 2, 64, seed=1, node_draw="log-uniform")
+    few = demonstrations("LB", teachers, 1, 16, 2, 64, seed=99)
+    budget_check = threads.ThreadBudget.check
+    clone(NodeScorer(), demos, few, 30, progress=False)  # warm-up: torch's first steps allocate
+
+    def timed(adapt: bool) -> tuple[float, str]:
+        threads.ThreadBudget.check = budget_check if adapt else (lambda self: self.threads)
+        try:
+            torch.manual_seed(0)
+            actor = NodeScorer()
+            record = clone(actor, demos, few, steps, progress=False, threads=2)
+        finally:
+            threads.ThreadBudget.check = budget_check
+        digest = hash(tuple(float(p.detach().double().sum()) for p in actor.parameters()))
+        return 1000 * record["seconds"] / steps, f"{digest & 0xffff:04x}"
+
+    print(f"\n## Cloning beside other work (LB, test1 and poisson, {steps} steps, up to 2 threads)\n")
+    print("| threads | alone: ms per step | beside a one-core busy loop: ms per step | weights |")
+    print("|---|---|---|---|")
+    for adapt, name in ((False, "fixed at 2"), (True, "the budget (what training uses)")):
+        alone, digest = timed(adapt)
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            beside, digest_beside = timed(adapt)
+        finally:
+            busy.kill()
+            busy.wait()
+        print(f"| {name} | {alone:.1f} | {beside:.1f} | {digest} {digest_beside} |")
+
+
 def main() -> None:
     print(f"# rlscore agent benchmark ({torch.get_num_threads()} torch threads available)")
     inference_table()
     training_table()
     cloning_table()
+    cloning_beside_other_work()
 
 
 if __name__ == "__main__":
