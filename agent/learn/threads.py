@@ -36,24 +36,45 @@ def cgroup_cpu_limit(root: Path = CGROUP_ROOT) -> float | None:
         return None
 
 
-def usable_cpus(root: Path = CGROUP_ROOT) -> int:
-    """CPUs this process may run on: its affinity, within the container's quota (at least 1)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+def own_cores() -> frozenset[int]:
+    """The cores this process may run on (its affinity: a container's cpuset, taskset)."""
+    if hasattr(os, "sched_getaffinity"):
+        return frozenset(os.sched_getaffinity(0))
+    return frozenset(range(os.cpu_count() or 1))
+
+
+def usable_cpus(root: Path = CGROUP_ROOT, cores: frozenset[int] | None = None) -> int:
+    """Threads this process can run at once: its cores, within the container's quota (at least 1)."""
+    count = len(cores if cores is not None else own_cores())
     limit = cgroup_cpu_limit(root)
-    return max(1, min(cpus, math.floor(limit)) if limit is not None else cpus)
+    return max(1, min(count, math.floor(limit)) if limit is not None else count)
 
 
-def busy_cpu_seconds(stat: Path = Path("/proc/stat")) -> float | None:
-    """CPU time every process on the machine has spent busy so far (None where /proc/stat is missing)."""
+def busy_cpu_seconds(cores: frozenset[int] | None = None, stat: Path = Path("/proc/stat")) -> float | None:
+    """CPU time spent busy so far on the given cores (all of them: None), by every process; None where
+    /proc/stat is missing."""
     try:
-        fields = stat.read_text().split("\n", 1)[0].split()
-        ticks = [int(x) for x in fields[1:]]
-    except (OSError, ValueError, IndexError):
+        lines = stat.read_text().splitlines()
+    except OSError:
         return None
-    if fields[0] != "cpu" or len(ticks) < 5:
-        return None
-    idle = ticks[3] + ticks[4]  # idle and iowait
-    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # guest time is already in user
+    busy = 0
+    seen = False
+    for line in lines:
+        fields = line.split()
+        if not fields or not fields[0].startswith("cpu"):
+            continue
+        name = fields[0][3:]
+        if (name != "" if cores is None else not (name.isdigit() and int(name) in cores)):
+            continue
+        try:
+            ticks = [int(x) for x in fields[1:9]]
+        except ValueError:
+            return None
+        if len(ticks) < 5:
+            return None
+        busy += sum(ticks) - ticks[3] - ticks[4]  # less idle and iowait; guest time is already in user
+        seen = True
+    return busy / os.sysconf("SC_CLK_TCK") if seen else None
 
 
 def own_cpu_seconds() -> float:
@@ -61,21 +82,24 @@ def own_cpu_seconds() -> float:
     return t.user + t.system
 
 
-def threads_for(wanted: int, cpus: int, others: float) -> int:
-    """Threads to use: `wanted`, fewer when other processes kept `others` cores busy, never less than
-    one. A core less than half taken counts as free."""
-    free = math.floor(cpus - max(0.0, others) + 0.5)
-    return max(1, min(wanted, free))
+def threads_for(wanted: int, cores: int, others: float, limit: int | None = None) -> int:
+    """Threads to use: `wanted`, within the `limit` (a quota), fewer when other processes kept `others`
+    of our `cores` busy, never less than one. A core less than half taken counts as free."""
+    free = math.floor(cores - max(0.0, others) + 0.5)
+    return max(1, min(wanted, free, limit or cores))
 
 
 class ThreadBudget:
     """Keeps torch's thread count at what the machine gives now: `check()` in a training loop measures
-    the cores other processes kept busy since the last check (the machine's busy time less this
-    process's own) and sets the threads for the next stretch."""
+    how busy other processes kept this process's cores since the last check (their busy time in
+    /proc/stat less this process's own) and sets the threads for the next stretch."""
 
-    def __init__(self, wanted: int, cpus: int | None = None, every_s: float = CHECK_EVERY_S):
-        self.wanted, self.cpus, self.every_s = max(1, wanted), cpus or usable_cpus(), every_s
-        self.threads = min(self.wanted, self.cpus)  # a container's quota from the start
+    def __init__(self, wanted: int, cores: frozenset[int] | None = None, limit: int | None = None,
+                 every_s: float = CHECK_EVERY_S):
+        self.cores = cores if cores is not None else own_cores()
+        self.limit = limit if limit is not None else usable_cpus(cores=self.cores)
+        self.wanted, self.every_s = max(1, wanted), every_s
+        self.threads = max(1, min(self.wanted, self.limit))  # a container's quota from the start
         self.lowered = 0
         """how often other work took the threads down"""
         self.others = 0.0
@@ -83,9 +107,8 @@ class ThreadBudget:
         torch.set_num_threads(self.threads)
         self._last = self._sample()
 
-    @staticmethod
-    def _sample() -> tuple[float, float | None, float]:
-        return time.monotonic(), busy_cpu_seconds(), own_cpu_seconds()
+    def _sample(self) -> tuple[float, float | None, float]:
+        return time.monotonic(), busy_cpu_seconds(self.cores), own_cpu_seconds()
 
     def check(self) -> int:
         if time.monotonic() - self._last[0] < self.every_s:
@@ -94,7 +117,7 @@ class ThreadBudget:
         wall = now[0] - self._last[0]
         if now[1] is not None and self._last[1] is not None:
             self.others = ((now[1] - self._last[1]) - (now[2] - self._last[2])) / wall
-            threads = threads_for(self.wanted, self.cpus, self.others)
+            threads = threads_for(self.wanted, len(self.cores), self.others, self.limit)
             if threads < self.threads:
                 self.lowered += 1
             if threads != self.threads:
