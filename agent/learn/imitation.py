@@ -165,8 +165,8 @@ def clone(actor: NodeScorer, train: Demonstrations, held_out: Demonstrations, st
     step size decays linearly to 0 over the steps, so the last steps settle near-ties instead of
     jumping between them. Up to `threads` torch threads (default: torch's count now), fewer while other
     work holds the cores (agent.learn.threads)."""
-    started = time.time()
-    budget = ThreadBudget(threads or torch.get_num_threads())
+    started, threads_before = time.time(), torch.get_num_threads()
+    budget = ThreadBudget(threads or threads_before)
     optimizer = torch.optim.Adam(actor.parameters(), lr=learning_rate)
     schedule = torch.optim.lr_scheduler.LinearLR(optimizer, 1.0, 0.0, total_iters=steps) if anneal else None
     rng = np.random.default_rng(0)
@@ -186,7 +186,7 @@ def clone(actor: NodeScorer, train: Demonstrations, held_out: Demonstrations, st
         if step % 200 == 0:
             bar.set_postfix(loss=f"{loss:.3f}")
     bar.close()
-    torch.set_num_threads(budget.wanted)
+    torch.set_num_threads(threads_before)
     return {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "anneal": anneal,
             "demonstrations": len(train), "held_out": len(held_out),
             "held_out_agreement": round(agreement(actor, held_out), 4), "seconds": round(time.time() - started, 1),

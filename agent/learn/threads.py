@@ -77,11 +77,6 @@ def busy_cpu_seconds(cores: frozenset[int] | None = None, stat: Path = Path("/pr
     return busy / os.sysconf("SC_CLK_TCK") if seen else None
 
 
-def own_cpu_seconds() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
 def threads_for(wanted: int, cores: int, others: float, limit: int | None = None) -> int:
     """Threads to use: `wanted`, within the `limit` (a quota), fewer when other processes kept `others`
     of our `cores` busy, never less than one. A core less than half taken counts as free."""
@@ -99,29 +94,26 @@ class ThreadBudget:
         self.cores = cores if cores is not None else own_cores()
         self.limit = limit if limit is not None else usable_cpus(cores=self.cores)
         self.wanted, self.every_s = max(1, wanted), every_s
-        self.threads = max(1, min(self.wanted, self.limit))  # a container's quota from the start
+        self.threads = min(self.wanted, self.limit)  # a container's quota from the start
         self.lowered = 0
         """how often other work took the threads down"""
         self.others = 0.0
         """cores other processes kept busy over the last stretch measured"""
         torch.set_num_threads(self.threads)
-        self._last = self._sample()
-
-    def _sample(self) -> tuple[float, float | None, float]:
-        return time.monotonic(), busy_cpu_seconds(self.cores), own_cpu_seconds()
+        self._since, self._busy, self._own = time.monotonic(), busy_cpu_seconds(self.cores), time.process_time()
 
     def check(self) -> int:
-        if time.monotonic() - self._last[0] < self.every_s:
+        now = time.monotonic()
+        if now - self._since < self.every_s:
             return self.threads
-        now = self._sample()
-        wall = now[0] - self._last[0]
-        if now[1] is not None and self._last[1] is not None:
-            self.others = ((now[1] - self._last[1]) - (now[2] - self._last[2])) / wall
+        busy, own = busy_cpu_seconds(self.cores), time.process_time()
+        if busy is not None and self._busy is not None:
+            self.others = ((busy - self._busy) - (own - self._own)) / (now - self._since)
             threads = threads_for(self.wanted, len(self.cores), self.others, self.limit)
             if threads < self.threads:
                 self.lowered += 1
             if threads != self.threads:
                 torch.set_num_threads(threads)
                 self.threads = threads
-        self._last = now
+        self._since, self._busy, self._own = now, busy, own
         return self.threads

@@ -73,6 +73,9 @@ def _inputs(text: str) -> tuple[str, ...]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from agent.learn.actor_critic import ACConfig
+    from agent.learn.dqn import DQNConfig
+
     parser = argparse.ArgumentParser(prog="rlscore-train", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--policy", required=True, type=str.upper, choices=POLICIES)
@@ -141,7 +144,8 @@ def _parser() -> argparse.ArgumentParser:
                              "teacher by more than 2%% (0: the family's or size band's teacher; default per policy: "
                              "DEFAULT_TEACHER_FUTURES in agent/learn/train.py)")
     parser.add_argument("--torch-threads", type=int, default=None,
-                        help="most torch threads for the updates (default: a2c/ppo 2, dqn 1); cloning takes "
+                        help=f"most torch threads for the updates (default: a2c/ppo {ACConfig.torch_threads}, "
+                             f"dqn {DQNConfig.torch_threads}); cloning takes "
                              "fewer while other work holds the cores, with the same weights (agent/learn/threads.py); "
                              "PPO's and DQN's weights depend on it")
     parser.add_argument("--out", default="models", help="output directory for <policy>.pt + .json")
