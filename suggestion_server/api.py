@@ -250,12 +250,13 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         snapshot = await collector.current()  # never waits: a stale one refreshes in the background
         nodes, reasons, notes = assemble(names, given, table, snapshot, settings.stale_after_s,
                                          need_latency=policy == "EL", need_power=policy != "LB")
-        scores, source, version, fallback = score_nodes(policy, nodes, pod, registry, rng)
+        scores, source, version, fallback, rule = score_nodes(policy, nodes, pod, registry, rng)
         staged = None
         if rollout.active(policy):
             staged = rollout.consider(policy, nodes, pod, (pod_in.namespace, pod_in.name), scores, version)
             scores, version = staged.scores, staged.version
             source = "candidate" if staged.scored_by == "candidate" else source
+            rule = None if staged.scored_by == "candidate" else rule  # the log names the serving model's rule
             if staged.reason:
                 fallback.append(staged.reason)
         for code in {code for code, _ in reasons}:
@@ -270,6 +271,8 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
             entry = {"pod": f"{pod_in.namespace}/{pod_in.name}", "policy": policy, "model_version": version,
                      "source": source, "degraded": decision.degraded, "top_node": nodes.names[int(np.argmax(scores))],
                      "nodes": len(nodes.names), "ms": round(elapsed * 1000, 3)}
+            if rule is not None:
+                entry["rule"] = rule
             if staged is not None:
                 entry["rollout"] = {"stage": staged.stage, "scored_by": staged.scored_by, "agreed": staged.agreed}
             decisions.info(json.dumps(entry))

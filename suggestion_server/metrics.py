@@ -16,6 +16,15 @@ def answered(policy: str, source: str) -> tuple[Counter, Histogram]:
     return REQUESTS.labels(policy, source), LATENCY.labels(policy, source)
 
 
+SELECTOR_RULES = Counter("rlscore_selector_rules_total", "Answers of a rule selector, by the hand-written rule it "
+                         "picked.", ["policy", "rule"])
+
+
+@functools.cache
+def selector_rule(policy: str, rule: str) -> Counter:
+    return SELECTOR_RULES.labels(policy, rule)
+
+
 INVALID = Counter("rlscore_suggest_invalid_requests_total", "Rejected /suggest requests.", ["status"])
 FALLBACKS = Counter("rlscore_fallbacks_total", "Answers from the heuristic instead of the model.",
                     ["policy", "reason"])

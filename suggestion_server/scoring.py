@@ -1,5 +1,6 @@
 """Turn a validated request into scores: the policy's model when one is loaded and its output is
-finite, otherwise the heuristic of the same intent."""
+finite, otherwise the heuristic of the same intent. A rule selector's answer is the rule it picked, and
+says which (counted in rlscore_selector_rules_total, named in the decision log)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 
 from agent.heuristics import MAX_NODE_SCORE, POLICY_HEURISTIC
 from agent.kernels import node_scores
+from agent.learn.model_io import LoadedSelector
 from agent.scoring import HeuristicScorer, to_node_scores
 from agent.state import NodeState, PodRequest
 from suggestion_server import metrics
@@ -14,34 +16,39 @@ from suggestion_server.registry import ModelRegistry
 from suggestion_server.snapshot import unknown_for
 
 
-# Rules served as a model that read an optional column, and what they assume where it is unknown:
-# the answer is not degraded (the rule is defined there), but the reasons say what it could not see.
+# Rules served as a model (named by a model file, or picked by a rule selector) that read an optional
+# column, and what they assume where it is unknown: the answer is not degraded (the rule is defined
+# there), but the reasons say what it could not see.
 UNSEEN_BY_RULE = {"load-variation-risk-balancing": ("cpu_utilization_stddev", "cpu swing",
                                                     "scored as steady (RLSCORE_CPU_STDDEV_QUERY)")}
 
 
 def score_nodes(policy: str, nodes: NodeState, pod: PodRequest, registry: ModelRegistry,
-                rng: np.random.Generator) -> tuple[np.ndarray, str, str | None, list[str]]:
+                rng: np.random.Generator) -> tuple[np.ndarray, str, str | None, list[str], str | None]:
     """(integer scores 0..100, source, model version, reasons: why a fallback, or what a served rule
-    could not see)."""
+    could not see, the hand-written rule that scored: a selector's pick or a served heuristic, None for a
+    node scorer)."""
     model = registry.get(policy)
     reasons: list[str] = []
-    if model is not None and model.heuristic in UNSEEN_BY_RULE:
-        column, what, assumed = UNSEEN_BY_RULE[model.heuristic]
-        unknown = np.isnan(getattr(nodes, column))
-        if unknown.any():
-            reasons.append(f"{unknown_for(unknown, nodes.names, what)}: {model.heuristic} {assumed}")
     if model is not None:
         try:
-            values = model.q_values(nodes, pod)
+            values, rule = model.decide(nodes, pod) if isinstance(model, LoadedSelector) else (
+                model.q_values(nodes, pod), model.heuristic)
         except (RuntimeError, ValueError) as exc:  # a tensor that does not fit, a numerical error
-            values = None
+            values, rule = None, None
             reasons.append(f"model {model.version} failed: {exc}")
             metrics.FALLBACKS.labels(policy, "model_error").inc()
+        if isinstance(model, LoadedSelector) and rule is not None:
+            metrics.selector_rule(policy, rule).inc()
+        if rule in UNSEEN_BY_RULE:
+            column, what, assumed = UNSEEN_BY_RULE[rule]
+            unknown = np.isnan(getattr(nodes, column))
+            if unknown.any():
+                reasons.append(f"{unknown_for(unknown, nodes.names, what)}: {rule} {assumed}")
         if values is not None:
             scores, all_finite = node_scores(values, MAX_NODE_SCORE)
             if all_finite:  # a model file naming a heuristic serves that heuristic: its source says so
-                return scores, "model" if model.heuristic is None else "heuristic", model.version, reasons
+                return scores, "model" if model.heuristic is None else "heuristic", model.version, reasons, rule
             reasons.append(f"model {model.version} gave non-finite Q-values")
             metrics.FALLBACKS.labels(policy, "non_finite").inc()
     else:
@@ -49,4 +56,4 @@ def score_nodes(policy: str, nodes: NodeState, pod: PodRequest, registry: ModelR
         reasons.append(f"no valid {policy} model" + (f" ({error})" if error else ""))
         metrics.FALLBACKS.labels(policy, "no_model").inc()
     heuristic = HeuristicScorer(POLICY_HEURISTIC[policy], rng)
-    return to_node_scores(heuristic.values(nodes, pod)), "heuristic", None, reasons
+    return to_node_scores(heuristic.values(nodes, pod)), "heuristic", None, reasons, heuristic.name

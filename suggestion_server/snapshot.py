@@ -334,15 +334,13 @@ def _fill_missing(state: dict[str, np.ndarray], names: list[str], need_latency: 
 # come from the scheduler's own cache there): the measured columns, and the power model as the
 # server resolves it (annotation first, Kepler otherwise, a half-known model unknown).
 EXPORTED_METRICS = ("cpu_utilization", "memory_utilization", "latency_ms", "network_receive_bytes_per_s",
-                    "tcp_established", "disk_utilization", "requested_at", "power_idle_watts", "power_max_watts")
+                    "tcp_established", "disk_utilization", "requested_at", "power_idle_watts", "power_max_watts",
+                    "cpu_utilization_stddev")
 
 
 def export_metrics(table: NodeTable) -> tuple[list[str], dict[str, list[float | None]]]:
     """Every known node's measured state, as columns with None for unknown."""
-    names, col = table.snapshot(("cpu_utilization", "memory_utilization", "latency_ms",
-                                 "network_receive_bytes_per_s", "tcp_established", "disk_utilization",
-                                 "requested_at", "power_idle_watts", "power_max_watts", "power_idle_metrics",
-                                 "power_max_metrics"))
+    names, col = table.snapshot((*EXPORTED_METRICS, "power_idle_metrics", "power_max_metrics"))
     idle = np.where(np.isnan(col["power_idle_watts"]), col["power_idle_metrics"], col["power_idle_watts"])
     peak = np.where(np.isnan(col["power_max_watts"]), col["power_max_metrics"], col["power_max_watts"])
     broken = np.isnan(idle) | np.isnan(peak) | (peak < idle)

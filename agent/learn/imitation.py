@@ -20,6 +20,8 @@ import torch
 from tqdm import tqdm
 
 from agent.features import node_features
+from agent.heuristics import HEURISTICS
+from agent.kernels import TIE
 from agent.learn.actor_critic import masked_logits, teacher_cross_entropy
 from agent.learn.model_io import NumpyScorer
 from agent.learn.network import NodeScorer
@@ -44,6 +46,13 @@ class Demonstrations:
     """(family, world seed, nodes) of each world recorded, in order"""
     world_teacher_of: dict = field(default_factory=dict)
     """world seed -> its per-world teacher (with teacher_futures; agent.learn.teachers.world_teacher)"""
+    judged: tuple[str, ...] = ()
+    """rules whose agreement with the teacher each decision records (for a rule selector, agent.learn.selector)"""
+    agreement: list[np.ndarray] = field(default_factory=list)
+    """per decision, per judged rule: the share of that rule's tied best nodes that are the teacher's
+    (the chance that following the rule places as the teacher does)"""
+    teacher_rule: list[str] = field(default_factory=list)
+    """per decision with judged rules: the teacher that labelled it"""
     _cache: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
@@ -64,6 +73,8 @@ class Demonstrations:
         self.nodes += other.nodes
         self.pods += other.pods
         self.targets += other.targets
+        self.agreement += other.agreement
+        self.teacher_rule += other.teacher_rule
 
     def _padded(self) -> tuple[torch.Tensor, ...]:
         """Every decision padded to the largest candidate set once (rebuilt when decisions were added):
@@ -91,15 +102,19 @@ class Demonstrations:
         largest set (as PPO trims its minibatches, agent.learn.actor_critic). With log-uniform cluster
         sizes most sets are small and a few have 64 nodes, so one padded batch is mostly padding: in
         three parts LB's 10 000 cloning steps took 323 s instead of 451 s on 2 cores (docs/training.md)."""
+        return [self.batch(part) for part in self.parts(index, parts)]
+
+    def parts(self, index: np.ndarray, parts: int) -> list[np.ndarray]:
+        """The indices of `chunks`' batches."""
         widths = self._padded()[3].numpy()
         ordered = np.asarray(index)[np.argsort(widths[index], kind="stable")]
-        return [self.batch(part) for part in np.array_split(ordered, min(parts, len(ordered)))]
+        return np.array_split(ordered, min(parts, len(ordered)))
 
 
 def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decisions: int,
                    min_nodes: int, max_nodes: int, seed: int = 0, node_draw: str = "uniform",
                    teacher_futures: int = 0, actor: NodeScorer | None = None,
-                   like: Demonstrations | None = None) -> Demonstrations:
+                   like: Demonstrations | None = None, judge: tuple[str, ...] = ()) -> Demonstrations:
     """Each family's teacher scheduling `worlds_per_family` training worlds (sizes drawn as the
     trainer's episodes draw them) for `decisions` placements each, every decision recorded. With
     `teacher_futures`, each world's teacher is the one of the teachers' rules that does best on its
@@ -107,9 +122,10 @@ def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decision
 
     With `actor`, the actor places the pods and the teacher only labels each decision (DAgger): the
     states are the ones the actor's own choices lead to. With `like`, the worlds are that recording's
-    (same machines, same arrivals, same per-world teachers)."""
+    (same machines, same arrivals, same per-world teachers). With `judge`, each decision also records
+    how often each of those rules would place as the teacher does (`Demonstrations.agreement`)."""
     rng = np.random.default_rng(seed)
-    demos = Demonstrations([], [], [])
+    demos = Demonstrations([], [], [], judged=tuple(judge))
     rules = teacher_names(teachers)
     actor_values = NumpyScorer(actor) if actor is not None else None  # the served forward pass, once per call
     if like is not None:
@@ -143,9 +159,25 @@ def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decision
             demos.nodes.append(features)
             demos.pods.append(pod_vec)
             demos.targets.append(target)
+            if judge:
+                demos.agreement.append(rule_agreement(judge, state, pod, target > 0, rng))
+                demos.teacher_rule.append(teacher)
             # among the tied best (the teacher's, or the actor's), as the scheduler would
             sim.place(choose(target if actor_values is None else actor_values(features, pod_vec), rng))
     return demos
+
+
+def rule_agreement(rules: tuple[str, ...], nodes, pod, teacher_best: np.ndarray,
+                   rng: np.random.Generator) -> np.ndarray:
+    """Per rule, the share of its tied best nodes that are among the teacher's best (0 where the rule
+    has no finite best): how likely following it places as the teacher did."""
+    shares = np.zeros(len(rules), dtype=np.float32)
+    for k, rule in enumerate(rules):
+        values = HEURISTICS[rule](nodes, pod, rng)
+        best = values >= values.max() - TIE
+        if best.any():
+            shares[k] = (best & teacher_best[: len(values)]).sum() / best.sum()
+    return shares
 
 
 def agreement(actor: NodeScorer, demos: Demonstrations, batch_size: int = 512) -> float:

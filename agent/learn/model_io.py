@@ -6,6 +6,10 @@ after it validates: header, policy, feature-spec version, architecture, exact te
 sidecar's checksum, and finite Q-values on probe inputs. Anything else is a ModelValidationError
 that says what is wrong.
 
+A model file may hold a rule selector instead of a node scorer (SELECTOR_FORMAT, agent.learn.selector): a network
+that picks which hand-written rule scores each pod; it validates the same way, and its rules must be
+ones this build serves.
+
 A model file may also name a hand-written scorer instead of holding weights (HEURISTIC_FORMAT): what
 the retraining loop hands the server when, on the cluster's own profile, the best heuristic beats
 the serving model and no retrained one beats that heuristic (AWARE's fallback while the model is not
@@ -31,15 +35,18 @@ import torch
 from agent.features import (FEATURE_SPEC_VERSION, NODE_FEATURES_OF_VERSION, NUM_NODE_FEATURES, NUM_POD_FEATURES,
                             node_features)
 from agent.heuristics import HEURISTICS
-from agent.kernels import equivariant_layer
-from agent.learn.network import NodeScorer
+from agent.kernels import equivariant_layer, relu_column_max_mean
+from agent.learn.network import NodeScorer, RuleSelector
 from agent.state import POLICIES, NodeState, PodRequest
 
 MODEL_FORMAT = "rlscore-deepsets-scorer"
+SELECTOR_FORMAT = "rlscore-rule-selector"
 HEURISTIC_FORMAT = "rlscore-heuristic-scorer"
 WEIGHTS_FORMAT = "rlscore-deepsets-weights"  # the plain-JSON export an in-process scorer reads
+SELECTOR_WEIGHTS_FORMAT = "rlscore-rule-selector-weights"  # the same for a rule selector
 MAX_MODEL_BYTES = 64 * 1024 * 1024
 MAX_HIDDEN_UNITS = 4096
+MAX_SELECTOR_RULES = 16
 _NO_EXTRA = np.zeros(0)
 
 
@@ -53,11 +60,7 @@ class NumpyScorer:
     numbers to ~1e-14."""
 
     def __init__(self, network: NodeScorer):
-        def weights(linear) -> np.ndarray:
-            return linear.weight.detach().double().numpy().T.copy()
-
-        self.layers = [(weights(layer.Lambda), layer.Lambda.bias.detach().double().numpy().copy(),
-                        weights(layer.Gamma), weights(layer.Delta)) for layer in network.layers]
+        self.layers = [_layer_weights(layer) for layer in network.layers]
 
     def __call__(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
         """features [N, F] of N >= 1 candidates, pod_vec [P] -> one value per candidate."""
@@ -67,6 +70,37 @@ class NumpyScorer:
         for lam, bias, gam, delta in self.layers[1:]:
             x = equivariant_layer(x, _NO_EXTRA, lam, bias, gam, delta, True)
         return x[:, 0]
+
+
+def _layer_weights(layer) -> tuple[np.ndarray, ...]:
+    """An equivariant layer as the compiled kernel takes it: Lambda, its bias, Gamma, Delta, [in][out]."""
+    def weights(linear) -> np.ndarray:
+        return linear.weight.detach().double().numpy().T.copy()
+
+    return weights(layer.Lambda), layer.Lambda.bias.detach().double().numpy().copy(), weights(layer.Gamma), \
+        weights(layer.Delta)
+
+
+class NumpySelector:
+    """A RuleSelector's forward pass in float64 for serving, as NumpyScorer does for a NodeScorer: the
+    trunk, a ReLU, the mean and max over the candidates, then the head's two linear layers."""
+
+    def __init__(self, selector: RuleSelector):
+        self.layers = [_layer_weights(layer) for layer in selector.layers]
+        first, last = selector.head[0], selector.head[2]
+        self.head = [(linear.weight.detach().double().numpy().T.copy(), linear.bias.detach().double().numpy().copy())
+                     for linear in (first, last)]
+
+    def __call__(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
+        """features [N, F] of N >= 1 candidates, pod_vec [P] -> one logit per rule."""
+        lam, bias, gam, delta = self.layers[0]
+        x = equivariant_layer(features.astype(np.float64), pod_vec.astype(np.float64), lam, bias, gam, delta, False)
+        for lam, bias, gam, delta in self.layers[1:]:
+            x = equivariant_layer(x, _NO_EXTRA, lam, bias, gam, delta, True)
+        top, mean = relu_column_max_mean(x, True)
+        (w1, b1), (w2, b2) = self.head
+        hidden = np.maximum(np.concatenate([mean, top]) @ w1 + b1, 0.0)
+        return hidden @ w2 + b2
 
 
 @dataclass
@@ -117,6 +151,65 @@ class LoadedModel:
             self.network.float()
 
 
+@dataclass
+class LoadedSelector:
+    """A validated rule selector: per pod, its network picks one of `rules` and that rule's values are the
+    answer (the node scores follow from them as from any model's)."""
+
+    policy: str
+    version: str
+    network: RuleSelector
+    path: Path
+    metadata: dict[str, Any] = field(default_factory=dict)
+    fast: NumpySelector | None = field(default=None, repr=False)
+    heuristic = None  # a trained network, not a named hand-written scorer
+
+    def __post_init__(self) -> None:
+        if self.fast is None:
+            self.fast = NumpySelector(self.network)
+        self._rng = np.random.default_rng(0)  # the servable rules are deterministic; this is a formality
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        return self.network.rules
+
+    def rule_for(self, nodes: NodeState, pod: PodRequest) -> str:
+        """The rule the selector picks for this pod on these candidates (the first on equal logits)."""
+        features, pod_vec = node_features(nodes, pod)
+        return self.rules[int(np.argmax(self.fast(features, pod_vec)))]
+
+    def decide(self, nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, str | None]:
+        """The picked rule's values (higher is better, ties are the rule's own) and its name."""
+        if len(nodes) == 0:
+            return np.zeros(0), None
+        rule = self.rule_for(nodes, pod)
+        return np.asarray(HEURISTICS[rule](nodes, pod, self._rng), dtype=np.float64), rule
+
+    def q_values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
+        return self.decide(nodes, pod)[0]
+
+    def export(self) -> dict[str, Any]:
+        """The selector as plain JSON for the plugin's in-process scorer: the trunk's layers as a node
+        scorer's export has them, the head's two linear layers ([in][out] and bias) and the rules."""
+        return {"format": SELECTOR_WEIGHTS_FORMAT, "feature_spec_version": FEATURE_SPEC_VERSION, "policy": self.policy,
+                "version": self.version, "node_features": NUM_NODE_FEATURES, "pod_features": NUM_POD_FEATURES,
+                "rules": list(self.rules),
+                "layers": [{"lambda": lam.tolist(), "bias": bias.tolist(), "gamma": gam.tolist(),
+                            "delta": delta.tolist()} for lam, bias, gam, delta in self.fast.layers],
+                "head": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.fast.head]}
+
+    def reference_logits(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
+        """The torch network itself, in float64: what the fast path must reproduce."""
+        network = self.network.double()
+        try:
+            with torch.inference_mode():
+                x = torch.from_numpy(features.astype(np.float64)).unsqueeze(0)
+                p = torch.from_numpy(pod_vec.astype(np.float64)).unsqueeze(0)
+                return network(x, p, torch.ones(x.shape[:2], dtype=torch.bool))[0].numpy()
+        finally:
+            self.network.float()
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -129,12 +222,14 @@ def sidecar_path(path: Path) -> Path:
     return Path(path).with_suffix(".json")
 
 
-def save_model(path: str | Path, network: NodeScorer, policy: str, metadata: dict[str, Any]) -> Path:
-    """Write the model and its sidecar; the sidecar gets the model's checksum."""
+def save_model(path: str | Path, network: NodeScorer | RuleSelector, policy: str, metadata: dict[str, Any]) -> Path:
+    """Write the model (a node scorer or a rule selector) and its sidecar; the sidecar gets the model's
+    checksum."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    model_format = SELECTOR_FORMAT if isinstance(network, RuleSelector) else MODEL_FORMAT
     payload = {
-        "format": MODEL_FORMAT,
+        "format": model_format,
         "feature_spec_version": FEATURE_SPEC_VERSION,
         "policy": policy,
         "architecture": network.architecture(),
@@ -144,7 +239,7 @@ def save_model(path: str | Path, network: NodeScorer, policy: str, metadata: dic
     torch.save(payload, tmp)
     tmp.replace(path)
     sidecar = {"policy": policy, "feature_spec_version": FEATURE_SPEC_VERSION,
-               "format": MODEL_FORMAT, "sha256": sha256_of(path), **metadata}
+               "format": model_format, "sha256": sha256_of(path), **metadata}
     sidecar_path(path).write_text(json.dumps(sidecar, indent=2, sort_keys=False) + "\n")
     return path
 
@@ -197,7 +292,7 @@ def save_heuristic_model(path: str | Path, heuristic: str, policy: str, metadata
 
 
 def load_model(path: str | Path, expected_policy: str | None = None,
-               allow_heuristic: bool = False) -> LoadedModel | HeuristicModel:
+               allow_heuristic: bool = False) -> LoadedModel | LoadedSelector | HeuristicModel:
     """The validated model at `path`. A file naming a heuristic is taken only with `allow_heuristic`
     (by the callers that score with it), otherwise refused with the heuristic named."""
     path = Path(path)
@@ -212,8 +307,9 @@ def load_model(path: str | Path, expected_policy: str | None = None,
     _require(isinstance(payload, dict), path, "model file does not hold a dictionary")
     if payload.get("format") == HEURISTIC_FORMAT:
         return _load_heuristic(path, payload, expected_policy, allow_heuristic)
-    _require(payload.get("format") == MODEL_FORMAT, path,
-             f"format is {payload.get('format')!r}, expected {MODEL_FORMAT!r}")
+    model_format = payload.get("format")
+    _require(model_format in (MODEL_FORMAT, SELECTOR_FORMAT), path,
+             f"format is {model_format!r}, expected {MODEL_FORMAT!r} or {SELECTOR_FORMAT!r}")
     spec = payload.get("feature_spec_version")
     _require(isinstance(spec, int) and spec in NODE_FEATURES_OF_VERSION, path,
              f"trained on feature spec version {spec!r}, this build serves version {FEATURE_SPEC_VERSION} and "
@@ -233,19 +329,33 @@ def load_model(path: str | Path, expected_policy: str | None = None,
     _require(arch.get("node_features") == width and arch.get("pod_features") == NUM_POD_FEATURES,
              path, f"expects {arch.get('node_features')}+{arch.get('pod_features')} features, feature spec "
                    f"version {spec} has {width}+{NUM_POD_FEATURES}")
-    network = NodeScorer(tuple(hidden))
+    if model_format == SELECTOR_FORMAT:
+        rules = arch.get("rules")
+        _require(isinstance(rules, list) and 1 <= len(rules) <= MAX_SELECTOR_RULES
+                 and all(isinstance(r, str) and r in servable_heuristics() for r in rules)
+                 and len(set(rules)) == len(rules), path,
+                 f"architecture.rules must be 1..{MAX_SELECTOR_RULES} distinct rules of "
+                 f"{', '.join(servable_heuristics())}, got {rules!r}")
+        _require(spec == FEATURE_SPEC_VERSION, path, f"a rule selector of feature spec version {spec}: this build "
+                                                     f"serves version {FEATURE_SPEC_VERSION}")
+        network = RuleSelector(tuple(rules), tuple(hidden))
+    else:
+        network = NodeScorer(tuple(hidden))
     state_dict = payload.get("state_dict")
     _require(isinstance(state_dict, dict), path, "missing state_dict")
     try:
-        network.load_state_dict(upgrade_state_dict(state_dict, width), strict=True)
+        if model_format == MODEL_FORMAT:
+            state_dict = upgrade_state_dict(state_dict, width)
+        network.load_state_dict(state_dict, strict=True)
     except RuntimeError as exc:
         raise ModelValidationError(f"{path}: weights do not match the architecture: {exc}") from exc
     network.eval()
 
     digest = sha256_of(path)
     metadata = _sidecar(path, digest, policy)
-    model = LoadedModel(policy=policy, version=f"{policy.lower()}-{digest[:7]}", network=network,
-                        path=path, metadata=metadata)
+    loaded = LoadedSelector if model_format == SELECTOR_FORMAT else LoadedModel
+    model = loaded(policy=policy, version=f"{policy.lower()}-{digest[:7]}", network=network, path=path,
+                   metadata=metadata)
     _probe(model, path)
     return model
 
@@ -302,7 +412,7 @@ def _load_heuristic(path: Path, payload: dict, expected_policy: str | None, allo
     return model
 
 
-def _probe(model: LoadedModel | HeuristicModel, path: Path) -> None:
+def _probe(model: LoadedModel | LoadedSelector | HeuristicModel, path: Path) -> None:
     """Finite weights, and finite Q-values on a few synthetic clusters of different sizes."""
     for p in (model.network.parameters() if model.heuristic is None else ()):
         _require(bool(torch.isfinite(p).all()), path, "weights contain NaN or infinity")

@@ -8,9 +8,10 @@ same weights serve any node count, and the pools only see the nodes the mask mar
 padding and infeasible nodes neither leak into the set summary nor get a finite score.
 
 `NodeScorer` gives one value per node: the Q-values of DQN, or the policy logits (a masked softmax
-over nodes) of the actor-critic trainers. It is the only network that is served. `ValueHead` is the
-critic of the actor-critic trainers: its own equivariant trunk, pooled (mean and max over the
-candidates) into one state value.
+over nodes) of the actor-critic trainers. `ValueHead` is the critic of the actor-critic trainers: its
+own equivariant trunk, pooled (mean and max over the candidates) into one state value. `RuleSelector` is
+the same pooled trunk with one output per hand-written rule: which rule places this pod
+(agent.learn.selector). NodeScorer and RuleSelector are the networks that are served.
 """
 
 from __future__ import annotations
@@ -87,16 +88,24 @@ class NodeScorer(nn.Module):
 
 
 class ValueHead(nn.Module):
-    """State value: an equivariant trunk, mean- and max-pooled over the candidates, then an MLP."""
+    """State value: an equivariant trunk, mean- and max-pooled over the candidates, then an MLP
+    (with `outputs` > 1, that many values per state)."""
 
     def __init__(self, hidden: tuple[int, ...] = (64, 64),
-                 node_features: int = NUM_NODE_FEATURES, pod_features: int = NUM_POD_FEATURES):
+                 node_features: int = NUM_NODE_FEATURES, pod_features: int = NUM_POD_FEATURES, outputs: int = 1):
         super().__init__()
+        self.hidden = tuple(hidden)
+        self.node_features, self.pod_features = node_features, pod_features
         sizes = (node_features + pod_features, *hidden)
         self.layers = nn.ModuleList(EquivariantLayer(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
-        self.head = nn.Sequential(nn.Linear(2 * hidden[-1], hidden[-1]), nn.ReLU(), nn.Linear(hidden[-1], 1))
+        self.head = nn.Sequential(nn.Linear(2 * hidden[-1], hidden[-1]), nn.ReLU(), nn.Linear(hidden[-1], outputs))
 
     def forward(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """nodes [B, N, F], pod [B, P], mask [B, N] bool -> [B]"""
+        return self.pooled(nodes, pod, mask).squeeze(-1)
+
+    def pooled(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """[B, outputs]"""
         x = _inputs(nodes, pod)
         for layer in self.layers:
             x = torch.relu(layer(x, mask))
@@ -105,4 +114,23 @@ class ValueHead(nn.Module):
         mean = (x * m).sum(dim=1) / count
         top = x.masked_fill(~m, float("-inf")).max(dim=1).values
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        return self.head(torch.cat([mean, top], dim=-1)).squeeze(-1)
+        return self.head(torch.cat([mean, top], dim=-1))
+
+
+class RuleSelector(ValueHead):
+    """Which of `rules` (names of agent.heuristics) should place the pod, from the whole candidate
+    set: one logit per rule. The rule it picks scores the nodes, so where it picks the right rule it
+    places exactly as that rule does (agent.learn.selector says why)."""
+
+    def __init__(self, rules: tuple[str, ...], hidden: tuple[int, ...] = (64, 64),
+                 node_features: int = NUM_NODE_FEATURES, pod_features: int = NUM_POD_FEATURES):
+        super().__init__(hidden, node_features, pod_features, outputs=len(rules))
+        self.rules = tuple(rules)
+
+    def forward(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """nodes [B, N, F], pod [B, P], mask [B, N] bool -> logits [B, rules]"""
+        return self.pooled(nodes, pod, mask)
+
+    def architecture(self) -> dict:
+        return {"hidden": list(self.hidden), "node_features": self.node_features,
+                "pod_features": self.pod_features, "rules": list(self.rules)}

@@ -1,4 +1,5 @@
-"""`rlscore-train`: train one policy with DQN, A2C or PPO and write it, with its sidecar, to models/.
+"""`rlscore-train`: train one policy with DQN, A2C or PPO, or fit a rule selector, and write it, with its
+sidecar, to models/.
 
 The sidecar records every hyper-parameter, the seed, the wall time, the git commit, the model's
 checksum and (unless --no-eval) the evaluation on held-out seeds against the baselines.
@@ -18,7 +19,11 @@ from agent.learn.rewards import REWARD_VARIANTS
 from agent.sim.families import FAMILIES, NODE_DRAWS
 from agent.state import POLICIES
 
-ALGORITHMS = ("dqn", "a2c", "ppo")
+ALGORITHMS = ("dqn", "a2c", "ppo", "selector")
+# Options a rule selector has no use for: it is fitted to its teachers' decisions, from scratch, on every
+# input (agent.learn.selector); given with --algo selector, they are refused rather than dropped.
+NOT_FOR_A_SELECTOR = ("kickstart", "kickstart_floor", "kickstart_fraction", "imitation_anneal", "dagger_rounds",
+                  "dagger_steps", "extra_worlds", "critic_warmup", "blind_to", "init")
 
 
 def config_for(algo: str, **values):
@@ -26,6 +31,9 @@ def config_for(algo: str, **values):
     if algo == "dqn":
         from agent.learn.dqn import DQNConfig
         return DQNConfig(**values)
+    if algo == "selector":
+        from agent.learn.selector import SelectorConfig
+        return SelectorConfig(**values)
     from agent.learn.actor_critic import ACConfig
     return ACConfig(algo=algo, **values)
 
@@ -33,6 +41,8 @@ def config_for(algo: str, **values):
 def run(cfg, algo: str, init: NodeScorer | None = None) -> tuple[NodeScorer, dict]:
     if algo == "dqn":
         from agent.learn.dqn import train
+    elif algo == "selector":
+        from agent.learn.selector import train
     else:
         from agent.learn.actor_critic import train
     return train(cfg, init)
@@ -79,7 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlscore-train", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--policy", required=True, type=str.upper, choices=POLICIES)
-    parser.add_argument("--algo", default="ppo", choices=ALGORITHMS)
+    parser.add_argument("--algo", default="ppo", choices=ALGORITHMS,
+                        help="dqn, a2c or ppo train a node scorer; selector fits a rule selector to the teachers "
+                             "(agent/learn/selector.py: a network that picks which hand-written rule places each pod)")
     parser.add_argument("--reward", default="outcome", choices=REWARD_VARIANTS,
                         help="outcome: the objective over time; stepwise: wave 1's; thesis: the original")
     parser.add_argument("--no-shaping", action="store_true", help="outcome reward without potential-based shaping")
@@ -158,9 +170,9 @@ def _parser() -> argparse.ArgumentParser:
 
 # What fits the 15-minute budget on the 2-core reference machine (teacher picking included):
 # PPO/A2C ~330 decisions/s while kickstarting, DQN ~42 (one environment, an update per decision).
-DEFAULT_TIMESTEPS = {"dqn": 20_000, "a2c": 200_000, "ppo": 200_000}
+DEFAULT_TIMESTEPS = {"dqn": 20_000, "a2c": 200_000, "ppo": 200_000, "selector": 0}
 # Fine-tuning a trained model on one cluster's profile: a few minutes.
-FINE_TUNE_TIMESTEPS = {"dqn": 4_000, "a2c": 40_000, "ppo": 40_000}
+FINE_TUNE_TIMESTEPS = {"dqn": 4_000, "a2c": 40_000, "ppo": 40_000, "selector": 0}
 # A model file holds the actor, not its critic: from --init, PPO's first advantages would come from a
 # random critic. Fine-tuning the shipped EE on a 20-node churn profile for 3 000 steps without a
 # warm-up made it 3% worse than where it started.
@@ -243,9 +255,22 @@ def default_teacher(policy: str, families: tuple[str, ...]) -> str:
     return ",".join(parts)
 
 
+def _selector_refusals(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The options given that a rule selector has no use for."""
+    given = [name for name in NOT_FOR_A_SELECTOR if getattr(args, name) != parser.get_default(name)]
+    if args.timesteps not in (None, 0):
+        given.append("timesteps")
+    return ["--" + name.replace("_", "-") for name in given]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    selector = args.algo == "selector"
+    if selector and (refused := _selector_refusals(parser, args)):
+        print(f"rlscore-train: {', '.join(refused)}: a rule selector is fitted afresh to its teachers' decisions, on "
+              "every input, with no reinforcement learning (agent/learn/selector.py); leave them out", file=sys.stderr)
+        return 2
     fine_tune = args.init is not None and args.profile is not None
     timesteps = args.timesteps if args.timesteps is not None else (
         FINE_TUNE_TIMESTEPS if fine_tune else DEFAULT_TIMESTEPS)[args.algo]
@@ -288,12 +313,17 @@ def main(argv: list[str] | None = None) -> int:
         except ModelValidationError as exc:
             print(f"rlscore-train: --init: {exc}", file=sys.stderr)
             return 2
+        if not isinstance(init, NodeScorer):
+            print(f"rlscore-train: --init: {args.init} is a rule selector; a selector is fitted afresh to its teachers "
+                  "(--algo selector), not fine-tuned", file=sys.stderr)
+            return 2
     cfg = config_for(args.algo, policy=args.policy, total_timesteps=timesteps, seed=args.seed, reward=args.reward,
                      shaping=not args.no_shaping, gamma=args.gamma, node_draw=args.node_draw,
                      families=families, out=args.out, log_dir=args.log_dir,
                      progress=not args.no_progress, init=str(args.init or ""), profile=str(args.profile or ""),
                      extra_metadata=extra, **sizes,
-                     blind_to=args.blind_to if args.blind_to is not None else DEFAULT_BLIND_TO[args.policy],
+                     blind_to=() if selector else (args.blind_to if args.blind_to is not None
+                                                   else DEFAULT_BLIND_TO[args.policy]),
                      **({"hidden": tuple(init.hidden)} if init is not None else {}),
                      **({"hidden": args.hidden} if args.hidden is not None else {}),
                      **({"learning_rate": args.learning_rate} if args.learning_rate is not None else {}),
@@ -304,7 +334,10 @@ def main(argv: list[str] | None = None) -> int:
     # a trained model is already past what the teachers know: fine-tuning starts from it, not from them
     default_kickstart = DEFAULT_KICKSTART if args.algo != "dqn" and args.init is None else 0.0
     kickstart = args.kickstart if args.kickstart is not None else default_kickstart
-    if timesteps == 0 and (kickstart <= 0 or args.imitation_steps == 0):
+    if selector and args.imitation_steps is not None and args.imitation_steps < 1:
+        print("rlscore-train: --imitation-steps must be >= 1 for a rule selector (its gradient steps)", file=sys.stderr)
+        return 2
+    if not selector and timesteps == 0 and (kickstart <= 0 or args.imitation_steps == 0):
         print("rlscore-train: --timesteps 0 needs teachers to clone (--kickstart > 0, --imitation-steps > 0)",
               file=sys.stderr)
         return 2
@@ -316,7 +349,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlscore-train: {', '.join(ignored)} set how the teachers teach, and there are none here ({why}): "
               "give --kickstart > 0 with a2c/ppo, or leave them out", file=sys.stderr)
         return 2
-    if kickstart > 0:
+    uses_teachers = selector or kickstart > 0
+    if args.imitation_worlds is not None and args.imitation_worlds < 1:
+        print("rlscore-train: --imitation-worlds must be >= 1", file=sys.stderr)
+        return 2
+    if selector:
+        if args.imitation_steps is not None:
+            cfg.imitation_steps = args.imitation_steps
+        if args.imitation_worlds is not None:
+            cfg.imitation_worlds = args.imitation_worlds
+    elif kickstart > 0:
         if args.algo == "dqn":
             print("rlscore-train: --kickstart applies to a2c and ppo", file=sys.stderr)
             return 2
@@ -330,9 +372,6 @@ def main(argv: list[str] | None = None) -> int:
             print("rlscore-train: --imitation-steps must be >= 0", file=sys.stderr)
             return 2
         if args.imitation_worlds is not None:
-            if args.imitation_worlds < 1:
-                print("rlscore-train: --imitation-worlds must be >= 1", file=sys.stderr)
-                return 2
             cfg.imitation_worlds = args.imitation_worlds
         if args.imitation_anneal is not None:
             cfg.imitation_anneal = args.imitation_anneal
@@ -343,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.dagger_rounds and not cfg.imitation_steps:
             print("rlscore-train: --dagger-rounds continues cloning: it needs --imitation-steps > 0", file=sys.stderr)
             return 2
+    if uses_teachers:
         teacher_futures = (args.teacher_futures if args.teacher_futures is not None
                            else DEFAULT_TEACHER_FUTURES[args.policy])
         if teacher_futures < 0:
@@ -362,16 +402,17 @@ def main(argv: list[str] | None = None) -> int:
         except TeacherError as exc:
             print(f"rlscore-train: --teacher: {exc}", file=sys.stderr)
             return 2
-        cfg.kickstart, cfg.kickstart_fraction = kickstart, args.kickstart_fraction
         cfg.teachers = {family: p["teacher"] for family, p in picked.items()}
         cfg.teacher_futures = teacher_futures
-        cfg.extra_worlds = extra_worlds
-        if args.critic_warmup is not None:
-            cfg.critic_warmup_fraction = args.critic_warmup
+        if not selector:
+            cfg.kickstart, cfg.kickstart_fraction = kickstart, args.kickstart_fraction
+            cfg.extra_worlds = extra_worlds
+            if args.critic_warmup is not None:
+                cfg.critic_warmup_fraction = args.critic_warmup
         print("teachers: " + ", ".join(f"{f}: {t}" for f, t in cfg.teachers.items()), file=sys.stderr)
     network, record = run(cfg, args.algo, init)
     record["training"]["wall_seconds"] = round(time.time() - started, 1)  # teacher picking included
-    if kickstart > 0:
+    if uses_teachers:
         record["training"]["teachers"] = picked
     record["training"]["command"] = "rlscore-train " + " ".join(argv if argv is not None else sys.argv[1:])
     path = save_trained(cfg, network, record, Path(args.out) / args.name if args.name else None)

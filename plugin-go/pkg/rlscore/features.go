@@ -32,6 +32,9 @@ type NodeState struct {
 	PowerIdleWatts, PowerMaxWatts                            []float64
 	NetworkReceiveBytesPerS, TCPEstablished, DiskUtilization []float64
 	CPURequestedSinceMetrics                                 []float64
+	// CPUUtilizationStddev is the cpu utilization's standard deviation over time (read by
+	// LoadVariationRiskBalancing when a gate picks it; no feature reads it).
+	CPUUtilizationStddev []float64
 	// ClusterCPURequested is the cluster's sum of cpu requests now (millicores, every node, not
 	// only these) and RecentPeakCPURequested its largest within the server's recent-peak window;
 	// NaN is unknown.
@@ -54,7 +57,8 @@ func (s *NodeState) Resize(n int) {
 func (s *NodeState) columns() []*[]float64 {
 	return []*[]float64{&s.CPUCapacity, &s.MemoryCapacity, &s.MaxPods, &s.CPURequested, &s.MemoryRequested,
 		&s.Pods, &s.CPUUtilization, &s.MemoryUtilization, &s.LatencyMs, &s.PowerIdleWatts, &s.PowerMaxWatts,
-		&s.NetworkReceiveBytesPerS, &s.TCPEstablished, &s.DiskUtilization, &s.CPURequestedSinceMetrics}
+		&s.NetworkReceiveBytesPerS, &s.TCPEstablished, &s.DiskUtilization, &s.CPURequestedSinceMetrics,
+		&s.CPUUtilizationStddev}
 }
 
 // PodRequest is the pod as the scorer sees it; a latency limit of 0 means none.

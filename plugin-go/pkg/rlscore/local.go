@@ -63,6 +63,8 @@ type nodeMetricColumns struct {
 	RequestedAt             nullFloats `json:"requested_at"`
 	PowerIdleWatts          nullFloats `json:"power_idle_watts"`
 	PowerMaxWatts           nullFloats `json:"power_max_watts"`
+	// absent from older servers: unknown for every node
+	CPUUtilizationStddev nullFloats `json:"cpu_utilization_stddev"`
 }
 
 // nullFloats decodes a JSON list of numbers and nulls, null becoming NaN.
@@ -217,6 +219,15 @@ func (ls *LocalScorer) Refresh(ctx context.Context) error {
 		return fmt.Errorf("GET %s: invalid settings (default_policy %q, el_default_latency_ms %v, stale_after_s %v)",
 			nodeMetricsPath, r.DefaultPolicy, r.ELDefault, r.StaleAfterS)
 	}
+	if m.CPUUtilizationStddev == nil {
+		m.CPUUtilizationStddev = make(nullFloats, n)
+		for i := range m.CPUUtilizationStddev {
+			m.CPUUtilizationStddev[i] = math.NaN()
+		}
+	} else if len(m.CPUUtilizationStddev) != n {
+		return fmt.Errorf("GET %s: nodes.cpu_utilization_stddev has %d entries for %d names", nodeMetricsPath,
+			len(m.CPUUtilizationStddev), n)
+	}
 	st := &scoringState{fetchedAt: time.Now(), snapshotAge: math.NaN(),
 		staleAfter:    time.Duration(r.StaleAfterS * float64(time.Second)),
 		defaultPolicy: r.DefaultPolicy, elSoft: r.ELDefault.Soft, elHard: r.ELDefault.Hard,
@@ -349,7 +360,7 @@ func (ls *LocalScorer) Score(pod *v1.Pod, nodes []fwk.NodeInfo, requestedPolicy 
 		if !known {
 			for _, col := range []*[]float64{&s.CPUUtilization, &s.MemoryUtilization, &s.LatencyMs,
 				&s.NetworkReceiveBytesPerS, &s.TCPEstablished, &s.DiskUtilization, &s.PowerIdleWatts,
-				&s.PowerMaxWatts, &s.CPURequestedSinceMetrics} {
+				&s.PowerMaxWatts, &s.CPURequestedSinceMetrics, &s.CPUUtilizationStddev} {
 				(*col)[i] = math.NaN()
 			}
 			continue
@@ -359,6 +370,7 @@ func (ls *LocalScorer) Score(pod *v1.Pod, nodes []fwk.NodeInfo, requestedPolicy 
 		s.NetworkReceiveBytesPerS[i], s.TCPEstablished[i] = cols.NetworkReceiveBytesPerS[row], cols.TCPEstablished[row]
 		s.DiskUtilization[i] = cols.DiskUtilization[row]
 		s.PowerIdleWatts[i], s.PowerMaxWatts[i] = cols.PowerIdleWatts[row], cols.PowerMaxWatts[row]
+		s.CPUUtilizationStddev[i] = cols.CPUUtilizationStddev[row]
 		// requests bound since the metrics were read: the utilization cannot show them yet
 		s.CPURequestedSinceMetrics[i] = math.Max(s.CPURequested[i]-cols.RequestedAt[row], 0)
 	}
@@ -372,7 +384,7 @@ func (ls *LocalScorer) Score(pod *v1.Pod, nodes []fwk.NodeInfo, requestedPolicy 
 	}
 	NodeFeatures(s, request, &scratch.features)
 	scratch.values = grow(scratch.values, len(names))
-	model.QValues(&scratch.features, scratch.values, &scratch.forward, ls.parallel)
+	model.Values(s, request, &scratch.features, scratch.values, &scratch.forward, ls.parallel)
 	if cap(scratch.scores) < len(names) {
 		scratch.scores = make([]int64, len(names))
 	}

@@ -6,8 +6,16 @@ import (
 	"math"
 )
 
-// WeightsFormat names the plain-JSON export of a served model (GET /v1/models/{policy}).
-const WeightsFormat = "rlscore-deepsets-weights"
+// WeightsFormat names the plain-JSON export of a served node scorer (GET /v1/models/{policy}), and
+// SelectorWeightsFormat that of a rule selector (agent/learn/selector.py): the same trunk, pooled into one
+// logit per hand-written rule; the rule it picks scores the nodes (rules.go).
+const (
+	WeightsFormat         = "rlscore-deepsets-weights"
+	SelectorWeightsFormat = "rlscore-rule-selector-weights"
+)
+
+// maxSelectorRules bounds a selector's rules, as the server's loader does.
+const maxSelectorRules = 16
 
 // maxHiddenUnits bounds a layer, as the server's loader does.
 const maxHiddenUnits = 4096
@@ -21,11 +29,12 @@ type layer struct {
 }
 
 // Model is the DeepSets node scorer of one policy, as the server's NumpyScorer computes it
-// (float64 on the float32 features).
+// (float64 on the float32 features), or a rule selector as its NumpySelector does.
 type Model struct {
-	Policy  string
-	Version string
-	layers  []layer
+	Policy   string
+	Version  string
+	layers   []layer
+	selector *selectorHead // nil: a node scorer, whose last layer gives one value per node
 	// readsRecentPeak: some first-layer weight on recent_peak_to_come is not zero. The column needs
 	// the whole cluster's requests, a sum over every node per pod; a model of an earlier feature spec
 	// (zero weight on it) decides the same without them.
@@ -52,26 +61,46 @@ type exportedLayer struct {
 	Delta  [][]float64 `json:"delta"`
 }
 
+type exportedLinear struct {
+	Weight [][]float64 `json:"weight"`
+	Bias   []float64   `json:"bias"`
+}
+
 type exportedModel struct {
-	Format             string          `json:"format"`
-	FeatureSpecVersion int             `json:"feature_spec_version"`
-	Policy             string          `json:"policy"`
-	Version            string          `json:"version"`
-	NodeFeatures       int             `json:"node_features"`
-	PodFeatures        int             `json:"pod_features"`
-	Layers             []exportedLayer `json:"layers"`
+	Format             string           `json:"format"`
+	FeatureSpecVersion int              `json:"feature_spec_version"`
+	Policy             string           `json:"policy"`
+	Version            string           `json:"version"`
+	NodeFeatures       int              `json:"node_features"`
+	PodFeatures        int              `json:"pod_features"`
+	Layers             []exportedLayer  `json:"layers"`
+	Rules              []string         `json:"rules"` // a selector's
+	Head               []exportedLinear `json:"head"`  // a selector's: [mean, max] -> hidden -> one logit per rule
+}
+
+// selectorHead is a rule selector's part after the trunk: two linear layers over the pooled trunk, one
+// logit per rule, the matrices stored [in][out] row-major.
+type selectorHead struct {
+	names  []string
+	rules  []rule
+	hidden int
+	w1, b1 []float64
+	w2, b2 []float64
 }
 
 // ParseModel validates an exported model: format, feature spec, shapes that chain from the features
-// to one output, finite weights. Anything else is an error that says what is wrong.
+// to one output (a node scorer) or to one logit per rule this build computes (a selector), finite
+// weights. Anything else is an error that says what is wrong.
 func ParseModel(data []byte) (*Model, error) {
 	var e exportedModel
 	if err := json.Unmarshal(data, &e); err != nil {
 		return nil, fmt.Errorf("model weights: %w", err)
 	}
+	isGate := e.Format == SelectorWeightsFormat
 	switch {
-	case e.Format != WeightsFormat:
-		return nil, fmt.Errorf("model weights: format is %q, expected %q", e.Format, WeightsFormat)
+	case e.Format != WeightsFormat && !isGate:
+		return nil, fmt.Errorf("model weights: format is %q, expected %q or %q", e.Format, WeightsFormat,
+			SelectorWeightsFormat)
 	case e.FeatureSpecVersion != FeatureSpecVersion:
 		return nil, fmt.Errorf("model %s: trained on feature spec %d, this plugin computes %d",
 			e.Version, e.FeatureSpecVersion, FeatureSpecVersion)
@@ -80,14 +109,16 @@ func ParseModel(data []byte) (*Model, error) {
 			e.NodeFeatures, e.PodFeatures, numNodeFeatures, numPodFeatures)
 	case !isPolicy(e.Policy):
 		return nil, fmt.Errorf("model %s: unknown policy %q", e.Version, e.Policy)
-	case len(e.Layers) < 2 || len(e.Layers) > 9:
+	case !isGate && (len(e.Layers) < 2 || len(e.Layers) > 9):
 		return nil, fmt.Errorf("model %s: %d layers, expected 2..9", e.Version, len(e.Layers))
+	case isGate && (len(e.Layers) < 1 || len(e.Layers) > 8):
+		return nil, fmt.Errorf("selector %s: %d trunk layers, expected 1..8", e.Version, len(e.Layers))
 	}
 	m := &Model{Policy: e.Policy, Version: e.Version}
 	in := numNodeFeatures + numPodFeatures
 	for k, l := range e.Layers {
 		out := len(l.Bias)
-		if out < 1 || out > maxHiddenUnits || (k == len(e.Layers)-1 && out != 1) {
+		if out < 1 || out > maxHiddenUnits || (!isGate && k == len(e.Layers)-1 && out != 1) {
 			return nil, fmt.Errorf("model %s: layer %d has %d outputs", e.Version, k, out)
 		}
 		lam, err := matrix(l.Lambda, in, out)
@@ -110,8 +141,65 @@ func ParseModel(data []byte) (*Model, error) {
 		m.layers = append(m.layers, layer{in: in, out: out, lambda: lam, gamma: gam, delta: del, bias: l.Bias})
 		in = out
 	}
+	if isGate {
+		head, err := parseSelectorHead(e, in)
+		if err != nil {
+			return nil, err
+		}
+		m.selector = head
+	}
 	m.readsRecentPeak = m.readsInput(recentPeakToComeColumn)
 	return m, nil
+}
+
+// parseSelectorHead checks a selector's rules (known to this build, distinct) and its head's shapes from the
+// trunk's last width.
+func parseSelectorHead(e exportedModel, width int) (*selectorHead, error) {
+	if len(e.Rules) < 1 || len(e.Rules) > maxSelectorRules {
+		return nil, fmt.Errorf("selector %s: %d rules, expected 1..%d", e.Version, len(e.Rules), maxSelectorRules)
+	}
+	g := &selectorHead{names: e.Rules}
+	seen := map[string]bool{}
+	for _, name := range e.Rules {
+		r, ok := rules[name]
+		if !ok || seen[name] {
+			return nil, fmt.Errorf("selector %s: rule %q is unknown to this plugin or repeated", e.Version, name)
+		}
+		seen[name] = true
+		g.rules = append(g.rules, r)
+	}
+	if len(e.Head) != 2 {
+		return nil, fmt.Errorf("selector %s: a head of %d layers, expected 2", e.Version, len(e.Head))
+	}
+	g.hidden = len(e.Head[0].Bias)
+	if g.hidden < 1 || g.hidden > maxHiddenUnits || len(e.Head[1].Bias) != len(e.Rules) {
+		return nil, fmt.Errorf("selector %s: head widths %d and %d, expected 1..%d and one per rule (%d)", e.Version,
+			g.hidden, len(e.Head[1].Bias), maxHiddenUnits, len(e.Rules))
+	}
+	var err error
+	if g.w1, err = matrix(e.Head[0].Weight, 2*width, g.hidden); err != nil {
+		return nil, fmt.Errorf("selector %s: head layer 0: %w", e.Version, err)
+	}
+	if g.w2, err = matrix(e.Head[1].Weight, g.hidden, len(e.Rules)); err != nil {
+		return nil, fmt.Errorf("selector %s: head layer 1: %w", e.Version, err)
+	}
+	for k, bias := range [][]float64{e.Head[0].Bias, e.Head[1].Bias} {
+		for _, v := range bias {
+			if !finite(v) {
+				return nil, fmt.Errorf("selector %s: head layer %d bias is not finite", e.Version, k)
+			}
+		}
+	}
+	g.b1, g.b2 = e.Head[0].Bias, e.Head[1].Bias
+	return g, nil
+}
+
+// Rules are a selector's rules in logit order (nil for a node scorer).
+func (m *Model) Rules() []string {
+	if m.selector == nil {
+		return nil
+	}
+	return m.selector.names
 }
 
 func matrix(rows [][]float64, in, out int) ([]float64, error) {
@@ -133,9 +221,11 @@ func matrix(rows [][]float64, in, out int) ([]float64, error) {
 	return flat, nil
 }
 
-// forwardScratch holds one forward pass's activations, reusable across calls.
+// forwardScratch holds one forward pass's activations, reusable across calls (a selector's pooled trunk,
+// hidden activity and logits too).
 type forwardScratch struct {
-	a, b, summary, shift []float64
+	a, b, summary, shift     []float64
+	pooled, activity, logits []float64
 }
 
 func grow(s []float64, n int) []float64 {
@@ -166,8 +256,67 @@ func matmul(parallel Parallel, x []float64, n, inW int, w []float64, outW int, s
 	})
 }
 
-// QValues writes one value per node (n = len(f.Nodes)/numNodeFeatures >= 1) into values.
+// Values writes one value per node of s (n >= 1) into values: a node scorer's forward pass on f (the
+// features of s and pod), or the values of the rule a selector picks. It returns the selector's rule (-1 for
+// a node scorer).
+func (m *Model) Values(s *NodeState, pod PodRequest, f *Features, values []float64, scratch *forwardScratch,
+	parallel Parallel) int {
+	if m.selector == nil {
+		m.QValues(f, values, scratch, parallel)
+		return -1
+	}
+	k := m.Pick(f, scratch, parallel)
+	m.selector.rules[k](s, pod, values)
+	return k
+}
+
+// Pick is the rule a selector picks (the first of equal logits), from the features; its logits are
+// left in scratch.logits.
+func (m *Model) Pick(f *Features, scratch *forwardScratch, parallel Parallel) int {
+	g := m.selector
+	n := len(f.Nodes) / numNodeFeatures
+	x := m.trunk(f, scratch, parallel)
+	width := m.layers[len(m.layers)-1].out
+	for i, v := range x {
+		if v < 0 {
+			x[i] = 0
+		}
+	}
+	// [mean, max] over the nodes, as the server's NumpySelector concatenates them
+	pooled := grow(scratch.pooled, 2*width)
+	columnMaxMean(x, n, width, pooled[width:], pooled[:width])
+	activity := grow(scratch.activity, g.hidden)
+	copy(activity, g.b1)
+	for k, v := range pooled {
+		axpy(v, g.w1[k*g.hidden:(k+1)*g.hidden], activity)
+	}
+	logits := grow(scratch.logits, len(g.rules))
+	copy(logits, g.b2)
+	for k, v := range activity {
+		if v > 0 {
+			axpy(v, g.w2[k*len(g.rules):(k+1)*len(g.rules)], logits)
+		}
+	}
+	scratch.pooled, scratch.activity, scratch.logits = pooled, activity, logits
+	best := 0
+	for k, v := range logits {
+		if v > logits[best] {
+			best = k
+		}
+	}
+	return best
+}
+
+// QValues writes one value per node (n = len(f.Nodes)/numNodeFeatures >= 1) into values: a node
+// scorer's forward pass.
 func (m *Model) QValues(f *Features, values []float64, scratch *forwardScratch, parallel Parallel) {
+	x := m.trunk(f, scratch, parallel)
+	copy(values, x[:len(values)])
+}
+
+// trunk runs the equivariant layers, ReLU between them (not after the last), and returns the last
+// layer's output (n x its width, in scratch).
+func (m *Model) trunk(f *Features, scratch *forwardScratch, parallel Parallel) []float64 {
 	const F = numNodeFeatures
 	n := len(f.Nodes) / F
 	first := m.layers[0]
@@ -215,7 +364,7 @@ func (m *Model) QValues(f *Features, values []float64, scratch *forwardScratch, 
 		matmul(parallel, x, n, l.in, l.lambda, l.out, shift, y)
 		x, next = y, x[:cap(x)]
 	}
-	copy(values, x[:n])
+	return x
 }
 
 func maxWidth(m *Model) int {

@@ -148,7 +148,8 @@ func nodeStateOf(t *testing.T, cols map[string]nullFloats) *NodeState {
 		"pods": &s.Pods, "cpu_utilization": &s.CPUUtilization, "memory_utilization": &s.MemoryUtilization,
 		"latency_ms": &s.LatencyMs, "power_idle_watts": &s.PowerIdleWatts, "power_max_watts": &s.PowerMaxWatts,
 		"network_receive_bytes_per_s": &s.NetworkReceiveBytesPerS, "tcp_established": &s.TCPEstablished,
-		"disk_utilization": &s.DiskUtilization, "cpu_requested_since_metrics": &s.CPURequestedSinceMetrics} {
+		"disk_utilization": &s.DiskUtilization, "cpu_requested_since_metrics": &s.CPURequestedSinceMetrics,
+		"cpu_utilization_stddev": &s.CPUUtilizationStddev} {
 		col, ok := cols[name]
 		if !ok {
 			t.Fatalf("case without %s", name)
