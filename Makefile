@@ -119,7 +119,7 @@ kind-down: bin/kind ## delete the kind cluster
 	bin/kind delete cluster --name rlscore
 
 CANDIDATES := build/candidates
-train: install ## per policy: PPO, the teachers' clone (uniform and log-uniform cluster sizes) and DQN candidates (~25 min per policy), the best shipped into models/
+train: install ## per policy: PPO, the teachers' clone (uniform and log-uniform cluster sizes), DQN and rule-selector candidates (~30 min per policy), the best shipped into models/
 	@mkdir -p $(CANDIDATES)
 	@for p in EE LB EL; do \
 	  lower=$$(echo $$p | tr A-Z a-z); gamma=0.99; [ $$p = LB ] && gamma=0.95; \
@@ -133,8 +133,12 @@ train: install ## per policy: PPO, the teachers' clone (uniform and log-uniform 
 	    $(VENV)/bin/rlscore-train --policy $$p --algo ppo --timesteps 0 --gamma $$gamma --seed $(SEED) --out $(CANDIDATES) \
 	      --node-draw $$draw --name $$lower-clone-$$draw.pt --no-progress || exit 1; \
 	  done; \
+	  echo "== $$p rule selector"; \
+	  $(VENV)/bin/rlscore-train --policy $$p --algo selector --seed $(SEED) --out $(CANDIDATES) --node-draw log-uniform \
+	    --name $$lower-selector.pt --no-progress || exit 1; \
 	  $(PY) -m agent.evaluate.shipped pick models/$$lower.pt $(CANDIDATES)/$$lower-ppo.pt \
-	    $(CANDIDATES)/$$lower-clone-uniform.pt $(CANDIDATES)/$$lower-clone-log-uniform.pt $(CANDIDATES)/$$lower-dqn.pt || exit 1; \
+	    $(CANDIDATES)/$$lower-clone-uniform.pt $(CANDIDATES)/$$lower-clone-log-uniform.pt $(CANDIDATES)/$$lower-dqn.pt \
+	    $(CANDIDATES)/$$lower-selector.pt || exit 1; \
 	  $(PY) -m agent.evaluate.shipped holdout models/$$lower.pt --no-progress || exit 1; \
 	done
 

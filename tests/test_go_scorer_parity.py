@@ -1,9 +1,11 @@
-"""The scheduler plugin's in-process scorer (plugin-go/pkg/rlscore: features.go, model.go, local.go)
-against the Python it ports, through Go's own tests:
+"""The scheduler plugin's in-process scorer (plugin-go/pkg/rlscore: features.go, model.go, rules.go,
+local.go) against the Python it ports, through Go's own tests:
 
 - TestParityWithPython: on random states (every policy, 1..5000 nodes, unknown values mixed in,
   pods with and without latency limits) Go's features equal agent.features.node_features, its
-  forward pass the served NumpyScorer, its integer scores to_node_scores;
+  forward pass the served model's (a node scorer's NumpyScorer, a rule selector's pick and logits,
+  for the shipped models and a selector over every servable rule), every hand-written rule's values
+  agent.heuristics', its integer scores to_node_scores;
 - TestLocalScorerMatchesServer: a real suggestion server on a socket, its node table filled with a
   random cluster; the Go scorer fetches /v1/node-metrics and /v1/models/{policy}, builds the state
   from the scheduler's own NodeInfos (the same sizes and requests) and must give the scores POST
@@ -21,10 +23,13 @@ import httpx
 import numpy as np
 import orjson
 import pytest
+import torch
 import uvicorn
 
 from agent.features import node_features
-from agent.learn.model_io import load_model
+from agent.heuristics import HEURISTICS
+from agent.learn.model_io import LoadedSelector, load_model, save_model, servable_heuristics
+from agent.learn.network import RuleSelector
 from agent.scoring import to_node_scores
 from agent.state import NODE_ARRAYS, POLICIES, NodeState, PodRequest
 from suggestion_server.api import create_app
@@ -51,6 +56,7 @@ def _with_unknowns(state: dict, rng: np.random.Generator) -> dict:
                        ("network_receive_bytes_per_s", 0.1), ("tcp_established", 0.1), ("disk_utilization", 0.1)):
         out[key] = np.where(rng.random(n) < share, np.nan, state[key])
     out["cpu_requested_since_metrics"] = np.where(rng.random(n) < 0.3, rng.uniform(0, 2000, n), 0.0)
+    out["cpu_utilization_stddev"] = np.where(rng.random(n) < 0.3, np.nan, rng.uniform(0, 0.3, n))
     return out
 
 
@@ -72,12 +78,31 @@ def _run_go(test: str, env: dict) -> None:
     assert f"--- PASS: {test}" in result.stdout, "the Go test did not run (skipped?)"
 
 
+def _all_rules_selector(tmp_path) -> LoadedSelector:
+    """A selector over every servable rule, its weights drawn so that its pick changes with the state."""
+    torch.manual_seed(1)
+    selector = RuleSelector(servable_heuristics(), (16, 16))
+    with torch.no_grad():
+        for weights in selector.parameters():
+            weights.mul_(4.0)
+        selector.head[2].bias.zero_()
+    return load_model(save_model(tmp_path / "selector.pt", selector, "LB", {}))
+
+
+def _rules_of(nodes: NodeState, request: PodRequest) -> dict[str, list[float | None]]:
+    return {name: _list(HEURISTICS[name](nodes, request, np.random.default_rng(0))) for name in servable_heuristics()}
+
+
 def test_go_features_forward_and_scores_equal_python(tmp_path):
     rng = np.random.default_rng(2026)
     models = {p: load_model(MODELS / f"{p.lower()}.pt") for p in POLICIES}
+    models["selector"] = _all_rules_selector(tmp_path)
     cases = []
-    for policy, model in models.items():
-        for n in SIZES:
+    picked = set()
+    for name, model in models.items():
+        for size_index, n in enumerate(SIZES):
+            # the selector over every rule meets the pods of every policy, latency limits included
+            policy = name if name in POLICIES else POLICIES[size_index % len(POLICIES)]
             for _ in range(2):
                 arrays = _with_unknowns(random_state(n, rng), rng)
                 # the cluster's requests now (unknown, or beyond the candidates') and their recent peak
@@ -88,8 +113,16 @@ def test_go_features_forward_and_scores_equal_python(tmp_path):
                                   recent_peak_cpu_requested=peak, **arrays)
                 for request in _pods(policy, rng)[: 2 if n >= 1000 else 4]:
                     features, pod_vec = node_features(nodes, request)
-                    q = model.q_values_from_features(features, pod_vec)
-                    cases.append({"policy": policy, "nodes": {k: _list(getattr(nodes, k)) for k in NODE_ARRAYS},
+                    case = {"model": name}
+                    if isinstance(model, LoadedSelector):
+                        q, rule = model.decide(nodes, request)
+                        case.update(rule=rule, logits=model.fast(features, pod_vec).tolist())
+                        picked.add(rule)
+                    else:
+                        q = model.q_values_from_features(features, pod_vec)
+                    if n <= 100:
+                        case["rules"] = _rules_of(nodes, request)
+                    cases.append({**case, "policy": policy, "nodes": {k: _list(getattr(nodes, k)) for k in NODE_ARRAYS},
                                   "cluster_requested": _list([nodes.cluster_cpu_requested])[0],
                                   "recent_peak": _list([nodes.recent_peak_cpu_requested])[0],
                                   "pod": {"cpu": request.cpu_millicores, "memory": request.memory_bytes,
@@ -97,6 +130,7 @@ def test_go_features_forward_and_scores_equal_python(tmp_path):
                                   "features": features.astype(np.float64).ravel().tolist(),
                                   "pod_features": pod_vec.astype(np.float64).tolist(),
                                   "q": q.tolist(), "scores": to_node_scores(q).tolist()})
+    assert len(picked) >= 4, f"the selector picked {sorted(picked)} only: its pick would hardly be tested"
     path = tmp_path / "parity.json"
     path.write_bytes(orjson.dumps({"models": {p: m.export() for p, m in models.items()}, "cases": cases}))
     _run_go("TestParityWithPython", {"RLSCORE_PARITY_FILE": str(path)})

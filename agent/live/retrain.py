@@ -8,6 +8,9 @@ passes, the candidate installed in the server's candidate directory, where the s
 (shadow, canary, serving). A refused candidate stays in the work directory and changes nothing.
 Every step's output and timing is written to <work>/retrain.json.
 
+A rule selector (agent.learn.selector) is not fine-tuned: when it is the start, the candidate is a
+selector fitted afresh to the rules that do best on the profile (`rlscore-train --algo selector`).
+
 With `--start-from` (e.g. the image's shipped model), fine-tuning starts from whichever valid model
 does best on the profile, the serving one included, measured on seeds of the profile that the gate
 never uses: a serving model that has gone stale is not the best starting point for its successor.
@@ -128,16 +131,24 @@ def main(argv: list[str] | None = None) -> int:
 
     start, record["init"] = _step("choose start", record, lambda: choose_start(policy, [serving, *args.start_from],
                                                                                  profile))
-    init = ["--init", str(start)] if start is not None else []
     print(_describe_start(start, record["init"]), file=sys.stderr)
-    train_args = ["--policy", policy, "--algo", args.algo, "--profile", str(profile), "--out", str(work),
-                  "--name", candidate.name, "--log-dir", "", "--no-eval", "--no-progress", *init]
-    if args.timesteps is not None:
-        train_args += ["--timesteps", str(args.timesteps)]
-    kickstart, record["kickstart"] = pull_towards_heuristic(start, record["init"], args.kickstart, args.algo)
-    print(f"    kickstart {kickstart:g}: {record['kickstart']['reason']}", file=sys.stderr)
-    if start is not None or args.kickstart is not None:  # from scratch, rlscore-train's own default applies
-        train_args += ["--kickstart", str(kickstart)]
+    common = ["--policy", policy, "--profile", str(profile), "--out", str(work), "--name", candidate.name,
+              "--log-dir", "", "--no-eval", "--no-progress"]
+    if start is not None and record["init"]["selector"]:
+        # a rule selector is not fine-tuned: it is fitted afresh to the rules that do best on the profile
+        train_args = ["--algo", "selector", *common]
+        record["kickstart"] = {"weight": None, "reason": "the start is a rule selector: fitted afresh to the "
+                                                        "profile's best rules (rlscore-train --algo selector)"}
+        print(f"    {record['kickstart']['reason']}", file=sys.stderr)
+    else:
+        init = ["--init", str(start)] if start is not None else []
+        train_args = ["--algo", args.algo, *common, *init]
+        if args.timesteps is not None:
+            train_args += ["--timesteps", str(args.timesteps)]
+        kickstart, record["kickstart"] = pull_towards_heuristic(start, record["init"], args.kickstart, args.algo)
+        print(f"    kickstart {kickstart:g}: {record['kickstart']['reason']}", file=sys.stderr)
+        if start is not None or args.kickstart is not None:  # from scratch, rlscore-train's own default applies
+            train_args += ["--kickstart", str(kickstart)]
     if _step("train", record, lambda: train.main(train_args)) != 0:
         return finish(2, "training failed")
 
@@ -248,7 +259,7 @@ def choose_start(policy: str, models: list[Path], profile: Path, seeds: int | No
     when none is usable. The policy's heuristics run on the same worlds, so that the record says
     how far the start is from the best of them. Returns the start and what was measured."""
     from agent.evaluate.compare import baselines_for, evaluate, summarize
-    from agent.learn.model_io import ModelValidationError, load_model
+    from agent.learn.model_io import LoadedSelector, ModelValidationError, load_model
     from agent.scoring import ModelScorer
     from agent.sim.cluster_profile import load_profile, register_profile
 
@@ -273,7 +284,8 @@ def choose_start(policy: str, models: list[Path], profile: Path, seeds: int | No
     objective = {str(p): measured[str(p)] for p in usable}
     chosen = min(usable, key=lambda p: objective[str(p)])
     best = min(heuristics, key=lambda h: measured[h])
-    return chosen, {"chosen": str(chosen), "objective": objective,
+    return chosen, {"chosen": str(chosen), "selector": isinstance(usable[chosen], LoadedSelector),
+                    "objective": objective,
                     "best_heuristic": {"name": best, "objective": measured[best]}, "seeds": seeds,
                     "seed_base": START_SEED_BASE, "refused": refused}
 

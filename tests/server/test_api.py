@@ -201,6 +201,48 @@ def test_a_rule_served_as_the_model_reads_the_cpu_swing_the_request_gives(make_c
                      "(RLSCORE_CPU_STDDEV_QUERY)"], body
 
 
+@pytest.mark.parametrize("rules", [("load-variation-risk-balancing", "one-step-lb"), ("load-variation-risk-balancing",),
+                                   ("one-step-lb",)])
+def test_a_rule_selector_answers_with_the_rule_it_picks(make_client, tmp_path, rules):
+    """A rule selector's answer is its picked rule's own scores; the source is the model, the metrics
+    count the rule, the plugin gets its weights, and a picked rule that reads the cpu swing says
+    where it was unknown, as a rule served alone does."""
+    import numpy as np
+    import torch
+
+    from agent.heuristics import HEURISTICS
+    from agent.learn.model_io import load_model, save_model
+    from agent.learn.network import RuleSelector
+    from agent.scoring import to_node_scores
+    from agent.state import NodeState, PodRequest
+
+    torch.manual_seed(0)
+    path = save_model(tmp_path / "lb.pt", RuleSelector(rules, (8, 8)), "LB", {"note": "test"})
+    selector = load_model(path)
+    client = make_client(model_dir=tmp_path)
+    nodes = [node("a", cpu_req=1000, pods=3, util=0.5, cpu_utilization_stddev=0.3),
+             node("b", cpu_req=2000, pods=6, util=0.2), node("c")]
+    body = post(client, {"pod": pod(), "nodes": nodes, "policy": "LB"}).json()
+    assert body["source"] == "model" and body["model_version"] == selector.version, body
+    state = NodeState(names=["a", "b", "c"], cpu_capacity=np.full(3, 4000.0), memory_capacity=np.full(3, 8000.0 * MIB),
+                      max_pods=np.full(3, 110.0), cpu_requested=np.array([1000.0, 2000.0, 0.0]),
+                      memory_requested=np.array([2000.0, 4000.0, 0.0]) * MIB, pods=np.array([3.0, 6.0, 0.0]),
+                      cpu_utilization=np.array([0.5, 0.2, 0.0]), memory_utilization=np.array([0.125, 0.25, 0.0]),
+                      power_idle_watts=np.full(3, 48.0), power_max_watts=np.full(3, 120.0),
+                      network_receive_bytes_per_s=np.array([1e6, 2e6, 0.0]), tcp_established=np.array([25.0, 40.0, 10.0]),
+                      disk_utilization=np.full(3, 0.3), cpu_utilization_stddev=np.array([0.3, np.nan, np.nan]),
+                      cpu_requested_since_metrics=np.zeros(3))
+    request = PodRequest(250, 64 * MIB)
+    rule = selector.rule_for(state, request)
+    assert body["scores"] == dict(zip("abc", to_node_scores(HEURISTICS[rule](state, request, None)).tolist())), body
+    swing = [reason for reason in body["reasons"] if "cpu swing" in reason]
+    assert swing == ([f"cpu swing unknown for 2 node(s) (b, c): {rule} scored as steady (RLSCORE_CPU_STDDEV_QUERY)"]
+                     if rule == "load-variation-risk-balancing" else []), body
+    assert f'rlscore_selector_rules_total{{policy="LB",rule="{rule}"}}' in client.get("/metrics").text
+    weights = client.get("/v1/models/LB").json()
+    assert weights["format"] == "rlscore-rule-selector-weights" and weights["rules"] == list(selector.rules)
+
+
 def test_health_readiness_metrics_and_openapi(client):
     assert client.get("/healthz").json() == {"status": "ok"}
     r = client.get("/readyz")

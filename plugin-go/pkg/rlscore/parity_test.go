@@ -23,6 +23,7 @@ import (
 
 type parityCase struct {
 	Policy string                `json:"policy"`
+	Model  string                `json:"model"` // the model that scores it: the policy's, or another by name
 	Nodes  map[string]nullFloats `json:"nodes"`
 	Now    *float64              `json:"cluster_requested"`
 	Peak   *float64              `json:"recent_peak"`
@@ -33,6 +34,19 @@ type parityCase struct {
 	PodFeatures []float64 `json:"pod_features"`
 	Q           []float64 `json:"q"`
 	Scores      []int64   `json:"scores"`
+	// a selector's: the rule it picks and its logits
+	Rule   string    `json:"rule"`
+	Logits []float64 `json:"logits"`
+	// every servable rule's values on the case (null: not finite)
+	Rules map[string]nullFloats `json:"rules"`
+}
+
+// closeTo: equal within 1e-9 (relative above 1), or both not finite.
+func closeTo(got, want float64) bool {
+	if !finite(want) {
+		return !finite(got)
+	}
+	return math.Abs(got-want) <= 1e-9*math.Max(1, math.Abs(want))
 }
 
 func TestParityWithPython(t *testing.T) {
@@ -61,6 +75,7 @@ func TestParityWithPython(t *testing.T) {
 	}
 	parallel := schedulerParallel(4)
 	var worstQ float64
+	rulesChecked := 0
 	var features Features
 	var scratch forwardScratch
 	nodes := 0
@@ -89,10 +104,43 @@ func TestParityWithPython(t *testing.T) {
 				t.Fatalf("case %d: pod feature %d: go %v, python %v", k, i, features.Pod[i], want)
 			}
 		}
+		for name, want := range c.Rules {
+			rule, ok := rules[name]
+			if !ok {
+				t.Fatalf("case %d: the plugin does not compute rule %q", k, name)
+			}
+			got := make([]float64, n)
+			rule(s, pod, got)
+			for i := range want {
+				if !closeTo(got[i], want[i]) {
+					t.Fatalf("case %d (%d nodes): rule %s, node %d: go %v, python %v", k, n, name, i, got[i], want[i])
+				}
+			}
+			rulesChecked++
+		}
+		name := c.Policy
+		if c.Model != "" {
+			name = c.Model
+		}
+		model, ok := models[name]
+		if !ok {
+			t.Fatalf("case %d: no model %q", k, name)
+		}
 		values := make([]float64, n)
-		models[c.Policy].QValues(&features, values, &scratch, nil)
+		picked := model.Values(s, pod, &features, values, &scratch, nil)
+		if c.Rule != "" {
+			if picked < 0 || model.Rules()[picked] != c.Rule {
+				t.Fatalf("case %d (%s, %d nodes): the selector picks %d of %v, python %s", k, c.Model, n, picked,
+					model.Rules(), c.Rule)
+			}
+			for i, want := range c.Logits {
+				if !closeTo(scratch.logits[i], want) {
+					t.Fatalf("case %d: logit %d: go %v, python %v", k, i, scratch.logits[i], want)
+				}
+			}
+		}
 		inParallel := make([]float64, n)
-		models[c.Policy].QValues(&features, inParallel, &forwardScratch{}, parallel.Until)
+		model.Values(s, pod, &features, inParallel, &forwardScratch{}, parallel.Until)
 		for i := range values {
 			if values[i] != inParallel[i] {
 				t.Fatalf("case %d: node %d: in parallel %v, serial %v", k, i, inParallel[i], values[i])
@@ -121,8 +169,8 @@ func TestParityWithPython(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("parity: %d cases, %d nodes: features and scores equal, largest |q difference| %.2g", len(file.Cases),
-		nodes, worstQ)
+	t.Logf("parity: %d cases, %d nodes: features and scores equal, largest |q difference| %.2g; %d rule runs equal",
+		len(file.Cases), nodes, worstQ, rulesChecked)
 }
 
 // schedulerParallel runs pieces on the scheduler's own parallelizer.
