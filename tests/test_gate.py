@@ -195,6 +195,33 @@ def test_a_model_far_behind_the_clusters_best_heuristic_is_pulled_towards_it_and
     assert verdict.paired["serving"]["reading"] == "ahead", verdict.paired
 
 
+def test_retraining_fits_a_rule_selector_afresh_instead_of_fine_tuning_it(tmp_path):
+    """A rule selector serving is not fine-tuned (it has no node scores to tune): rlscore-retrain
+    fits a selector to the rules that do best on the profile, and the candidate is one."""
+    from agent.learn.model_io import LoadedSelector, load_model
+    from agent.learn.network import RuleSelector
+    from agent.learn.train import main as train
+    from agent.live.retrain import choose_start, training_args
+
+    torch.manual_seed(3)
+    serving = save_model(tmp_path / "lb.pt", RuleSelector(("one-step-lb", "load-variation-risk-balancing"), (8, 8)),
+                         "LB", {"training": {"note": "test"}})
+    start, info = choose_start("LB", [serving], USAGE_3X, seeds=2)
+    assert start == serving and info["selector"] is True
+    args, why = training_args("LB", start, info, USAGE_3X, tmp_path / "cand", "lb.pt", "ppo", None, None)
+    assert args[:2] == ["--algo", "selector"] and "--init" not in args and "--kickstart" not in args
+    assert why["weight"] is None and "fitted afresh" in why["reason"]
+    assert train([*args, "--imitation-worlds", "2", "--imitation-steps", "20"]) == 0
+    candidate = load_model(tmp_path / "cand" / "lb.pt")
+    assert isinstance(candidate, LoadedSelector)
+    # a node scorer still starts fine-tuning from itself
+    args, why = training_args("LB", SHIPPED_EE, {"selector": False, "objective": {str(SHIPPED_EE): 1.0},
+                                                 "best_heuristic": {"name": "most-allocated", "objective": 1.0}},
+                              USAGE_3X, tmp_path / "cand", "lb.pt", "ppo", 3000, None)
+    assert args[:2] == ["--algo", "ppo"] and args[args.index("--init") + 1] == str(SHIPPED_EE)
+    assert args[-2:] == ["--kickstart", "0.0"] and why["weight"] == 0.0
+
+
 @pytest.mark.parametrize("nodes, seeds", [(1, 48), (4, 48), (16, 12), (20, 10), (32, 6), (5000, 6)])
 def test_the_gate_runs_more_seeds_on_smaller_clusters(nodes, seeds):
     """One seed's objective swings far more on a small cluster; a run costs about its node count."""

@@ -132,23 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     start, record["init"] = _step("choose start", record, lambda: choose_start(policy, [serving, *args.start_from],
                                                                                  profile))
     print(_describe_start(start, record["init"]), file=sys.stderr)
-    common = ["--policy", policy, "--profile", str(profile), "--out", str(work), "--name", candidate.name,
-              "--log-dir", "", "--no-eval", "--no-progress"]
-    if start is not None and record["init"]["selector"]:
-        # a rule selector is not fine-tuned: it is fitted afresh to the rules that do best on the profile
-        train_args = ["--algo", "selector", *common]
-        record["kickstart"] = {"weight": None, "reason": "the start is a rule selector: fitted afresh to the "
-                                                        "profile's best rules (rlscore-train --algo selector)"}
-        print(f"    {record['kickstart']['reason']}", file=sys.stderr)
-    else:
-        init = ["--init", str(start)] if start is not None else []
-        train_args = ["--algo", args.algo, *common, *init]
-        if args.timesteps is not None:
-            train_args += ["--timesteps", str(args.timesteps)]
-        kickstart, record["kickstart"] = pull_towards_heuristic(start, record["init"], args.kickstart, args.algo)
-        print(f"    kickstart {kickstart:g}: {record['kickstart']['reason']}", file=sys.stderr)
-        if start is not None or args.kickstart is not None:  # from scratch, rlscore-train's own default applies
-            train_args += ["--kickstart", str(kickstart)]
+    train_args, record["kickstart"] = training_args(policy, start, record["init"], profile, work, candidate.name,
+                                                    args.algo, args.timesteps, args.kickstart)
+    weight = record["kickstart"]["weight"]
+    print(f"    {'' if weight is None else f'kickstart {weight:g}: '}{record['kickstart']['reason']}", file=sys.stderr)
     if _step("train", record, lambda: train.main(train_args)) != 0:
         return finish(2, "training failed")
 
@@ -183,6 +170,26 @@ def main(argv: list[str] | None = None) -> int:
     if handed != "retrained":
         return finish(0, f"the retrained candidate was refused; {handed} handed over at {target} in its place")
     return finish(0, f"candidate handed over at {target}")
+
+
+def training_args(policy: str, start: Path | None, start_info: dict, profile: Path, work: Path, name: str,
+                  algo: str, timesteps: int | None, kickstart: float | None) -> tuple[list[str], dict]:
+    """rlscore-train's arguments for the candidate, and the pull towards the best heuristic it gets
+    (with why): fine-tuning from the start model, from scratch without one, and a selector fitted
+    afresh on the profile when the start is a rule selector (which is not fine-tuned)."""
+    common = ["--policy", policy, "--profile", str(profile), "--out", str(work), "--name", name, "--log-dir", "",
+              "--no-eval", "--no-progress"]
+    if start is not None and start_info.get("selector"):
+        return ["--algo", "selector", *common], {
+            "weight": None, "reason": "the start is a rule selector: a selector is fitted afresh to the profile's "
+                                      "best rules (rlscore-train --algo selector), not fine-tuned"}
+    train_args = ["--algo", algo, *common, *(["--init", str(start)] if start is not None else [])]
+    if timesteps is not None:
+        train_args += ["--timesteps", str(timesteps)]
+    weight, why = pull_towards_heuristic(start, start_info, kickstart, algo)
+    if start is not None or kickstart is not None:  # from scratch, rlscore-train's own default applies
+        train_args += ["--kickstart", str(weight)]
+    return train_args, why
 
 
 def start_fallback(policy: str, refused, start: Path | None, serving: Path, profile: Path, work: Path,
