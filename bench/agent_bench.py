@@ -50,6 +50,9 @@ def training_table(steps: int = 4096) -> None:
     for policy in ("EE", "LB", "EL"):
         side = MODELS / f"{policy.lower()}.json"
         recorded = json.loads(side.read_text())["training"] if side.is_file() else {}
+        if recorded.get("algorithm") == "selector":
+            print(f"| {policy} | selector | - | {recorded.get('seconds', '-')} | - | (a rule selector: no RL steps) |")
+            continue
         algo = "ppo" if str(recorded.get("algorithm", "PPO")).startswith("PPO") else "dqn"
         with tempfile.TemporaryDirectory() as tmp:
             cfg = config_for(algo, policy=policy, total_timesteps=steps, log_dir="", progress=False, out=tmp)
@@ -78,6 +81,10 @@ def cloning_table(steps: int = 300) -> None:
         hyper, imitation = recorded.get("hyperparameters", {}), recorded.get("imitation")
         if not imitation:
             print(f"| {policy} | {recorded.get('wall_seconds', '-')} | (not a clone) | - | - |")
+            continue
+        if recorded.get("algorithm") == "selector":
+            print(f"| {policy} | {recorded.get('wall_seconds', '-')} | a rule selector: {imitation['steps']} steps in "
+                  f"{imitation['seconds']} s | {1000 * imitation['seconds'] / imitation['steps']:.1f} | - |")
             continue
         demos = demonstrations(policy, hyper["teachers"], 4, hyper.get("imitation_decisions", 256),
                                hyper["min_nodes"], hyper["max_nodes"], seed=hyper.get("seed", 1),

@@ -115,16 +115,45 @@ func randomModel(rng *rand.Rand, hidden ...int) *Model {
 	return m
 }
 
+// randomSelector is a rule selector of the shipped LB's architecture (a 64x64 trunk, a 64-wide head)
+// over LB's two rules, with random weights.
+func randomSelector(rng *rand.Rand) *Model {
+	m := randomModel(rng, 64, 64)
+	m.layers = m.layers[:2]
+	random := func(size int) []float64 {
+		w := make([]float64, size)
+		for i := range w {
+			w[i] = rng.NormFloat64() / 8
+		}
+		return w
+	}
+	names := []string{"load-variation-risk-balancing", "one-step-lb"}
+	m.selector = &selectorHead{names: names, rules: []rule{rules[names[0]], rules[names[1]]}, hidden: 64,
+		w1: random(128 * 64), b1: random(64), w2: random(64 * 2), b2: random(2)}
+	return m
+}
+
 // BenchmarkInProcessPreScoreScore measures one scheduling cycle of the plugin scoring in process
-// (features, forward pass, scores; PreScore + Score for every node) on a random cluster.
+// (features, forward pass, scores; PreScore + Score for every node) on a random cluster, with a
+// node scorer and with a rule selector (its forward pass, then the rule it picks).
 func BenchmarkInProcessPreScoreScore(b *testing.B) {
 	for _, bench := range []struct {
 		nodes    int
 		parallel bool
-	}{{100, false}, {1000, false}, {1000, true}, {5000, false}, {5000, true}} {
+		selector bool
+	}{{100, false, false}, {1000, false, false}, {1000, true, false}, {5000, false, false}, {5000, true, false},
+		{100, false, true}, {1000, false, true}, {5000, false, true}} {
 		n := bench.nodes
-		b.Run(fmt.Sprintf("nodes=%d/parallel=%v", n, bench.parallel), func(b *testing.B) {
+		kind := "scorer"
+		if bench.selector {
+			kind = "selector"
+		}
+		b.Run(fmt.Sprintf("model=%s/nodes=%d/parallel=%v", kind, n, bench.parallel), func(b *testing.B) {
 			rng := rand.New(rand.NewSource(1))
+			model := randomModel(rng, 64, 64)
+			if bench.selector {
+				model = randomSelector(rng)
+			}
 			args := &RLScoreArgs{SuggestionURL: "http://unused:8000/suggest", InProcess: true}
 			args.SetDefaults()
 			pl := &RLScore{args: args, client: NewClient(args)}
@@ -133,7 +162,7 @@ func BenchmarkInProcessPreScoreScore(b *testing.B) {
 				pl.local.parallel = schedulerParallel(16).Until
 			}
 			st := &scoringState{fetchedAt: time.Now(), snapshotAge: 0, staleAfter: time.Hour, defaultPolicy: "EE",
-				elSoft: 20, elHard: 30, index: map[string]int{}, models: map[string]*Model{"EE": randomModel(rng, 64, 64)}}
+				elSoft: 20, elHard: 30, index: map[string]int{}, models: map[string]*Model{"EE": model}}
 			infos := make([]fwk.NodeInfo, n)
 			cols := &st.metrics
 			for i := range infos {
@@ -145,7 +174,8 @@ func BenchmarkInProcessPreScoreScore(b *testing.B) {
 					v1.ResourceCPU: resource.MustParse("8"), v1.ResourceMemory: resource.MustParse("16Gi"),
 					v1.ResourcePods: resource.MustParse("110")}}})
 				infos[i] = info
-				for _, col := range []*nullFloats{&cols.CPUUtilization, &cols.MemoryUtilization, &cols.DiskUtilization} {
+				for _, col := range []*nullFloats{&cols.CPUUtilization, &cols.MemoryUtilization, &cols.DiskUtilization,
+					&cols.CPUUtilizationStddev} {
 					*col = append(*col, rng.Float64())
 				}
 				cols.LatencyMs = append(cols.LatencyMs, 1+rng.Float64()*80)
