@@ -48,8 +48,12 @@ class SelectorConfig(TrainConfig):
     (agent.learn.teachers.assign_teachers); the selector's rules are every rule named here"""
     teacher_futures: int = 0
     """per-world teachers (agent.learn.teachers.world_teacher; 0: the family's or band's)"""
-    imitation_worlds: int = 12
-    """worlds per family the teachers schedule"""
+    imitation_worlds: int = 48
+    """worlds per family the teachers schedule. With 12 (the clones' number; about 4 of 2-5 nodes per
+    family) LB's selector (training seed 1), at 3 nodes of test1, test2 and poisson, picked usage-skew's
+    LoadVariationRiskBalancing on 7% of the decisions even counting only picks it was 90% sure of, and
+    was x1.35 of one-step-lb on test2 at 3 nodes. With 48 it picked it on 0.8% and 0.5% (training seeds
+    1 and 2) and met those cells (docs/training.md)"""
     imitation_decisions: int = 256
     """placements recorded per world"""
     imitation_steps: int = 3000
