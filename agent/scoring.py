@@ -10,7 +10,7 @@ import numpy as np
 
 from agent.heuristics import HEURISTICS, MAX_NODE_SCORE
 from agent.kernels import TIE, node_scores
-from agent.learn.model_io import LoadedModel
+from agent.learn.model_io import LoadedModel, LoadedSelector
 from agent.state import NodeState, PodRequest
 
 
@@ -36,7 +36,7 @@ class HeuristicScorer:
 
 @dataclass
 class ModelScorer:
-    model: LoadedModel
+    model: LoadedModel | LoadedSelector
     name: str | None = None  # default rl-<policy>; set to tell several models of one policy apart
 
     def __post_init__(self) -> None:

@@ -39,6 +39,7 @@ from agent.learn.teachers import teacher_names
 from agent.learn.threads import ThreadBudget
 from agent.state import normalize_policy
 
+
 @dataclass
 class SelectorConfig(TrainConfig):
     total_timesteps: int = 0
