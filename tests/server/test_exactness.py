@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from agent.features import node_features
-from agent.learn.model_io import load_model
+from agent.heuristics import HEURISTICS
+from agent.learn.model_io import LoadedSelector, load_model
 from agent.scoring import to_node_scores
 from agent.state import NodeState, PodRequest
 from tests.server.conftest import MODELS, pod, post
@@ -32,11 +33,19 @@ def random_state(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
             "disk_utilization": rng.uniform(0, 1, n)}
 
 
+def reference_values(model, nodes: NodeState, request: PodRequest) -> np.ndarray:
+    """The torch network's answer; a rule selector's is the values of the rule its torch network picks."""
+    features, pod_vec = node_features(nodes, request)
+    if isinstance(model, LoadedSelector):
+        rule = model.rules[int(np.argmax(model.reference_logits(features, pod_vec)))]
+        return np.asarray(HEURISTICS[rule](nodes, request, np.random.default_rng(0)), dtype=np.float64)
+    return model.reference_q_values(features, pod_vec)
+
+
 def reference_scores(policy: str, names: list[str], state: dict, request: PodRequest) -> list[int]:
     model = load_model(MODELS / f"{policy.lower()}.pt")
     nodes = NodeState(names=names, cpu_requested_since_metrics=np.zeros(len(names)), **state)
-    features, pod_vec = node_features(nodes, request)
-    return to_node_scores(model.reference_q_values(features, pod_vec)).tolist()
+    return to_node_scores(reference_values(model, nodes, request)).tolist()
 
 
 @pytest.mark.parametrize("policy", ["EE", "LB", "EL"])
@@ -49,9 +58,14 @@ def test_numpy_forward_equals_the_torch_reference(policy, n):
         request = PodRequest(float(rng.choice([100, 500, 2000])), 256 * MIB, 20.0, 40.0) if policy == "EL" \
             else PodRequest(float(rng.choice([100, 500, 2000])), 256 * MIB)
         features, pod_vec = node_features(nodes, request)
-        fast, reference = model.q_values_from_features(features, pod_vec), model.reference_q_values(features, pod_vec)
-        np.testing.assert_allclose(fast, reference, rtol=0, atol=1e-9)
-        assert to_node_scores(fast).tolist() == to_node_scores(reference).tolist()
+        if isinstance(model, LoadedSelector):  # the selector's logits, then the values of the rule they pick
+            np.testing.assert_allclose(model.fast(features, pod_vec), model.reference_logits(features, pod_vec),
+                                       rtol=0, atol=1e-9)
+            fast = model.q_values(nodes, request)
+        else:
+            fast = model.q_values_from_features(features, pod_vec)
+            np.testing.assert_allclose(fast, model.reference_q_values(features, pod_vec), rtol=0, atol=1e-9)
+        assert to_node_scores(fast).tolist() == to_node_scores(reference_values(model, nodes, request)).tolist()
 
 
 def _fill_table(client, names: list[str], state: dict) -> None:
