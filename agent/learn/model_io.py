@@ -64,12 +64,34 @@ class NumpyScorer:
 
     def __call__(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
         """features [N, F] of N >= 1 candidates, pod_vec [P] -> one value per candidate."""
-        # The first layer sees [node features, pod features]; the pod part is the same for every node.
-        lam, bias, gam, delta = self.layers[0]
-        x = equivariant_layer(features.astype(np.float64), pod_vec.astype(np.float64), lam, bias, gam, delta, False)
-        for lam, bias, gam, delta in self.layers[1:]:
-            x = equivariant_layer(x, _NO_EXTRA, lam, bias, gam, delta, True)
-        return x[:, 0]
+        return _trunk(self.layers, features, pod_vec)[:, 0]
+
+
+def _trunk(layers: list[tuple[np.ndarray, ...]], features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
+    """The equivariant layers in float64. The first sees [node features, pod features]; the pod part is
+    the same for every node."""
+    lam, bias, gam, delta = layers[0]
+    x = equivariant_layer(features.astype(np.float64), pod_vec.astype(np.float64), lam, bias, gam, delta, False)
+    for lam, bias, gam, delta in layers[1:]:
+        x = equivariant_layer(x, _NO_EXTRA, lam, bias, gam, delta, True)
+    return x
+
+
+def _exported_layers(layers: list[tuple[np.ndarray, ...]]) -> list[dict[str, list]]:
+    return [{"lambda": lam.tolist(), "bias": bias.tolist(), "gamma": gam.tolist(), "delta": delta.tolist()}
+            for lam, bias, gam, delta in layers]
+
+
+def _torch_reference(network: NodeScorer | RuleSelector, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
+    """The torch network itself in float64 on all candidates: what a fast path must reproduce."""
+    network = network.double()
+    try:
+        with torch.inference_mode():
+            x = torch.from_numpy(features.astype(np.float64)).unsqueeze(0)
+            p = torch.from_numpy(pod_vec.astype(np.float64)).unsqueeze(0)
+            return network(x, p, torch.ones(x.shape[:2], dtype=torch.bool))[0].numpy()
+    finally:
+        network.float()
 
 
 def _layer_weights(layer) -> tuple[np.ndarray, ...]:
@@ -93,11 +115,7 @@ class NumpySelector:
 
     def __call__(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
         """features [N, F] of N >= 1 candidates, pod_vec [P] -> one logit per rule."""
-        lam, bias, gam, delta = self.layers[0]
-        x = equivariant_layer(features.astype(np.float64), pod_vec.astype(np.float64), lam, bias, gam, delta, False)
-        for lam, bias, gam, delta in self.layers[1:]:
-            x = equivariant_layer(x, _NO_EXTRA, lam, bias, gam, delta, True)
-        top, mean = relu_column_max_mean(x, True)
+        top, mean = relu_column_max_mean(_trunk(self.layers, features, pod_vec), True)
         (w1, b1), (w2, b2) = self.head
         hidden = np.maximum(np.concatenate([mean, top]) @ w1 + b1, 0.0)
         return hidden @ w2 + b2
@@ -135,20 +153,10 @@ class LoadedModel:
         pod features."""
         return {"format": WEIGHTS_FORMAT, "feature_spec_version": FEATURE_SPEC_VERSION, "policy": self.policy,
                 "version": self.version, "node_features": NUM_NODE_FEATURES, "pod_features": NUM_POD_FEATURES,
-                "layers": [{"lambda": lam.tolist(), "bias": bias.tolist(), "gamma": gam.tolist(),
-                            "delta": delta.tolist()} for lam, bias, gam, delta in self.fast.layers]}
+                "layers": _exported_layers(self.fast.layers)}
 
     def reference_q_values(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
-        """The torch network itself, in float64: what the fast path must reproduce."""
-        network = self.network.double()
-        try:
-            with torch.inference_mode():
-                x = torch.from_numpy(features.astype(np.float64)).unsqueeze(0)
-                p = torch.from_numpy(pod_vec.astype(np.float64)).unsqueeze(0)
-                mask = torch.ones(x.shape[:2], dtype=torch.bool)
-                return network(x, p, mask)[0].numpy()
-        finally:
-            self.network.float()
+        return _torch_reference(self.network, features, pod_vec)
 
 
 @dataclass
@@ -194,20 +202,11 @@ class LoadedSelector:
         return {"format": SELECTOR_WEIGHTS_FORMAT, "feature_spec_version": FEATURE_SPEC_VERSION, "policy": self.policy,
                 "version": self.version, "node_features": NUM_NODE_FEATURES, "pod_features": NUM_POD_FEATURES,
                 "rules": list(self.rules),
-                "layers": [{"lambda": lam.tolist(), "bias": bias.tolist(), "gamma": gam.tolist(),
-                            "delta": delta.tolist()} for lam, bias, gam, delta in self.fast.layers],
+                "layers": _exported_layers(self.fast.layers),
                 "head": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.fast.head]}
 
     def reference_logits(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
-        """The torch network itself, in float64: what the fast path must reproduce."""
-        network = self.network.double()
-        try:
-            with torch.inference_mode():
-                x = torch.from_numpy(features.astype(np.float64)).unsqueeze(0)
-                p = torch.from_numpy(pod_vec.astype(np.float64)).unsqueeze(0)
-                return network(x, p, torch.ones(x.shape[:2], dtype=torch.bool))[0].numpy()
-        finally:
-            self.network.float()
+        return _torch_reference(self.network, features, pod_vec)
 
 
 def sha256_of(path: Path) -> str:
