@@ -420,7 +420,9 @@ def main(argv: list[str] | None = None) -> int:
         # Record how the policy does against the baselines on held-out seeds, in the sidecar.
         from agent.evaluate.shipped import evaluate_shipped_model
         evaluate_shipped_model(path, progress=not args.no_progress, families=families or None)
-    print(f"wrote {path} ({record['training']['wall_seconds']} s, {record['training']['steps_per_second']} steps/s)")
+    training = record["training"]
+    rate = f", {training['steps_per_second']} environment steps/s" if training["steps"] else ""  # none when fitted
+    print(f"wrote {path} ({training['wall_seconds']} s{rate})")
     return 0
 
 
