@@ -32,8 +32,7 @@ def score_nodes(policy: str, nodes: NodeState, pod: PodRequest, registry: ModelR
     reasons: list[str] = []
     if model is not None:
         try:
-            values, rule = model.decide(nodes, pod) if isinstance(model, LoadedSelector) else (
-                model.q_values(nodes, pod), model.heuristic)
+            values, rule = model.decide(nodes, pod)
         except (RuntimeError, ValueError) as exc:  # a tensor that does not fit, a numerical error
             values, rule = None, None
             reasons.append(f"model {model.version} failed: {exc}")

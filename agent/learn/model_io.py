@@ -141,6 +141,10 @@ class LoadedModel:
         features, pod_vec = node_features(nodes, pod)
         return self.q_values_from_features(features, pod_vec)
 
+    def decide(self, nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, str | None]:
+        """The values and the hand-written rule behind them: none for a network that scores the nodes."""
+        return self.q_values(nodes, pod), None
+
     def q_values_from_features(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
         if len(features) == 0:
             return np.zeros(0)
@@ -191,7 +195,11 @@ class LoadedSelector:
         if len(nodes) == 0:
             return np.zeros(0), None
         rule = self.rule_for(nodes, pod)
-        return np.asarray(HEURISTICS[rule](nodes, pod, self._rng), dtype=np.float64), rule
+        return self.rule_values(rule, nodes, pod), rule
+
+    def rule_values(self, rule: str, nodes: NodeState, pod: PodRequest) -> np.ndarray:
+        """One of the servable rules' values, as the selector serves them when it picks that rule."""
+        return np.asarray(HEURISTICS[rule](nodes, pod, self._rng), dtype=np.float64)
 
     def q_values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
         return self.decide(nodes, pod)[0]
@@ -267,6 +275,10 @@ class HeuristicModel:
         if len(nodes) == 0:
             return np.zeros(0)
         return np.asarray(self._fn(nodes, pod, self._rng), dtype=np.float64)
+
+    def decide(self, nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, str | None]:
+        """The named heuristic's values, and its name."""
+        return self.q_values(nodes, pod), self.heuristic
 
 
 def servable_heuristics() -> tuple[str, ...]:

@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     train_args, record["kickstart"] = training_args(policy, start, record["init"], profile, work, candidate.name,
                                                     args.algo, args.timesteps, args.kickstart)
     weight = record["kickstart"]["weight"]
-    print(f"    {'' if weight is None else f'kickstart {weight:g}: '}{record['kickstart']['reason']}", file=sys.stderr)
+    pull = "" if weight is None else f"kickstart {weight:g}: "  # a selector is fitted, not pulled
+    print(f"    {pull}{record['kickstart']['reason']}", file=sys.stderr)
     if _step("train", record, lambda: train.main(train_args)) != 0:
         return finish(2, "training failed")
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from agent.features import node_features
-from agent.heuristics import HEURISTICS
 from agent.learn.model_io import LoadedSelector, load_model
 from agent.scoring import to_node_scores
 from agent.state import NodeState, PodRequest
@@ -37,8 +36,7 @@ def reference_values(model, nodes: NodeState, request: PodRequest) -> np.ndarray
     """The torch network's answer; a rule selector's is the values of the rule its torch network picks."""
     features, pod_vec = node_features(nodes, request)
     if isinstance(model, LoadedSelector):
-        rule = model.rules[int(np.argmax(model.reference_logits(features, pod_vec)))]
-        return np.asarray(HEURISTICS[rule](nodes, request, np.random.default_rng(0)), dtype=np.float64)
+        return model.rule_values(model.rules[int(np.argmax(model.reference_logits(features, pod_vec)))], nodes, request)
     return model.reference_q_values(features, pod_vec)
 
 

@@ -101,35 +101,32 @@ func randomModel(rng *rand.Rand, hidden ...int) *Model {
 	m := &Model{Policy: "EE", Version: "ee-random"}
 	in := numNodeFeatures + numPodFeatures
 	for _, out := range append(hidden, 1) {
-		mat := func() []float64 {
-			w := make([]float64, in*out)
-			for i := range w {
-				w[i] = rng.NormFloat64() / math.Sqrt(float64(in))
-			}
-			return w
-		}
-		m.layers = append(m.layers, layer{in: in, out: out, lambda: mat(), gamma: mat(), delta: mat(),
+		scale := 1 / math.Sqrt(float64(in))
+		m.layers = append(m.layers, layer{in: in, out: out, lambda: randomWeights(rng, in*out, scale),
+			gamma: randomWeights(rng, in*out, scale), delta: randomWeights(rng, in*out, scale),
 			bias: make([]float64, out)})
 		in = out
 	}
 	return m
 }
 
+func randomWeights(rng *rand.Rand, size int, scale float64) []float64 {
+	w := make([]float64, size)
+	for i := range w {
+		w[i] = rng.NormFloat64() * scale
+	}
+	return w
+}
+
 // randomSelector is a rule selector of the shipped LB's architecture (a 64x64 trunk, a 64-wide head)
 // over LB's two rules, with random weights.
 func randomSelector(rng *rand.Rand) *Model {
 	m := randomModel(rng, 64, 64)
-	m.layers = m.layers[:2]
-	random := func(size int) []float64 {
-		w := make([]float64, size)
-		for i := range w {
-			w[i] = rng.NormFloat64() / 8
-		}
-		return w
-	}
+	m.layers = m.layers[:2] // the trunk: the node scorer's output layer is the head's place
 	names := []string{"load-variation-risk-balancing", "one-step-lb"}
 	m.selector = &selectorHead{names: names, rules: []rule{rules[names[0]], rules[names[1]]}, hidden: 64,
-		w1: random(128 * 64), b1: random(64), w2: random(64 * 2), b2: random(2)}
+		w1: randomWeights(rng, 128*64, 1.0/8), b1: randomWeights(rng, 64, 1.0/8),
+		w2: randomWeights(rng, 64*2, 1.0/8), b2: randomWeights(rng, 2, 1.0/8)}
 	return m
 }
 
