@@ -11,6 +11,7 @@ from agent.learn.actor_critic import ACConfig, kickstart_weight, masked_logits, 
 from agent.learn.imitation import agreement, clone, demonstrations
 from agent.learn.network import NodeScorer
 from agent.learn.teachers import SIZE_BANDS, TeacherError, assign_teachers, teacher_for, world_teacher
+from agent.parallel import fork_pool
 from agent.sim.families import family
 
 
@@ -95,6 +96,10 @@ def test_a_worlds_teacher_is_the_rule_cheapest_on_its_machines():
     kept, again = world_teacher("EE", world, 1, "most-allocated", ["efficient-first"], decisions=100, futures=2,
                                 margin=1.0)
     assert kept == "most-allocated" and again == costs
+    # one rule per process (as a recording runs them): the same sums, to the bit
+    with fork_pool(2) as pool:
+        assert world_teacher("EE", world, 1, "most-allocated", ["efficient-first"], decisions=100, futures=2,
+                             pool=pool) == (chosen, costs)
 
 
 def test_per_world_teachers_relabel_only_the_worlds_they_change():

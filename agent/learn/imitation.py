@@ -11,6 +11,7 @@ policy starts at the best hand-written rule instead of near it.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,11 +28,13 @@ from agent.learn.model_io import NumpyScorer
 from agent.learn.network import NodeScorer
 from agent.learn.teachers import teacher_for, teacher_names, teacher_targets, world_teacher
 from agent.learn.threads import ThreadBudget
+from agent.parallel import fork_pool
 from agent.scoring import choose
 from agent.sim.families import draw_node_count
 from agent.sim.simulator import Simulation
 
 DEMO_SEED_BASE = 2 * 10**6  # below EVAL_SEED_BASE and away from the teachers' picking seeds
+TEACHER_WORKERS = 2  # processes for the per-world teachers' runs (this machine's cores)
 CLONE_BATCH_PARTS = 3  # each cloning batch in parts of like-sized candidate sets (Demonstrations.chunks)
 
 
@@ -131,26 +134,7 @@ def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decision
     if like is not None:
         demos.world_teacher_of = like.world_teacher_of
 
-    def worlds():
-        if like is not None:
-            yield from like.worlds
-            return
-        for f_index, family_name in enumerate(sorted(teachers)):
-            for w in range(worlds_per_family):
-                # drawn as each world starts, after the previous world's decisions drew from the same rng
-                # (as ever: the shipped clones' worlds)
-                nodes = draw_node_count(rng, min_nodes, max_nodes, node_draw)
-                yield family_name, DEMO_SEED_BASE + seed * 10_000 + f_index * 1_000 + w, nodes
-
-    for family_name, world_seed, nodes in worlds():
-        demos.worlds.append((family_name, world_seed, nodes))
-        sim = Simulation.of_family(family_name, world_seed, nodes, limits=policy == "EL", training=True)
-        teacher = teacher_for(teachers, family_name, sim.world.size)
-        if teacher_futures > 0 and len(rules) > 1:  # with one rule there is nothing to choose
-            if world_seed not in demos.world_teacher_of:
-                demos.world_teacher_of[world_seed] = world_teacher(policy, sim.world, world_seed, teacher, rules,
-                                                                   decisions, teacher_futures)[0]
-            teacher = demos.world_teacher_of[world_seed]
+    def record(sim: Simulation, teacher: str) -> None:
         for _ in range(decisions):
             sim.next_decision()
             state, pod = sim.candidate_state(policy)
@@ -164,6 +148,31 @@ def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decision
                 demos.teacher_rule.append(teacher)
             # among the tied best (the teacher's, or the actor's), as the scheduler would
             sim.place(choose(target if actor_values is None else actor_values(features, pod_vec), rng))
+
+    def worlds():
+        if like is not None:
+            yield from like.worlds
+            return
+        for f_index, family_name in enumerate(sorted(teachers)):
+            for w in range(worlds_per_family):
+                # drawn as each world starts, after the previous world's decisions drew from the same rng
+                # (as ever: the shipped clones' worlds)
+                nodes = draw_node_count(rng, min_nodes, max_nodes, node_draw)
+                yield family_name, DEMO_SEED_BASE + seed * 10_000 + f_index * 1_000 + w, nodes
+
+    per_world = teacher_futures > 0 and len(rules) > 1  # with one rule there is nothing to choose
+    # the per-world teachers' runs are most of a recording's time (EE: 87%): one rule per core
+    with fork_pool(TEACHER_WORKERS) if per_world else contextlib.nullcontext() as pool:
+        for family_name, world_seed, nodes in worlds():
+            demos.worlds.append((family_name, world_seed, nodes))
+            sim = Simulation.of_family(family_name, world_seed, nodes, limits=policy == "EL", training=True)
+            teacher = teacher_for(teachers, family_name, sim.world.size)
+            if per_world:
+                if world_seed not in demos.world_teacher_of:
+                    demos.world_teacher_of[world_seed] = world_teacher(policy, sim.world, world_seed, teacher, rules,
+                                                                       decisions, teacher_futures, pool=pool)[0]
+                teacher = demos.world_teacher_of[world_seed]
+            record(sim, teacher)
     return demos
 
 
