@@ -18,13 +18,16 @@ from agent.sim.cluster_profile import ClusterProfile, save_profile
 from agent.sim.families import family
 
 SHIPPED_EE = Path(__file__).resolve().parents[1] / "models" / "ee.pt"
+# a trained EE node scorer, ahead of efficient-first on the churn profile (the shipped EE is a rule
+# selector: it ties the rule it picks there, and is not fine-tuned): tests/models/README.md
+EE_CLONE = Path(__file__).resolve().parent / "models" / "ee-clone.pt"
 SHIPPED_EL = SHIPPED_EE.with_name("el.pt")
 
 
 @pytest.fixture(scope="module")
 def churn_profile(tmp_path_factory):
-    """20 nodes leaving and coming back: the shipped EE model beats every heuristic here
-    (6.747 vs efficient-first's 6.781 on the gate's seeds; the EE shipped before it: 6.681)."""
+    """20 nodes leaving and coming back: the EE clone (EE_CLONE) beats every heuristic here (efficient-first:
+    6.781 on the gate's seeds); the shipped EE, a rule selector, ties efficient-first there (6.781)."""
     world = family("churn").world(np.random.default_rng(0), 20)
     return save_profile(ClusterProfile.of_world(world, "churn-20"), tmp_path_factory.mktemp("profile") / "c.yaml")
 
@@ -48,7 +51,7 @@ def gate(candidate, serving, profile, *extra, policy="EE"):
 
 def test_a_better_candidate_is_promoted_and_the_verdict_recorded(tmp_path, churn_profile, capsys):
     serving = untrained(tmp_path / "serving" / "ee.pt")
-    candidate = copy_model(SHIPPED_EE, tmp_path / "cand" / "ee.pt")
+    candidate = copy_model(EE_CLONE, tmp_path / "cand" / "ee.pt")
     assert gate(candidate, serving, churn_profile) == 0
     assert "PROMOTE" in capsys.readouterr().out
     verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
@@ -60,7 +63,7 @@ def test_a_better_candidate_is_promoted_and_the_verdict_recorded(tmp_path, churn
 
 
 def test_a_worse_candidate_is_refused_and_the_serving_model_untouched(tmp_path, churn_profile, capsys):
-    serving = copy_model(SHIPPED_EE, tmp_path / "serving" / "ee.pt")
+    serving = copy_model(EE_CLONE, tmp_path / "serving" / "ee.pt")
     before = (serving.read_bytes(), sidecar_path(serving).read_bytes())
     candidate = untrained(tmp_path / "cand" / "ee.pt")
     assert gate(candidate, serving, churn_profile) == 1
@@ -71,9 +74,9 @@ def test_a_worse_candidate_is_refused_and_the_serving_model_untouched(tmp_path, 
 
 
 def test_a_candidate_the_loader_refuses_is_refused_with_the_loaders_reason(tmp_path, churn_profile, capsys):
-    serving = copy_model(SHIPPED_EE, tmp_path / "serving" / "ee.pt")
+    serving = copy_model(EE_CLONE, tmp_path / "serving" / "ee.pt")
     before = serving.read_bytes()
-    candidate = copy_model(SHIPPED_EE, tmp_path / "cand" / "ee.pt")
+    candidate = copy_model(EE_CLONE, tmp_path / "cand" / "ee.pt")
     candidate.write_bytes(candidate.read_bytes()[:-100])  # truncated in transit
     assert gate(candidate, serving, churn_profile) == 1
     assert "fails the loader's validation" in capsys.readouterr().out
@@ -124,18 +127,18 @@ def test_retraining_starts_from_the_model_that_fits_the_profile_best(tmp_path, c
 
 
 def test_a_candidate_retrained_on_the_profile_beats_the_best_heuristic_and_is_promoted(tmp_path, churn_profile, capsys):
-    """The loop with a retrained candidate, not a stand-in: the shipped EE fine-tuned on the profile
+    """The loop with a retrained candidate, not a stand-in: the EE clone fine-tuned on the profile
     as rlscore-retrain does by default (40 000 PPO steps, the critic warmed up first) beats
     efficient-first and the stale serving model on the gate's held-out seeds, and is promoted.
-    (3 000 steps, one update of the actor, made the shipped EE worse here in two training seeds of
+    (3 000 steps, one update of the actor, made the then-shipped EE (the clone) worse here in two training seeds of
     three: docs/training.md, "Fine-tuning it".)"""
     from agent.learn.train import main as train
 
     serving = untrained(tmp_path / "serving" / "ee.pt")
-    assert train(["--policy", "EE", "--algo", "ppo", "--profile", str(churn_profile), "--init", str(SHIPPED_EE),
+    assert train(["--policy", "EE", "--algo", "ppo", "--profile", str(churn_profile), "--init", str(EE_CLONE),
                   "--out", str(tmp_path / "cand"), "--log-dir", "", "--no-eval", "--no-progress"]) == 0
     candidate = tmp_path / "cand" / "ee.pt"
-    assert candidate.read_bytes() != SHIPPED_EE.read_bytes()
+    assert candidate.read_bytes() != EE_CLONE.read_bytes()
     assert gate(candidate, serving, churn_profile) == 0
     verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
     assert verdict["promote"] and verdict["best_baseline"] == "efficient-first"
@@ -215,10 +218,10 @@ def test_retraining_fits_a_rule_selector_afresh_instead_of_fine_tuning_it(tmp_pa
     candidate = load_model(tmp_path / "cand" / "lb.pt")
     assert isinstance(candidate, LoadedSelector)
     # a node scorer still starts fine-tuning from itself
-    args, why = training_args("LB", SHIPPED_EE, {"selector": False, "objective": {str(SHIPPED_EE): 1.0},
+    args, why = training_args("LB", SHIPPED_EL, {"selector": False, "objective": {str(SHIPPED_EL): 1.0},
                                                  "best_heuristic": {"name": "most-allocated", "objective": 1.0}},
                               USAGE_3X, tmp_path / "cand", "lb.pt", "ppo", 3000, None)
-    assert args[:2] == ["--algo", "ppo"] and args[args.index("--init") + 1] == str(SHIPPED_EE)
+    assert args[:2] == ["--algo", "ppo"] and args[args.index("--init") + 1] == str(SHIPPED_EL)
     assert args[-2:] == ["--kickstart", "0.0"] and why["weight"] == 0.0
 
 
@@ -278,8 +281,8 @@ def test_a_heuristic_that_beats_a_stale_model_beyond_noise_is_promoted_in_its_pl
 
 
 def test_a_heuristic_is_not_promoted_over_a_model_that_beats_it(tmp_path, churn_profile, capsys):
-    """On nodes that leave and come back the shipped EE beats every heuristic: no rule replaces it."""
-    serving = copy_model(SHIPPED_EE, tmp_path / "serving" / "ee.pt")
+    """On nodes that leave and come back the EE clone beats every heuristic: no rule replaces it."""
+    serving = copy_model(EE_CLONE, tmp_path / "serving" / "ee.pt")
     before = serving.read_bytes()
     candidate = tmp_path / "cand" / "ee.pt"
     assert gate(candidate, serving, churn_profile, "--heuristic", "efficient-first") == 1
@@ -343,7 +346,7 @@ def test_retraining_leaves_a_model_that_beats_the_heuristics_alone(tmp_path, chu
     from agent.evaluate.gate import judge
     from agent.live.retrain import choose_start, heuristic_fallback
 
-    shipped = copy_model(SHIPPED_EE, tmp_path / "serving" / "ee.pt")
+    shipped = copy_model(EE_CLONE, tmp_path / "serving" / "ee.pt")
     _, start = choose_start("EE", [shipped], churn_profile, seeds=3)
     refused = judge("EE", untrained(tmp_path / "work" / "ee.pt"), shipped, churn_profile, seeds=3, progress=False)
     path, info = heuristic_fallback("EE", refused, start, shipped, churn_profile, tmp_path / "work", 0.0)
@@ -353,14 +356,14 @@ def test_retraining_leaves_a_model_that_beats_the_heuristics_alone(tmp_path, chu
 
 def test_a_start_model_that_fine_tuning_made_worse_is_handed_over_before_any_rule(tmp_path, churn_profile):
     """The retrained candidate is refused (here an untrained network stands for a fine-tune gone
-    wrong); the model fine-tuning started from (the shipped EE, ahead of efficient-first on this
+    wrong); the model fine-tuning started from (the EE clone, ahead of efficient-first on this
     profile) is judged by the model rule on the same seeds and handed over, from a copy: the start's
     own sidecar is not touched. A start that is the serving model, or none, gives nothing."""
     from agent.evaluate.gate import CANDIDATE, SERVING, judge
     from agent.live.retrain import start_fallback
 
     serving = untrained(tmp_path / "serving" / "ee.pt")
-    start = copy_model(SHIPPED_EE, tmp_path / "image" / "ee.pt")
+    start = copy_model(EE_CLONE, tmp_path / "image" / "ee.pt")
     sidecar_before = sidecar_path(start).read_bytes()
     refused = judge("EE", untrained(tmp_path / "work" / "ee.pt", seed=1), serving, churn_profile, seeds=3,
                     progress=False)

@@ -170,7 +170,7 @@ def test_the_pull_towards_the_teachers_decays_to_its_floor(kickstart, floor, upd
      "--imitation-worlds, --imitation-anneal set how the teachers teach, and there are none here (--kickstart 0)"),
     (["--algo", "dqn", "--teacher", "most-allocated"], "--teacher set how the teachers teach, and there are none "
                                                        "here (dqn has no teachers)"),
-    (["--policy", "EE", "--init", str(Path(__file__).resolve().parents[1] / "models" / "ee.pt"),
+    (["--policy", "EL", "--init", str(Path(__file__).resolve().parents[1] / "models" / "el.pt"),
       "--dagger-rounds", "1"], "fine-tuning starts from the model, not from teachers"),
 ])
 def test_the_command_line_refuses_bad_teacher_settings(tmp_path, capsys, extra, message):
@@ -249,11 +249,11 @@ def test_fine_tuning_from_a_model_file_waits_for_the_critic(tmp_path, warmup, ac
     from agent.learn.train import INIT_CRITIC_WARMUP, main
 
     assert 0 < INIT_CRITIC_WARMUP < 1
-    shipped = Path(__file__).resolve().parents[1] / "models" / "ee.pt"  # a node scorer (the shipped LB is a selector)
-    args = ["--policy", "EE", "--algo", "ppo", "--families", "test2", "--init", str(shipped), "--timesteps", "2048",
+    shipped = Path(__file__).resolve().parents[1] / "models" / "el.pt"  # a node scorer (the shipped EE and LB are selectors)
+    args = ["--policy", "EL", "--algo", "ppo", "--families", "test2", "--init", str(shipped), "--timesteps", "2048",
             "--out", str(tmp_path), "--log-dir", "", "--no-eval", "--no-progress"]
     assert main(args + (["--critic-warmup", warmup] if warmup is not None else [])) == 0
-    before, after = load_model(shipped).network.state_dict(), load_model(tmp_path / "ee.pt").network.state_dict()
+    before, after = load_model(shipped).network.state_dict(), load_model(tmp_path / "el.pt").network.state_dict()
     same = all(torch.equal(before[k], v) for k, v in after.items())
     assert same != actor_moves
 

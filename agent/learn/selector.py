@@ -50,11 +50,12 @@ class SelectorConfig(TrainConfig):
     teacher_futures: int = 0
     """per-world teachers (agent.learn.teachers.world_teacher; 0: the family's or band's)"""
     imitation_worlds: int = 48
-    """worlds per family the teachers schedule. With 12 (the clones' number; about 4 of 2-5 nodes per
-    family) LB's selector (training seed 1), at 3 nodes of test1, test2 and poisson, picked usage-skew's
-    LoadVariationRiskBalancing on 7% of the decisions even counting only picks it was 90% sure of, and
-    was x1.35 of one-step-lb on test2 at 3 nodes. With 48 it picked it on 0.8% and 0.5% (training seeds
-    1 and 2) and met those cells (docs/training.md)"""
+    """worlds per family the teachers schedule (rlscore-train's default per policy: SELECTOR_WORLDS).
+    With 12 (the clones' number; about 4 of 2-5 nodes per family) LB's selector (training seed 1), at 3
+    nodes of test1, test2 and poisson, picked usage-skew's LoadVariationRiskBalancing on 7% of the
+    decisions even counting only picks it was 90% sure of, and was x1.35 of one-step-lb on test2 at 3
+    nodes. With 48 it picked it on 0.8% and 0.5% (training seeds 1 and 2) and met those cells
+    (docs/training.md)"""
     imitation_decisions: int = 256
     """placements recorded per world"""
     imitation_steps: int = 3000
@@ -71,6 +72,18 @@ class SelectorConfig(TrainConfig):
     def __post_init__(self) -> None:
         if self.total_timesteps != 0:
             raise ValueError("a rule selector is fitted to its teachers' decisions: --timesteps must be 0")
+
+
+# Worlds per family by policy. EE: 96, with the family's or band's teacher (no per-world teachers:
+# SELECTOR_TEACHER_FUTURES), met 33/33 goals on the evaluation seeds and 31/33 on the hold-out ones
+# (training seed 2), where 48 worlds with per-world teachers on 3 streams met 31/33, each world ~8x as
+# costly to record: which node to open first in a 2-5 node cluster is where EE's rules differ most, and 48
+# worlds per family hold only about 15 of those (docs/training.md).
+SELECTOR_WORLDS = {"EE": 96, "LB": 48, "EL": 48}
+# Per-world teachers (agent.learn.teachers.world_teacher) run every rule on each world's machines over
+# 3 streams: 87% of EE's recording time. A selector is fitted to every rule's agreement at each
+# decision, not to one rule per world, and the same time buys it 8x the worlds.
+SELECTOR_TEACHER_FUTURES = 0
 
 
 def selector_rules(teachers: dict) -> tuple[str, ...]:

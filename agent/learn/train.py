@@ -125,8 +125,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="a2c/ppo with teachers: supervised steps on the teachers' own trajectories before "
                              f"reinforcement learning (default {DEFAULT_IMITATION_STEPS} when kickstarting; 0: none)")
     parser.add_argument("--imitation-worlds", type=int, default=None,
-                        help="a2c/ppo with teachers: worlds per family the teachers schedule for the cloning "
-                             "data (default: ACConfig.imitation_worlds, 12)")
+                        help="worlds per family the teachers schedule: a2c/ppo with teachers, for the cloning "
+                             "data (default: ACConfig.imitation_worlds, 12); a selector, for its fitting data "
+                             "(default per policy: SELECTOR_WORLDS in agent/learn/selector.py)")
     parser.add_argument("--imitation-anneal", action=argparse.BooleanOptionalAction, default=None,
                         help="decay the cloning step size linearly to 0 (default: constant)")
     parser.add_argument("--dagger-rounds", type=int, default=0,
@@ -154,7 +155,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="per-world teachers: each imitation world is taught by the teachers' rule that does "
                              "best on its machines over this many arrival streams, where it beats the family's "
                              "teacher by more than 2%% (0: the family's or size band's teacher; default per policy: "
-                             "DEFAULT_TEACHER_FUTURES in agent/learn/train.py)")
+                             "DEFAULT_TEACHER_FUTURES in agent/learn/train.py; a selector: 0, "
+                             "SELECTOR_TEACHER_FUTURES in agent/learn/selector.py)")
     parser.add_argument("--torch-threads", type=int, default=None,
                         help=f"most torch threads for the updates (default: a2c/ppo {ACConfig.torch_threads}, "
                              f"dqn {DQNConfig.torch_threads}); cloning takes "
@@ -356,8 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     if selector:
         if args.imitation_steps is not None:
             cfg.imitation_steps = args.imitation_steps
-        if args.imitation_worlds is not None:
-            cfg.imitation_worlds = args.imitation_worlds
+        from agent.learn.selector import SELECTOR_WORLDS
+        cfg.imitation_worlds = (args.imitation_worlds if args.imitation_worlds is not None
+                                else SELECTOR_WORLDS[args.policy])
     elif kickstart > 0:
         if args.algo == "dqn":
             print("rlscore-train: --kickstart applies to a2c and ppo", file=sys.stderr)
@@ -383,8 +386,9 @@ def main(argv: list[str] | None = None) -> int:
             print("rlscore-train: --dagger-rounds continues cloning: it needs --imitation-steps > 0", file=sys.stderr)
             return 2
     if uses_teachers:
-        teacher_futures = (args.teacher_futures if args.teacher_futures is not None
-                           else DEFAULT_TEACHER_FUTURES[args.policy])
+        from agent.learn.selector import SELECTOR_TEACHER_FUTURES
+        default_futures = SELECTOR_TEACHER_FUTURES if selector else DEFAULT_TEACHER_FUTURES[args.policy]
+        teacher_futures = args.teacher_futures if args.teacher_futures is not None else default_futures
         if teacher_futures < 0:
             print("rlscore-train: --teacher-futures must be >= 0", file=sys.stderr)
             return 2

@@ -44,7 +44,10 @@ def test_busy_node_in_prometheus_gets_the_score_its_policy_implies(stack):
     assert lb["source"] == "model"
     assert min(lb["scores"], key=lb["scores"].get) == "worker-1"  # LB avoids the busy node
     ee = post(client, {"pod": pod(), "nodes": NODES, "policy": "EE"}).json()
-    assert max(ee["scores"], key=ee["scores"].get) == "worker-1"  # EE packs onto it
+    # EE's selector picks efficient-first here (power from Kepler): the pod goes where its cores cost the
+    # fewest watts, worker-2 (60-220 W), not the busy worker-1 (200-400 W) a pure packer would fill
+    assert 'rlscore_selector_rules_total{policy="EE",rule="efficient-first"} 1.0' in client.get("/metrics").text
+    assert max(ee["scores"], key=ee["scores"].get) == "worker-2"
     # capacity came from node_exporter's cpu count and MemTotal; requests were estimated
     assert any("estimated from utilization" in reason for reason in lb["reasons"])
     snapshot = client.get("/policies").json()["snapshot"]
