@@ -48,7 +48,10 @@ class SelectorConfig(TrainConfig):
     """family -> teacher heuristic, or [[max_nodes, heuristic], ...] per size band
     (agent.learn.teachers.assign_teachers); the selector's rules are every rule named here"""
     teacher_futures: int = 0
-    """per-world teachers (agent.learn.teachers.world_teacher; 0: the family's or band's)"""
+    """per-world teachers (agent.learn.teachers.world_teacher; 0: the family's or band's). None by
+    default, also where the policy's clones use them (EE): they run every rule on each world's machines
+    over 3 streams, 87% of EE's recording time; a selector is fitted to every rule's agreement at each
+    decision, not to one rule per world, and the same time buys it about 8x the worlds"""
     imitation_worlds: int = 48
     """worlds per family the teachers schedule (rlscore-train's default per policy: SELECTOR_WORLDS).
     With 12 (the clones' number; about 4 of 2-5 nodes per family) LB's selector (training seed 1), at 3
@@ -75,15 +78,11 @@ class SelectorConfig(TrainConfig):
 
 
 # Worlds per family by policy. EE: 96, with the family's or band's teacher (no per-world teachers:
-# SELECTOR_TEACHER_FUTURES), met 33/33 goals on the evaluation seeds and 31/33 on the hold-out ones
+# SelectorConfig.teacher_futures), met 33/33 goals on the evaluation seeds and 31/33 on the hold-out ones
 # (training seed 2), where 48 worlds with per-world teachers on 3 streams met 31/33, each world ~8x as
 # costly to record: which node to open first in a 2-5 node cluster is where EE's rules differ most, and 48
 # worlds per family hold only about 15 of those (docs/training.md).
 SELECTOR_WORLDS = {"EE": 96, "LB": 48, "EL": 48}
-# Per-world teachers (agent.learn.teachers.world_teacher) run every rule on each world's machines over
-# 3 streams: 87% of EE's recording time. A selector is fitted to every rule's agreement at each
-# decision, not to one rule per world, and the same time buys it 8x the worlds.
-SELECTOR_TEACHER_FUTURES = 0
 
 
 def selector_rules(teachers: dict) -> tuple[str, ...]:

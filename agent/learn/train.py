@@ -156,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
                              "best on its machines over this many arrival streams, where it beats the family's "
                              "teacher by more than 2%% (0: the family's or size band's teacher; default per policy: "
                              "DEFAULT_TEACHER_FUTURES in agent/learn/train.py; a selector: 0, "
-                             "SELECTOR_TEACHER_FUTURES in agent/learn/selector.py)")
+                             "SelectorConfig.teacher_futures in agent/learn/selector.py)")
     parser.add_argument("--torch-threads", type=int, default=None,
                         help=f"most torch threads for the updates (default: a2c/ppo {ACConfig.torch_threads}, "
                              f"dqn {DQNConfig.torch_threads}); cloning takes "
@@ -386,8 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             print("rlscore-train: --dagger-rounds continues cloning: it needs --imitation-steps > 0", file=sys.stderr)
             return 2
     if uses_teachers:
-        from agent.learn.selector import SELECTOR_TEACHER_FUTURES
-        default_futures = SELECTOR_TEACHER_FUTURES if selector else DEFAULT_TEACHER_FUTURES[args.policy]
+        default_futures = cfg.teacher_futures if selector else DEFAULT_TEACHER_FUTURES[args.policy]
         teacher_futures = args.teacher_futures if args.teacher_futures is not None else default_futures
         if teacher_futures < 0:
             print("rlscore-train: --teacher-futures must be >= 0", file=sys.stderr)

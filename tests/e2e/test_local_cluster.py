@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import ROOT, E2ECluster, cleanup
+from tests.helpers.metrics import counter
 
 NODES = [f"kwok-node-{i}" for i in range(4)]
 _runs = itertools.count()
@@ -96,7 +96,7 @@ def test_rl_scheduler_scores_in_process_and_rl_scheduler_http_asks_the_server(cl
     """rl-scheduler scores from the plugin's copy of the models and node state (no request per
     pod); rl-scheduler-http asks the server for each. Both pack EE pods."""
     def server_requests() -> float:
-        return _counter(httpx.get(f"{cluster.server_url}/metrics", timeout=5).text, "rlscore_suggest_requests_total")
+        return counter(httpx.get(f"{cluster.server_url}/metrics", timeout=5).text, "rlscore_suggest_requests_total")
 
     cluster.wait_idle(NODES)
     scored, asked = _scheduler_counter(cluster, "rlscore_in_process_decisions_total", result="scored"), server_requests()
@@ -179,14 +179,9 @@ def test_helm_chart_passes_server_side_dry_run(cluster, sets):
     assert "created (server dry run)" in r.stdout
 
 
-def _counter(text: str, name: str, **labels: str) -> float:
-    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
-               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
-
-
 def _scheduler_counter(cluster: E2ECluster, name: str, **labels: str) -> float:
     text = httpx.get(cluster.values["RLSCORE_LOCAL_SCHEDULER_METRICS_URL"], verify=False, timeout=10).text
-    return _counter(text, name, **labels)
+    return counter(text, name, **labels)
 
 
 def test_plugin_scores_through_tls_and_fails_closed_with_a_wrong_ca(cluster, tmp_path):
@@ -218,8 +213,8 @@ def test_plugin_scores_through_tls_and_fails_closed_with_a_wrong_ca(cluster, tmp
         tls_failures = _scheduler_counter(cluster, "rlscore_suggest_failures_total", reason="tls")
 
         placed = place(cluster, 4, "EE", scheduler="rl-scheduler-tls")
-        answered = _counter(httpx.get(f"{url}/metrics", verify=trust).text,
-                            "rlscore_suggest_requests_total", policy="EE")
+        answered = counter(httpx.get(f"{url}/metrics", verify=trust).text,
+                           "rlscore_suggest_requests_total", policy="EE")
         assert answered >= 4, f"the HTTPS server answered {answered} of 4 pods"
         assert len(set(placed.values())) == 1, placed  # EE's answer reached the scheduler: packed
 

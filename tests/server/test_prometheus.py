@@ -12,6 +12,7 @@ from suggestion_server.api import create_app
 from suggestion_server.config import Settings
 from suggestion_server.prometheus_source import PrometheusSource, certificate_check
 from tests.helpers.certs import CA
+from tests.helpers.metrics import counter
 from tests.helpers.processes import FakeNodeExporter, PrometheusServer, free_port, wait_for
 from tests.server.conftest import pod, post, settings
 
@@ -40,9 +41,7 @@ def _has_metrics(client):
 
 def _ee_picks(client, rule: str) -> float:
     """How often EE's selector has picked `rule` in this process (the counter outlives one app)."""
-    series = f'rlscore_selector_rules_total{{policy="EE",rule="{rule}"}} '
-    lines = [x for x in client.get("/metrics").text.splitlines() if x.startswith(series)]
-    return float(lines[0].split()[-1]) if lines else 0.0
+    return counter(client.get("/metrics").text, "rlscore_selector_rules_total", policy="EE", rule=rule)
 
 
 def test_busy_node_in_prometheus_gets_the_score_its_policy_implies(stack):
