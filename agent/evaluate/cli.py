@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from agent.evaluate.compare import evaluate, summarize
+from agent.evaluate.compare import EVAL_WORKERS, evaluate, summarize
 from agent.evaluate.goals import check_goals
 from agent.evaluate.report import markdown_table, write_outputs
 from agent.learn.model_io import ModelValidationError, load_model
@@ -53,13 +53,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-model", action="store_true", help="baselines only")
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--arrivals", type=int, default=300, help="pod arrivals per run")
+    parser.add_argument("--workers", type=int, default=EVAL_WORKERS,
+                        help="processes to run the worlds on (the results do not depend on it)")
     parser.add_argument("--out", type=Path, default=None, help="output directory (default eval/<policy>)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # one small forward pass per decision: threads only add overhead
     policy = args.policy
-    if args.seeds < 1 or args.arrivals < 1:
-        parser.error("--seeds and --arrivals must be >= 1")
+    if args.seeds < 1 or args.arrivals < 1 or args.workers < 1:
+        parser.error("--seeds, --arrivals and --workers must be >= 1")
     families = args.families or evaluation_families_for(policy)
     if args.profile is not None:
         if args.families or args.nodes:
@@ -85,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     first = families[0]
     trace_key = (first, (args.nodes or family(first).eval_nodes or (None,))[0])
     results, traces = evaluate(policy, scorers, families, args.seeds, args.arrivals, node_counts=args.nodes,
-                               progress=not args.no_progress, traces_for=trace_key)
+                               progress=not args.no_progress, traces_for=trace_key,
+                               workers=args.workers)
     rows = summarize(results)
     checks = check_goals(policy, rows, results) if len(scorers) == 1 else []
     out = args.out or Path("eval") / policy.lower()

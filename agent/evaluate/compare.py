@@ -9,6 +9,8 @@ that fills the world once.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from tqdm import tqdm
 
 from agent.features import latency_tiers
 from agent.heuristics import HEURISTICS
+from agent.parallel import fork_pool
 from agent.scoring import HeuristicScorer, Scorer, choose
 from agent.sim.families import family
 from agent.sim.outcomes import cost
@@ -30,6 +33,8 @@ EVAL_SEED_BASE = 2**40
 # figures flatter the shipped models; these are only ever measured, never chosen on, and give the
 # unbiased estimate (agent.evaluate.shipped holdout).
 HOLDOUT_SEED_BASE = 2**39
+# Processes an evaluation's worlds run on by default (evaluate's `workers`): this machine's 2 cores.
+EVAL_WORKERS = max(1, min(2, os.cpu_count() or 1))
 
 # The baselines each policy is judged against: every hand-written scorer that aims at its objective,
 # kube-scheduler's own scoring, and chance.
@@ -215,11 +220,11 @@ def cell_of(result: RunResult) -> tuple[str, int | str, str]:
     return result.family, result.nodes if family(result.family).eval_nodes else "random", result.scorer
 
 
-def objectives_by_seed(results: list[RunResult]) -> dict[tuple, dict[int, float]]:
-    """Each summary row's per-seed objectives, for comparisons paired by seed."""
+def values_by_seed(results: list[RunResult], metric: str = "objective") -> dict[tuple, dict[int, float]]:
+    """Each summary row's per-seed values of `metric`, for comparisons paired by seed."""
     out: dict[tuple, dict[int, float]] = {}
     for r in results:
-        out.setdefault(cell_of(r), {})[r.seed] = r.objective
+        out.setdefault(cell_of(r), {})[r.seed] = getattr(r, metric)
     return out
 
 
@@ -239,21 +244,51 @@ def cells(family_names: tuple[str, ...], seeds: int, node_counts: tuple[int, ...
 def evaluate(policy: str, scorers: list[Scorer], family_names: tuple[str, ...], seeds: int = 3,
              arrivals: int = 300, baselines: tuple[str, ...] | None = None, node_counts: tuple[int, ...] | None = None,
              progress: bool = True, traces_for: tuple[str, int | None] | None = None,
-             seed_base: int = EVAL_SEED_BASE) -> tuple[list[RunResult], dict[str, Trace]]:
-    """Run the given scorers (models) and every baseline on the same seeded worlds."""
+             seed_base: int = EVAL_SEED_BASE, workers: int = 1) -> tuple[list[RunResult], dict[str, Trace]]:
+    """Run the given scorers (models) and every baseline on the same seeded worlds. With `workers` > 1
+    the worlds run on that many forked processes; every run is seeded by its world alone, so the
+    results are the same, in the same order (only `decision_ms` is timed). Fork only from a process
+    without other threads at work: a CLI or a training run, not the server."""
+    global _FORKED
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}")
     names = list(baselines if baselines is not None else baselines_for(policy))
     jobs = cells(family_names, seeds, node_counts, seed_base)
+    setup = (policy, scorers, names, arrivals, traces_for, seed_base)
     results: list[RunResult] = []
     traces: dict[str, Trace] = {}
-    for name, nodes, seed in tqdm(jobs, desc=f"eval {policy}", disable=not progress, file=sys.stderr):
-        for scorer in [*scorers, *(HeuristicScorer(b, np.random.default_rng(seed)) for b in names)]:
-            keep = traces_for == (name, nodes) and seed == seed_base
-            result, trace = run(scorer, name, seed, policy, nodes, arrivals, keep)
-            results.append(result)
-            if keep:
-                traces[scorer.name] = trace
+    forked = workers > 1 and len(jobs) > 1
+    if forked:
+        _FORKED = setup
+    try:
+        with fork_pool(workers) if forked else contextlib.nullcontext() as pool:
+            done = pool.imap(_run_world, jobs) if forked else (_run_world(job, setup) for job in jobs)
+            for world_results, world_traces in tqdm(done, total=len(jobs), desc=f"eval {policy}",
+                                                    disable=not progress, file=sys.stderr):
+                results += world_results
+                traces.update(world_traces)
+    finally:
+        if forked:
+            _FORKED = None
+    return results, traces
+
+
+# What `evaluate`'s forked workers run, set before they fork so that they inherit the scorers (models
+# included) instead of receiving them pickled.
+_FORKED: tuple | None = None
+
+
+def _run_world(job: tuple[str, int | None, int], setup: tuple | None = None) -> tuple[list[RunResult], dict[str, Trace]]:
+    """Every scorer and baseline of one evaluation world (see evaluate)."""
+    policy, scorers, names, arrivals, traces_for, seed_base = setup or _FORKED
+    name, nodes, seed = job
+    results, traces = [], {}
+    for scorer in [*scorers, *(HeuristicScorer(b, np.random.default_rng(seed)) for b in names)]:
+        keep = traces_for == (name, nodes) and seed == seed_base
+        result, trace = run(scorer, name, seed, policy, nodes, arrivals, keep)
+        results.append(result)
+        if keep:
+            traces[scorer.name] = trace
     return results, traces
 
 
