@@ -103,6 +103,36 @@ def test_one_step_lb_is_the_change_in_request_imbalance_and_avoids_hot_nodes():
     assert int(np.argmax(one_step_lb(mixed, PodRequest(2000, 64 * MIB), RNG))) == 1
 
 
+def test_headroom_balance_balances_requests_only_where_measured_load_leaves_room_for_a_burst():
+    from agent.heuristics import HEADROOM_BURST, HEADROOM_LIMIT, headroom_balance, one_step_lb, target_load_packing
+
+    # node 2 has the fewest requests, but its pods use far more than they asked for: 60% measured
+    nodes = make_nodes([4000] * 3, cpu_req=[2000, 1000, 0])
+    nodes.cpu_utilization = np.array([0.3, 0.2, 0.6])
+    pod = PodRequest(500, 64 * MIB)  # 3 x 500m = 37.5% of a node on top of the measured load
+    assert 0.2 + HEADROOM_BURST * 0.125 < HEADROOM_LIMIT < 0.6 + HEADROOM_BURST * 0.125
+    values = headroom_balance(nodes, pod, RNG)
+    assert int(np.argmax(one_step_lb(nodes, pod, RNG))) == 2  # the one-step rule would burst node 2 hot
+    assert int(np.argmax(values)) == 1  # the least requested node with room
+    # the nodes with room keep the one-step rule's order, those without rank below every one of them
+    lb = one_step_lb(nodes, pod, RNG)
+    np.testing.assert_allclose(values[:2] - values[:2].min(), lb[:2] - lb[:2].min(), atol=1e-9)
+    assert values[2] < values[:2].min()
+    # requests bound since the last measurement count at 1.5x: 1000m more on node 1 takes its room away
+    nodes.cpu_requested_since_metrics = np.array([0.0, 1000.0, 0.0])
+    assert int(np.argmax(headroom_balance(nodes, pod, RNG))) == 0
+    # no node has room: TargetLoadPacking's order (beyond its 40% target it spreads on measured load)
+    nodes.cpu_utilization = np.array([0.7, 0.65, 0.9])
+    nodes.cpu_requested_since_metrics = np.zeros(3)
+    packing = target_load_packing(nodes, pod, RNG)
+    np.testing.assert_allclose(headroom_balance(nodes, pod, RNG) - packing, -1000.0)
+    assert int(np.argmax(headroom_balance(nodes, pod, RNG))) == 1
+    # a node without capacity has no room; without a measurement the request share stands in
+    broken = make_nodes([0, 4000, 4000], cpu_req=[0, 1000, 2000])
+    values = headroom_balance(broken, pod, RNG)
+    assert values[0] < -900 and values[1] > 900 and values[2] < -900  # 0.25 + 0.375 < 0.8 < 0.5 + 0.375
+
+
 def test_one_step_ee_charges_an_empty_nodes_idle_draw_and_one_step_el_violations_first():
     from agent.heuristics import one_step_ee, one_step_el
 

@@ -46,7 +46,7 @@ WEIGHTS_FORMAT = "rlscore-deepsets-weights"  # the plain-JSON export an in-proce
 SELECTOR_WEIGHTS_FORMAT = "rlscore-rule-selector-weights"  # the same for a rule selector
 MAX_MODEL_BYTES = 64 * 1024 * 1024
 MAX_HIDDEN_UNITS = 4096
-MAX_SELECTOR_RULES = 16
+MAX_SELECTOR_RULES = 32
 _NO_EXTRA = np.zeros(0)
 
 

@@ -15,8 +15,8 @@ the teacher did (`Demonstrations.agreement`). The loss is the likelihood that th
 -log sum_k p_k a_k, so where several rules agree the selector is free to pick any of them and only the
 decisions where they differ teach it; a small cross-entropy towards the teacher's own rule
 (`prior_weight`) settles states where nothing differs. Per decision, so a policy can follow one rule
-until the state shows what another one reads (LB: one-step-lb until hot measured load appears, then
-LoadVariationRiskBalancing).
+until the state shows what another one reads (LB: one-step-lb until measured load runs far above the
+requests, then headroom-balance).
 
 Every hyper-parameter is in SelectorConfig; `rlscore-train --algo selector` runs it.
 """

@@ -186,15 +186,18 @@ DEFAULT_KICKSTART_FLOOR = 0.2
 # held-out decisions (3 000: 85.9%) and met 16 goals against 15 (mean 1.015 of the best baseline
 # against 1.072; docs/training.md), in 585 s of training.
 DEFAULT_IMITATION_STEPS = {"EE": 3000, "LB": 10_000, "EL": 3000}
-# LB: the picking chooses TargetLoadPacking (which packs) on usage-skew while every other LB teacher
-# spreads; cloned together they made the LB network fill a half-full node before an empty one
-# (docs/training.md). LoadVariationRiskBalancing spreads on measured load and wins usage-skew's
-# evaluation seeds too.
+# LB: each family's best rule on training seeds, headroom-balance on usage-skew and one-step-lb elsewhere.
+# The picking also chose headroom-balance on poisson, by less than 1% (1.045 vs 1.055 of the best per
+# seed); taught so, the selector picked it on one-pool's alike-looking worlds too and was x1.029 of
+# one-step-lb there (95% 1.002-1.061) and x1.021 on poisson at 3 nodes, so poisson keeps one-step-lb.
+# Until 2026-11-28 usage-skew's teacher was LoadVariationRiskBalancing by override: the picking chose
+# TargetLoadPacking (which packs) there while every other LB teacher spread, and cloned together they
+# made the LB network fill a half-full node before an empty one (docs/training.md).
 # EE: per size band, since which packing rule is best changes with the cluster's size (hardware-unknown:
 # MostAllocated up to 5 nodes, best-fit above; one best-fit teacher left EE 2.2% behind best-fit there).
 # EL: per size band too; cloned with log-uniform sizes it met 41/44 goals (mean 0.985 of the best
 # baseline, 8 evaluation seeds) where the per-family clone met 38/44 (1.118) and the stop-21 one 40/44.
-DEFAULT_TEACHER = {"EE": "per-size", "LB": "per-family,usage-skew=load-variation-risk-balancing", "EL": "per-size"}
+DEFAULT_TEACHER = {"EE": "per-size", "LB": "per-family,poisson=one-step-lb", "EL": "per-size"}
 # EE: per-world teachers too (3 streams; agent.learn.teachers.world_teacher): 31/33 goals, mean 1.007
 # of the best baseline (8 evaluation seeds), where the per-size clone met 30/33 (1.009); over training
 # seeds 1-3, 29.7 goals on average against 28.7. Which packing rule wins a world depends on its
@@ -251,8 +254,8 @@ def parse_extra_worlds(specs: list[str] | tuple[str, ...], trained_on: tuple[str
 
 def default_teacher(policy: str, families: tuple[str, ...]) -> str:
     """DEFAULT_TEACHER without its overrides for families not trained on: a cluster profile is a family
-    of its own, and LB's usage-skew override made `rlscore-train --policy LB --profile ... --kickstart 1`
-    refuse to start."""
+    of its own, and LB's usage-skew override (until 2026-11-28) made `rlscore-train --policy LB --profile ...
+    --kickstart 1` refuse to start."""
     parts = [p for p in DEFAULT_TEACHER[policy].split(",") if "=" not in p or p.split("=")[0].strip() in families]
     return ",".join(parts)
 

@@ -202,7 +202,7 @@ def test_a_rule_served_as_the_model_reads_the_cpu_swing_the_request_gives(make_c
 
 
 @pytest.mark.parametrize("rules", [("load-variation-risk-balancing", "one-step-lb"), ("load-variation-risk-balancing",),
-                                   ("one-step-lb",)])
+                                   ("one-step-lb",), ("headroom-balance", "one-step-lb"), ("headroom-balance",)])
 def test_a_rule_selector_answers_with_the_rule_it_picks(make_client, tmp_path, rules):
     """A rule selector's answer is its picked rule's own scores; the source is the model, the metrics
     count the rule, the plugin gets its weights, and a picked rule that reads the cpu swing says

@@ -15,7 +15,7 @@ const (
 )
 
 // maxSelectorRules bounds a selector's rules, as the server's loader does.
-const maxSelectorRules = 16
+const maxSelectorRules = 32
 
 // maxHiddenUnits bounds a layer, as the server's loader does.
 const maxHiddenUnits = 4096

@@ -25,6 +25,9 @@ const (
 	unknownMaxWPerCore    = 380.0 / 16
 	latencyFitFarMs       = 1e5
 	unknownLatencyPenalty = -1e9
+	headroomBurst         = 3.0
+	headroomLimit         = 0.8
+	headroomOffset        = 1000.0
 )
 
 // rule is one hand-written scorer.
@@ -48,6 +51,7 @@ var rules = map[string]rule{
 	"one-step-ee":                   oneStep("EE"),
 	"one-step-lb":                   oneStep("LB"),
 	"one-step-el":                   oneStep("EL"),
+	"headroom-balance":              headroomBalance,
 }
 
 // nanToNum is numpy's nan_to_num: NaN becomes nan, the infinities the largest finite floats.
@@ -342,5 +346,21 @@ func placementCosts(policy string, s *NodeState, pod PodRequest, out []float64) 
 			violations = elHardWeight*b2f(lat > pod.hardLimit()) + elSoftWeight*b2f(lat > pod.softLimit())
 		}
 		out[i] = violations + elEnergyWeight*energy
+	}
+}
+
+// headroomBalance is heuristics.headroom_balance: LB's one-step rule on the nodes with room for the pod
+// to use headroomBurst x its request on measured load, TargetLoadPacking's order below them.
+func headroomBalance(s *NodeState, pod PodRequest, out []float64) {
+	packing := make([]float64, len(out))
+	targetLoadPacking(s, pod, packing)
+	oneStep("LB")(s, pod, out)
+	for i := range out {
+		burst := measuredCPU(s, i, requestsMultiplier) + headroomBurst*pod.CPUMillicores/s.CPUCapacity[i]
+		if burst < headroomLimit {
+			out[i] = headroomOffset + out[i]
+		} else {
+			out[i] = packing[i] - headroomOffset
+		}
 	}
 }
