@@ -173,8 +173,9 @@ def test_a_model_far_behind_the_clusters_best_heuristic_is_pulled_towards_it_and
     model that never learned (random weights) is far behind the best heuristic; rlscore-retrain's
     start measurement says so, and fine-tuning with the pull it then chooses (3 000 PPO steps) makes a
     candidate clearly better than the model it started from on the gate's held-out seeds. (The
-    shipped LB is within 10% of it there, since the simulator shows LB pods without latency limits
-    as the server does: no pull.)"""
+    shipped LB is the better start. Since 2026-11-28 the best heuristic there is headroom-balance,
+    and the shipped LB is 11% behind it: every pod at 3x is unlike usage-skew's mix of hogs and
+    idlers, and the selector picks one-step-lb on 96% of the decisions; docs/training.md.)"""
     from agent.evaluate.gate import judge
     from agent.learn.train import main as train
     from agent.live.retrain import choose_start, pull_towards_heuristic
@@ -182,11 +183,11 @@ def test_a_model_far_behind_the_clusters_best_heuristic_is_pulled_towards_it_and
     torch.manual_seed(11)
     behind = save_model(tmp_path / "lb.pt", NodeScorer((64, 64)), "LB", {"training": {"steps": 0, "note": "test"}})
     start, info = choose_start("LB", [behind, SHIPPED_LB], USAGE_3X)
-    # the shipped LB is the better start, and within 10% of the best heuristic: no pull from it
-    assert start == SHIPPED_LB and pull_towards_heuristic(start, info, None)[0] == 0.0, info
+    assert start == SHIPPED_LB, info
+    assert info["objective"][str(SHIPPED_LB)] < info["objective"][str(behind)], info
     # the best heuristic reads measured load (which of them changes with the seeds)
     assert info["best_heuristic"]["name"] in ("least-utilized", "target-load-packing",
-                                              "load-variation-risk-balancing"), info
+                                              "load-variation-risk-balancing", "headroom-balance"), info
     start, info = choose_start("LB", [behind], USAGE_3X)
     weight, why = pull_towards_heuristic(start, info, None)
     assert weight == 1.0 and why["ratio"] > 1.1, why

@@ -123,7 +123,7 @@ func randomWeights(rng *rand.Rand, size int, scale float64) []float64 {
 func randomSelector(rng *rand.Rand) *Model {
 	m := randomModel(rng, 64, 64)
 	m.layers = m.layers[:2] // the trunk: the node scorer's output layer is the head's place
-	names := []string{"load-variation-risk-balancing", "one-step-lb"}
+	names := []string{"headroom-balance", "one-step-lb"}
 	m.selector = &selectorHead{names: names, rules: []rule{rules[names[0]], rules[names[1]]}, hidden: 64,
 		w1: randomWeights(rng, 128*64, 1.0/8), b1: randomWeights(rng, 64, 1.0/8),
 		w2: randomWeights(rng, 64*2, 1.0/8), b2: randomWeights(rng, 2, 1.0/8)}
