@@ -6,8 +6,9 @@ NodeResourcesBalancedAllocation formulas, integer truncation included, so that t
 scheduler breaks at random) come out as they do in a real cluster. The Trimaran ones follow the
 formulas of scheduler-plugins' TargetLoadPacking and LoadVariationRiskBalancing; the others are the
 classic packing rules (best-fit, Tetris alignment) and the rules a careful operator would write by
-hand for each objective (latency-fit, least-utilized, efficient-first), and each objective's own
-one-step greedy (one-step-ee / -lb / -el: the placement the objective charges least for at once).
+hand for each objective (latency-fit, least-utilized, efficient-first), each objective's own
+one-step greedy (one-step-ee / -lb / -el: the placement the objective charges least for at once), and
+headroom-balance (LB's one-step greedy among the nodes whose measured load leaves room for a burst).
 """
 
 from __future__ import annotations
@@ -203,8 +204,9 @@ one_step_ee, one_step_lb, one_step_el = (_one_step(p) for p in ("EE", "LB", "EL"
 # measurement counted at TargetLoadPacking's 1.5x) plus HEADROOM_BURST x the pod's request stays below
 # HEADROOM_LIMIT. 3x is the most the scenario families' pods use of their request (usage-skew's hogs:
 # 2.5-3.5x), a pod's usage is not known when it is placed, and 0.8 leaves a margin below the 0.85 hot
-# threshold. On 16 usage-skew and one-pool worlds of a training seed range (not the evaluation ones),
-# 3x/0.8 was the best of 2.5x, 3x and 3.5x at 0.8 and of 0.7, 0.75 and 0.8 at 3x (docs/training.md).
+# threshold. On 16 usage-skew worlds of a training seed range (not the evaluation ones), 3x/0.8 was the
+# best of 2.5x, 3x and 3.5x at 0.8 and of 0.7, 0.75 and 0.8 at 3x; on one-pool every one of them lost to
+# one-step-lb by 19-22% (docs/training.md, docs/experiments/headroom_balance.py).
 HEADROOM_BURST = 3.0
 HEADROOM_LIMIT = 0.8
 # lifts every node with room above every node without: a one-step cost lies within +-81 up to 5000 nodes
