@@ -220,10 +220,15 @@ def headroom_balance(nodes: NodeState, pod: PodRequest, rng: np.random.Generator
     pod that may turn out a hog never lands where it would make a node hot. LB's one-step rule alone
     reads only the request's share and left usage-skew's nodes hot; the load-aware rules alone leave
     the requests unbalanced."""
+    return headroom_values(nodes, pod, rng, HEADROOM_BURST, HEADROOM_LIMIT)
+
+
+def headroom_values(nodes: NodeState, pod: PodRequest, rng: np.random.Generator, burst: float,
+                    limit: float) -> np.ndarray:
+    """headroom-balance with its burst factor and load limit as parameters (for sweeping them)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        burst = _measured_cpu(nodes, REQUESTS_MULTIPLIER) + HEADROOM_BURST * pod.cpu_millicores / nodes.cpu_capacity
-    room = burst < HEADROOM_LIMIT
-    return np.where(room, HEADROOM_OFFSET + one_step_lb(nodes, pod, rng),
+        load = _measured_cpu(nodes, REQUESTS_MULTIPLIER) + burst * pod.cpu_millicores / nodes.cpu_capacity
+    return np.where(load < limit, HEADROOM_OFFSET + one_step_lb(nodes, pod, rng),
                     target_load_packing(nodes, pod, rng) - HEADROOM_OFFSET)
 
 

@@ -104,7 +104,8 @@ def test_one_step_lb_is_the_change_in_request_imbalance_and_avoids_hot_nodes():
 
 
 def test_headroom_balance_balances_requests_only_where_measured_load_leaves_room_for_a_burst():
-    from agent.heuristics import HEADROOM_BURST, HEADROOM_LIMIT, headroom_balance, one_step_lb, target_load_packing
+    from agent.heuristics import (HEADROOM_BURST, HEADROOM_LIMIT, HEADROOM_OFFSET, headroom_balance, one_step_lb,
+                                  target_load_packing)
 
     # node 2 has the fewest requests, but its pods use far more than they asked for: 60% measured
     nodes = make_nodes([4000] * 3, cpu_req=[2000, 1000, 0])
@@ -125,7 +126,7 @@ def test_headroom_balance_balances_requests_only_where_measured_load_leaves_room
     nodes.cpu_utilization = np.array([0.7, 0.65, 0.9])
     nodes.cpu_requested_since_metrics = np.zeros(3)
     packing = target_load_packing(nodes, pod, RNG)
-    np.testing.assert_allclose(headroom_balance(nodes, pod, RNG) - packing, -1000.0)
+    np.testing.assert_allclose(headroom_balance(nodes, pod, RNG) - packing, -HEADROOM_OFFSET)
     assert int(np.argmax(headroom_balance(nodes, pod, RNG))) == 1
     # a node without capacity has no room; without a measurement the request share stands in
     broken = make_nodes([0, 4000, 4000], cpu_req=[0, 1000, 2000])

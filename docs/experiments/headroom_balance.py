@@ -11,7 +11,7 @@ import argparse
 import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, EVAL_WORKERS, HOLDOUT_SEED_BASE, evaluate, summarize, values_by_seed
-from agent.heuristics import REQUESTS_MULTIPLIER, _measured_cpu, one_step_lb, target_load_packing
+from agent.heuristics import headroom_values
 
 SWEEP_SEED_BASE = 70_000_000  # neither evaluation range, nor the training worlds' (DEMO_SEED_BASE + ...)
 RIVALS = ("one-step-lb", "target-load-packing", "load-variation-risk-balancing", "least-utilized")
@@ -25,10 +25,7 @@ class Headroom:
         self.rng = np.random.default_rng(0)
 
     def values(self, nodes, pod):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            load = _measured_cpu(nodes, REQUESTS_MULTIPLIER) + self.burst * pod.cpu_millicores / nodes.cpu_capacity
-        return np.where(load < self.limit, 1000.0 + one_step_lb(nodes, pod, self.rng),
-                        target_load_packing(nodes, pod, self.rng) - 1000.0)
+        return headroom_values(nodes, pod, self.rng, self.burst, self.limit)
 
 
 def table(rows, families) -> None:

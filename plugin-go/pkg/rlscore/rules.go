@@ -183,17 +183,20 @@ func leastUtilized(s *NodeState, pod PodRequest, out []float64) {
 
 func targetLoadPacking(s *NodeState, pod PodRequest, out []float64) {
 	for i := range out {
-		predicted := 100.0 * (measuredCPU(s, i, requestsMultiplier) + pod.CPUMillicores*requestsMultiplier/s.CPUCapacity[i])
-		below := math.RoundToEven((100.0-targetUtilization)*predicted/targetUtilization + targetUtilization)
-		above := math.RoundToEven(targetUtilization * (100.0 - predicted) / (100.0 - targetUtilization))
-		switch {
-		case predicted > 100:
-			out[i] = 0
-		case predicted > targetUtilization:
-			out[i] = above
-		default:
-			out[i] = below
-		}
+		out[i] = targetLoadPackingAt(s, pod, i)
+	}
+}
+
+// targetLoadPackingAt is TargetLoadPacking's value for node i.
+func targetLoadPackingAt(s *NodeState, pod PodRequest, i int) float64 {
+	predicted := 100.0 * (measuredCPU(s, i, requestsMultiplier) + pod.CPUMillicores*requestsMultiplier/s.CPUCapacity[i])
+	switch {
+	case predicted > 100:
+		return 0
+	case predicted > targetUtilization:
+		return math.RoundToEven(targetUtilization * (100.0 - predicted) / (100.0 - targetUtilization))
+	default:
+		return math.RoundToEven((100.0-targetUtilization)*predicted/targetUtilization + targetUtilization)
 	}
 }
 
@@ -352,15 +355,13 @@ func placementCosts(policy string, s *NodeState, pod PodRequest, out []float64) 
 // headroomBalance is heuristics.headroom_balance: LB's one-step rule on the nodes with room for the pod
 // to use headroomBurst x its request on measured load, TargetLoadPacking's order below them.
 func headroomBalance(s *NodeState, pod PodRequest, out []float64) {
-	packing := make([]float64, len(out))
-	targetLoadPacking(s, pod, packing)
-	oneStep("LB")(s, pod, out)
+	placementCosts("LB", s, pod, out)
 	for i := range out {
 		burst := measuredCPU(s, i, requestsMultiplier) + headroomBurst*pod.CPUMillicores/s.CPUCapacity[i]
 		if burst < headroomLimit {
-			out[i] = headroomOffset + out[i]
+			out[i] = headroomOffset - out[i]
 		} else {
-			out[i] = packing[i] - headroomOffset
+			out[i] = targetLoadPackingAt(s, pod, i) - headroomOffset
 		}
 	}
 }
