@@ -25,8 +25,8 @@ TEACHER_SEED_BASE = 10**6  # below EVAL_SEED_BASE, away from the trainers' own d
 
 # Cluster-size bands for "per-size" teachers (upper bounds; the smallest band starts at the smallest
 # training size, and a larger world takes the last band's teacher): which rule is best changes with
-# size. On training seeds EE's hardware-unknown is packed best by MostAllocated up to 5 nodes and by
-# best-fit above, which one teacher for the family could not say.
+# size. On training seeds EE's test2 is run best by one-step-ee up to 5 nodes (MostAllocated is x1.10
+# there) and ties it above, which one teacher for the family could not say.
 SIZE_BANDS = (5, 20, TRAIN_NODES[1])
 
 
