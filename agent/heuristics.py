@@ -169,16 +169,21 @@ def tetris(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.nd
     return np.nan_to_num(score, nan=-1.0)
 
 
-def efficient_first(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
-    """The lowest full-load watts per core first, then MostAllocated; MostAllocated alone where no
-    power model is known."""
+def efficiency_rank(nodes: NodeState) -> np.ndarray:
+    """efficient-first's first key: minus the full-load watts per core, nodes of unknown power last;
+    all 0 where no power model is known."""
     cores = np.where(nodes.cpu_capacity > 0, nodes.cpu_capacity, np.inf) / 1000.0
     watts_per_core = nodes.power_max_watts / cores
     known = np.isfinite(watts_per_core)
-    rank = np.zeros(len(nodes))
-    if known.any():
-        rank = np.where(known, -np.round(watts_per_core, 3), -1e6)
-    return rank * 1000.0 + most_allocated(nodes, pod, rng)
+    if not known.any():
+        return np.zeros(len(nodes))
+    return np.where(known, -np.round(watts_per_core, 3), -1e6)
+
+
+def efficient_first(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
+    """The lowest full-load watts per core first, then MostAllocated; MostAllocated alone where no
+    power model is known."""
+    return efficiency_rank(nodes) * 1000.0 + most_allocated(nodes, pod, rng)
 
 
 def _one_step(policy: str) -> Heuristic:

@@ -13,18 +13,10 @@ import argparse
 import numpy as np
 
 from agent.evaluate.compare import EVAL_WORKERS, evaluate, summarize
-from agent.heuristics import _requested_after, best_fit
+from agent.heuristics import _requested_after, best_fit, efficiency_rank
 
 SWEEP_SEED_BASE = 70_000_000  # neither evaluation range, nor the training worlds'
 RIVALS = ("efficient-first", "most-allocated", "best-fit", "one-step-ee")
-
-
-def power_class(nodes) -> np.ndarray:
-    """efficient-first's first key: minus the full-load watts per core (all 0 when no power is known)."""
-    cores = np.where(nodes.cpu_capacity > 0, nodes.cpu_capacity, np.inf) / 1000.0
-    watts = nodes.power_max_watts / cores
-    known = np.isfinite(watts)
-    return np.where(known, -np.round(watts, 3), -1e6) if known.any() else np.zeros(len(nodes))
 
 
 class EfficientThenBestFit:
@@ -34,7 +26,7 @@ class EfficientThenBestFit:
         self.rng = np.random.default_rng(0)
 
     def values(self, nodes, pod):
-        return power_class(nodes) * 1e4 + best_fit(nodes, pod, self.rng)
+        return efficiency_rank(nodes) * 1e4 + best_fit(nodes, pod, self.rng)
 
 
 class EfficientThenExactShares:
@@ -44,7 +36,7 @@ class EfficientThenExactShares:
         cpu, mem = _requested_after(nodes, pod)
         with np.errstate(divide="ignore", invalid="ignore"):
             shares = np.nan_to_num(cpu / nodes.cpu_capacity, nan=-1) + np.nan_to_num(mem / nodes.memory_capacity, nan=-1)
-        return power_class(nodes) * 1e4 + shares
+        return efficiency_rank(nodes) * 1e4 + shares
 
 
 def main() -> None:
