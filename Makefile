@@ -126,20 +126,20 @@ train: install ## per policy: PPO, the teachers' clone (uniform and log-uniform 
 	  for algo in ppo dqn; do \
 	    echo "== $$p $$algo"; \
 	    $(VENV)/bin/rlscore-train --policy $$p --algo $$algo --gamma $$gamma --seed $(SEED) --out $(CANDIDATES) \
-	      --name $$lower-$$algo.pt --no-progress || exit 1; \
+	      --name $$lower-$$algo.safetensors --no-progress || exit 1; \
 	  done; \
 	  for draw in uniform log-uniform; do \
 	    echo "== $$p clone ($$draw cluster sizes)"; \
 	    $(VENV)/bin/rlscore-train --policy $$p --algo ppo --timesteps 0 --gamma $$gamma --seed $(SEED) --out $(CANDIDATES) \
-	      --node-draw $$draw --name $$lower-clone-$$draw.pt --no-progress || exit 1; \
+	      --node-draw $$draw --name $$lower-clone-$$draw.safetensors --no-progress || exit 1; \
 	  done; \
 	  echo "== $$p rule selector"; \
 	  $(VENV)/bin/rlscore-train --policy $$p --algo selector --seed $(SEED) --out $(CANDIDATES) --node-draw log-uniform \
-	    --name $$lower-selector.pt --no-progress || exit 1; \
-	  $(PY) -m agent.evaluate.shipped pick models/$$lower.pt $(CANDIDATES)/$$lower-ppo.pt \
-	    $(CANDIDATES)/$$lower-clone-uniform.pt $(CANDIDATES)/$$lower-clone-log-uniform.pt $(CANDIDATES)/$$lower-dqn.pt \
-	    $(CANDIDATES)/$$lower-selector.pt || exit 1; \
-	  $(PY) -m agent.evaluate.shipped holdout models/$$lower.pt --no-progress || exit 1; \
+	    --name $$lower-selector.safetensors --no-progress || exit 1; \
+	  $(PY) -m agent.evaluate.shipped pick models/$$lower.safetensors $(CANDIDATES)/$$lower-ppo.safetensors \
+	    $(CANDIDATES)/$$lower-clone-uniform.safetensors $(CANDIDATES)/$$lower-clone-log-uniform.safetensors $(CANDIDATES)/$$lower-dqn.safetensors \
+	    $(CANDIDATES)/$$lower-selector.safetensors || exit 1; \
+	  $(PY) -m agent.evaluate.shipped holdout models/$$lower.safetensors --no-progress || exit 1; \
 	done
 
 eval: install ## evaluate the shipped models against the baselines (tables and plots in eval/)
@@ -165,7 +165,7 @@ retrain: install ## on the local cluster: calibrate -> fine-tune -> gate -> hand
 	@env=$$(local-cluster/cluster.sh env) && eval "$$env" && $(VENV)/bin/rlscore-retrain --policy $(POLICY) \
 	  --prometheus "$$RLSCORE_LOCAL_PROMETHEUS_URL" --kubeconfig "$$KUBECONFIG" --window $(WINDOW) \
 	  --query "node_cpu_busy=$$RLSCORE_LOCAL_CPU_QUERY" --metrics-interval "$$RLSCORE_LOCAL_REFRESH_INTERVAL_S" \
-	  --model-dir "$$RLSCORE_LOCAL_DIR/models" --start-from models/$$(echo $(POLICY) | tr A-Z a-z).pt \
+	  --model-dir "$$RLSCORE_LOCAL_DIR/models" --start-from models/$$(echo $(POLICY) | tr A-Z a-z).safetensors \
 	  --work build/retrain/$(POLICY)
 
 RUNS ?= 3

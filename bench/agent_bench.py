@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agent.learn.model_io import load_model
+from rlscore.core.model import load_model
 from agent.sim.simulator import Simulation
 from agent.learn.train import config_for, run
 
@@ -23,7 +23,7 @@ def inference_table(node_counts=(3, 10, 100, 1000, 5000), repeats: int = 50) -> 
     print("| policy | " + " | ".join(f"{n} nodes" for n in node_counts) + " |")
     print("|---|" + "---|" * len(node_counts))
     for policy in ("ee", "lb", "el"):
-        path = MODELS / f"{policy}.pt"
+        path = MODELS / f"{policy}.safetensors"
         if not path.is_file():
             print(f"| {policy.upper()} | (no {path}) |")
             continue

@@ -14,17 +14,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import orjson
-import torch
 from threadpoolctl import threadpool_limits
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from agent.features import FEATURE_SPEC_VERSION, node_features
-from agent.heuristics import MAX_NODE_SCORE
-from agent.kernels import node_scores
-from agent.state import POLICIES, PodRequest, normalize_policy
+from rlscore.core.features import FEATURE_SPEC_VERSION, node_features
+from rlscore.core.rules import MAX_NODE_SCORE
+from rlscore.core.kernels import node_scores
+from rlscore.core.state import POLICIES, PodRequest, normalize_policy
 from suggestion_server import compact, metrics, suggest_body, tls
 from suggestion_server.auth import BearerAuth
 from suggestion_server.config import Settings
@@ -160,9 +159,6 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        # one small forward pass per request: threads only add overhead (measured at 1000 nodes on
-        # 2 busy cores: 8.1 ms per request with OpenBLAS's threads, 3.6 ms with one)
-        torch.set_num_threads(1)
         await asyncio.to_thread(registry.load_all)
         await asyncio.to_thread(warm_up, settings)
         # only now: the compiled forward pass's np.dot loads scipy's OpenBLAS at its first call, and a
@@ -171,7 +167,7 @@ def create_app(settings: Settings | None = None, *, background: bool = True) -> 
         threadpool_limits(1)
         rollout.restore()
         rollout.watch()
-        # torch, pydantic and FastAPI leave millions of long-lived objects behind; freezing them
+        # pydantic and FastAPI leave millions of long-lived objects behind; freezing them
         # keeps full garbage collections from scanning them in the middle of a request.
         gc.collect()
         gc.freeze()

@@ -8,14 +8,15 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from agent.state import DEFAULT_LATENCY_HARD_MS, DEFAULT_LATENCY_SOFT_MS, normalize_policy
+from rlscore.core import node_metrics
+from rlscore.core.state import DEFAULT_LATENCY_HARD_MS, DEFAULT_LATENCY_SOFT_MS, normalize_policy
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RLSCORE_", env_file=".env", extra="ignore")
 
     # Policies and models
-    model_dir: Path = Field(Path("models"), description="directory holding ee.pt, lb.pt, el.pt")
+    model_dir: Path = Field(Path("models"), description="directory holding ee.safetensors, lb.safetensors, el.safetensors")
     default_policy: str = Field("EE", description="policy when neither the request nor the pod names one")
     model_watch_interval_s: float = Field(5.0, ge=0, description="how often model files are checked for changes (0: never)")
     el_default_soft_ms: float = Field(DEFAULT_LATENCY_SOFT_MS, gt=0, description="EL limits for pods without annotations")
@@ -23,7 +24,7 @@ class Settings(BaseSettings):
 
     # Staged rollout of retrained models (suggestion_server/rollout.py)
     candidate_dir: Path | None = Field(
-        None, description="where retrained candidates (<policy>.pt + sidecar with a gate verdict) arrive; "
+        None, description="where retrained candidates (<policy>.safetensors + sidecar with a gate verdict) arrive; "
                           "default <model_dir>/candidates")
     canary_share: float = Field(0.1, gt=0, le=1, description="share of pods the candidate decides for in canary")
     rollout_auto: bool = Field(True, description="advance (or roll back) stages by themselves after enough requests")
@@ -72,44 +73,40 @@ class Settings(BaseSettings):
         None, description="CA bundle (PEM) that signs an https Prometheus's certificate; default: the system's CAs")
     prometheus_insecure_skip_verify: bool = Field(
         False, description="do not verify an https Prometheus's certificate (a test cluster's self-signed one)")
-    cpu_query: str = Field('1 - avg by (instance, node) (irate(node_cpu_seconds_total{mode="idle"}[1m]))',
+    cpu_query: str = Field(node_metrics.CPU_QUERY,
                            description="busy cpu fraction per node (0..1)")
     # LoadVariationRiskBalancing's risk reads how much a node's cpu swings, not only its level
     cpu_stddev_query: str | None = Field(
         None, description="standard deviation of the busy cpu fraction over time, per node (0..1); default: "
                           "cpu_query's over the last 2 minutes (the simulator's 60 s time constant); '' disables")
-    memory_query: str = Field("1 - node_memory_MemAvailable_bytes / node_memory_MemTotal_bytes",
+    memory_query: str = Field(node_metrics.MEMORY_QUERY,
                               description="used memory fraction per node (0..1)")
-    cpu_count_query: str = Field('count by (instance, node) (node_cpu_seconds_total{mode="idle"})',
+    cpu_count_query: str = Field(node_metrics.CPU_COUNT_QUERY,
                                  description="cpus per node, used when the Kubernetes API gives no capacity")
-    memory_total_query: str = Field("node_memory_MemTotal_bytes",
+    memory_total_query: str = Field(node_metrics.MEMORY_TOTAL_QUERY,
                                     description="memory bytes per node, used when the Kubernetes API gives none")
-    latency_query: str = Field("avg by (node) (rlscore_node_user_latency_ms)",
+    latency_query: str = Field(node_metrics.LATENCY_QUERY,
                                description="node-to-user latency (ms) per node")
     # The thesis's further node metrics (node_exporter's series by default).
     network_query: str = Field(
-        'sum by (instance, node) (irate(node_network_receive_bytes_total'
-        '{device!~"lo|veth.*|docker.*|cni.*|flannel.*|cali.*|cilium.*|br-.*|virbr.*"}[1m]))',
+        node_metrics.NETWORK_QUERY,
         description="bytes/s received per node")
-    tcp_query: str = Field("sum by (instance, node) (node_netstat_Tcp_CurrEstab)",
+    tcp_query: str = Field(node_metrics.TCP_QUERY,
                            description="established TCP connections per node")
-    disk_query: str = Field(
-        'max by (instance, node) (1 - node_filesystem_avail_bytes{mountpoint="/"} '
-        '/ node_filesystem_size_bytes{mountpoint="/"})', description="used share of the root filesystem (0..1)")
+    disk_query: str = Field(node_metrics.DISK_QUERY, description="used share of the root filesystem (0..1)")
     # A node's power model from Kepler: idle watts, and the active watts at the current cpu usage
     # (max = idle + active / usage). Node labels/annotations rlscore.io/power-{idle,max}-watts win.
-    power_idle_query: str = Field("sum by (node_name) (kepler_node_cpu_idle_watts)",
+    power_idle_query: str = Field(node_metrics.POWER_IDLE_QUERY,
                                   description="Kepler: idle watts per node ('' disables Kepler)")
-    power_active_query: str = Field("sum by (node_name) (kepler_node_cpu_active_watts)",
+    power_active_query: str = Field(node_metrics.POWER_ACTIVE_QUERY,
                                     description="Kepler: active watts per node")
-    power_usage_query: str = Field("avg by (node_name) (kepler_node_cpu_usage_ratio)",
+    power_usage_query: str = Field(node_metrics.POWER_USAGE_QUERY,
                                    description="Kepler: cpu usage ratio (0..1) the active watts belong to")
     # Full-load watts can only be estimated while a node is busy; the history keeps what was seen
     # (after a server restart, and for nodes idle now), so the known power models do not change
     # with which nodes happen to be busy.
     power_max_history_query: str = Field(
-        "avg_over_time((sum by (node_name) (kepler_node_cpu_idle_watts) + sum by (node_name) "
-        "(kepler_node_cpu_active_watts) / (avg by (node_name) (kepler_node_cpu_usage_ratio) >= 0.05))[6h:1m])",
+        node_metrics.POWER_MAX_HISTORY_QUERY,
         description="Kepler: full-load watts per node from the recent past ('' disables)")
     power_max_history_interval_s: float = Field(300.0, gt=0, description="how often the power history query runs")
     kubernetes: Literal["auto", "off", "in-cluster", "kubeconfig"] = Field(
@@ -136,7 +133,7 @@ class Settings(BaseSettings):
         # derived, so a cluster that reads its cpu another way (the local cluster's cAdvisor query)
         # measures the swing of what it reads
         if self.cpu_stddev_query is None:
-            self.cpu_stddev_query = f"stddev_over_time(({self.cpu_query})[2m:15s])"
+            self.cpu_stddev_query = node_metrics.cpu_stddev_query(self.cpu_query)
         return self
 
     @model_validator(mode="after")

@@ -39,9 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.sim.cluster_profile import ClusterProfile, ProfileError, load_profile
-from agent.sim.outcomes import HOT_UTILIZATION
-from agent.state import POLICIES
+from rlscore.core.profile import ClusterProfile, ProfileError, load_profile
+from rlscore.core.objectives import HOT_UTILIZATION
+from rlscore.core.state import POLICIES
 from suggestion_server import metrics
 
 log = logging.getLogger("rlscore.drift")

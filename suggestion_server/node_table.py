@@ -21,7 +21,7 @@ from itertools import repeat
 
 import numpy as np
 
-from agent.recent_peak import RecentPeak
+from rlscore.core.recent_peak import RecentPeak
 
 # Columns the Kubernetes API owns: node objects (`in_api` is 1 while the API has the node) ...
 NODE_COLUMNS = ("in_api", "cpu_capacity", "memory_capacity", "max_pods", "power_idle_watts", "power_max_watts")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from agent.state import PodRequest, as_served, normalize_policy
+from rlscore.core.state import PodRequest, as_served, normalize_policy
 from suggestion_server.schemas import PodIn
 
 ANNOTATION_POLICY = "rlscore.io/policy"

@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.heuristics import POLICY_HEURISTIC
-from agent.learn.model_io import HeuristicModel, LoadedModel, ModelValidationError, load_model
-from agent.state import POLICIES
+from rlscore.core.rules import FALLBACK_RULE
+from rlscore.core.model import HeuristicModel, LoadedModel, ModelValidationError, load_model
+from rlscore.core.state import POLICIES
 from suggestion_server import metrics
 
 log = logging.getLogger("rlscore.models")
@@ -33,7 +33,7 @@ class PolicyModel:
                 "model_version": self.model.version if self.model else None,
                 "serving": "model" if self.model and self.model.heuristic is None else "heuristic",
                 # the heuristic a promoted model file names, else the fallback's (no valid model)
-                "heuristic": self.model.heuristic if self.model else POLICY_HEURISTIC[self.policy],
+                "heuristic": self.model.heuristic if self.model else FALLBACK_RULE[self.policy],
                 "loaded_at": self.loaded_at, "error": self.error,
                 "training": (self.model.metadata.get("training", {}).get("steps") if self.model else None)}
 
@@ -50,7 +50,7 @@ class ModelRegistry:
     def __init__(self, model_dir: Path):
         self.model_dir = Path(model_dir)
         self._lock = threading.Lock()
-        self.policies = {p: PolicyModel(p, self.model_dir / f"{p.lower()}.pt") for p in POLICIES}
+        self.policies = {p: PolicyModel(p, self.model_dir / f"{p.lower()}.safetensors") for p in POLICIES}
 
     def get(self, policy: str) -> LoadedModel | HeuristicModel | None:
         return self.policies[policy].model

@@ -1,6 +1,6 @@
 """Staged rollout of a retrained model, per policy: shadow, then canary, then serving.
 
-A candidate (`<candidate_dir>/<policy>.pt`, put there by rlscore-gate --promote-to or the retrain
+A candidate (`<candidate_dir>/<policy>.safetensors`, put there by rlscore-gate --promote-to or the retrain
 job) is staged only when its sidecar carries a passing gate verdict for exactly that file. In
 *shadow* it scores every request beside the serving model (or the heuristic serving in its place)
 without deciding anything; in *canary* it decides for a stable share of pods (by a hash of
@@ -26,11 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.learn.model_io import (HeuristicModel, LoadedModel, ModelValidationError, install_model, load_model,
-                                  sha256_of, sidecar_path, write_atomically)
-from agent.scoring import to_node_scores
-from agent.sim.outcomes import placement_costs
-from agent.state import POLICIES, NodeState, PodRequest
+from rlscore.core.model import HeuristicModel, LoadedModel, ModelValidationError, install_model, load_model, sha256_of, sidecar_path, write_atomically
+from rlscore.core.scoring import to_node_scores
+from rlscore.core.objectives import placement_costs
+from rlscore.core.state import POLICIES, NodeState, PodRequest
 from suggestion_server import metrics
 from suggestion_server.registry import file_stamp
 
@@ -105,13 +104,13 @@ class RolloutManager:
     # --- files -------------------------------------------------------------------------------------
 
     def candidate_path(self, policy: str) -> Path:
-        return self.candidate_dir / f"{policy.lower()}.pt"
+        return self.candidate_dir / f"{policy.lower()}.safetensors"
 
     def serving_path(self, policy: str) -> Path:
         return self.registry.policies[policy].path
 
     def previous_path(self, policy: str) -> Path:
-        return self.previous_dir / f"{policy.lower()}.pt"
+        return self.previous_dir / f"{policy.lower()}.safetensors"
 
     def restore(self) -> None:
         """Pick up the stages saved before a restart; a candidate whose file is gone or changed is dropped."""

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
-from agent.state import POLICIES
+from rlscore.core.state import POLICIES
 
 # Kubernetes' own name rules: node and pod names are DNS-1123 subdomains, namespaces DNS-1123 labels.
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"

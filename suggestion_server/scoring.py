@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.heuristics import MAX_NODE_SCORE, POLICY_HEURISTIC
-from agent.kernels import node_scores
-from agent.learn.model_io import LoadedSelector
-from agent.scoring import HeuristicScorer, to_node_scores
-from agent.state import NodeState, PodRequest
+from rlscore.core.rules import MAX_NODE_SCORE, FALLBACK_RULE
+from rlscore.core.kernels import node_scores
+from rlscore.core.model import LoadedSelector
+from rlscore.core.scoring import HeuristicScorer, to_node_scores
+from rlscore.core.state import NodeState, PodRequest
 from suggestion_server import metrics
 from suggestion_server.registry import ModelRegistry
 from suggestion_server.snapshot import unknown_for
@@ -54,5 +54,5 @@ def score_nodes(policy: str, nodes: NodeState, pod: PodRequest, registry: ModelR
         error = registry.policies[policy].error
         reasons.append(f"no valid {policy} model" + (f" ({error})" if error else ""))
         metrics.FALLBACKS.labels(policy, "no_model").inc()
-    heuristic = HeuristicScorer(POLICY_HEURISTIC[policy], rng)
+    heuristic = HeuristicScorer(FALLBACK_RULE[policy], rng)
     return to_node_scores(heuristic.values(nodes, pod)), "heuristic", None, reasons, heuristic.name

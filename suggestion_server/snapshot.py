@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agent.kernels import compiled
-from agent.state import NodeState
+from rlscore.core.kernels import compiled
+from rlscore.core.state import NodeState
 from suggestion_server.kube_state import KubeState
 from suggestion_server.latency_source import ProbeLatencySource
 from suggestion_server.node_table import COLUMNS, NodeTable

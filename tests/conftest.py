@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from agent.state import NodeState
+from rlscore.core.state import NodeState
 
 
 def make_nodes(cpu_cap, cpu_req=None, pods=None, latency=None, mem_cap=None, mem_req=None, max_pods=None):

@@ -9,7 +9,8 @@ import pytest
 from agent.live.calibrate import build_profile, hourly_shape, main, mean_lifetime, parse_duration
 from agent.live.history import (History, NodeRecord, PodRecord, cpu_seconds_rate, scrape_interval, usage_onset,
                                 workload_name)
-from agent.sim.cluster_profile import load_profile, save_profile
+from rlscore.core.profile import load_profile, save_profile
+from agent.sim.cluster_profile import profile_world
 from agent.sim.world import GIB
 
 
@@ -142,7 +143,7 @@ def test_build_profile_describes_the_history(tmp_path):
     # batch pods live ~3x longer than web pods
     assert 2.0 < classes["batch-1000m"].lifetime_scale / classes["web-250m"].lifetime_scale < 4.5
     # the simulator replays the arrival rate that was observed
-    world = profile.world()
+    world = profile_world(profile)
     assert world.arrival_rate == pytest.approx(200 / 3600.0, rel=1e-4)
     # and the file round-trips through the validated schema
     path = save_profile(profile, tmp_path / "cluster.yaml")
@@ -161,7 +162,7 @@ def test_the_profile_carries_the_nodes_background_cpu(measured, expected, note):
         node.background_cpu = value
     profile, notes = build_profile(history, "bg")
     assert profile.dynamics.background_cpu == expected
-    assert profile.world().background_cpu == tuple(expected)  # what the simulator draws each node's from
+    assert profile_world(profile).background_cpu == tuple(expected)  # what the simulator draws each node's from
     assert (note is None) or any(note in n for n in notes), notes
 
 
@@ -172,7 +173,7 @@ def test_the_simulator_adds_the_profile_background_to_every_node():
     for node in history.nodes:
         node.background_cpu = 0.3
     profile, _ = build_profile(history, "bg")
-    sim = Simulation(profile.world(), 0)
+    sim = Simulation(profile_world(profile), 0)
     assert np.allclose(sim.cluster.cpu_utilization(), 0.3)  # no pod yet: the background alone
 
 
@@ -188,7 +189,7 @@ def test_the_profile_carries_how_late_usage_shows_and_how_long_it_lingers(onsets
         pod.usage_onset_s, pod.usage_linger_s = o, g
     profile, notes = build_profile(history, "onset")
     assert (profile.dynamics.usage_onset_s, profile.dynamics.usage_linger_s) == (onset, linger)
-    assert (profile.world().usage_onset_s, profile.world().usage_linger_s) == (onset, linger)  # what the simulator uses
+    assert (profile_world(profile).usage_onset_s, profile_world(profile).usage_linger_s) == (onset, linger)  # what the simulator uses
     assert (note is None) or any(note in n for n in notes), notes
 
 

@@ -18,13 +18,13 @@ def test_train_then_eval_end_to_end(tmp_path):
         # no teachers, and refuses the option
         clone = ["--imitation-steps", "300"] if algo != "dqn" else []
         out = run("rlscore-train", "--policy", "lb", "--algo", algo, "--timesteps", "1200", *clone,
-                  "--out", str(tmp_path), "--name", f"lb-{algo}.pt", "--log-dir", str(tmp_path / "tb"), "--no-eval",
+                  "--out", str(tmp_path), "--name", f"lb-{algo}.safetensors", "--log-dir", str(tmp_path / "tb"), "--no-eval",
                   "--no-progress")
         assert out.returncode == 0, out.stderr
-        assert (tmp_path / f"lb-{algo}.pt").is_file() and (tmp_path / f"lb-{algo}.json").is_file()
+        assert (tmp_path / f"lb-{algo}.safetensors").is_file() and (tmp_path / f"lb-{algo}.json").is_file()
     assert any((tmp_path / "tb").rglob("events.out.tfevents.*"))  # TensorBoard logs
 
-    ev = run("rlscore-eval", "--policy", "LB", "--model", str(tmp_path / "lb-ppo.pt"), "--families", "test2,usage-skew",
+    ev = run("rlscore-eval", "--policy", "LB", "--model", str(tmp_path / "lb-ppo.safetensors"), "--families", "test2,usage-skew",
              "--nodes", "3,5", "--seeds", "1", "--arrivals", "60", "--out", str(tmp_path / "ev"), "--no-progress")
     assert ev.returncode == 0, ev.stderr
     for name in ("summary.md", "summary.csv", "runs.csv", "objectives.png", "pods_per_node.png",
@@ -35,7 +35,7 @@ def test_train_then_eval_end_to_end(tmp_path):
 
 
 def test_clear_errors_on_bad_input(tmp_path):
-    bad = tmp_path / "el.pt"
+    bad = tmp_path / "el.safetensors"
     bad.write_bytes(b"garbage")
     ev = run("rlscore-eval", "--policy", "EL", "--model", str(bad))
     assert ev.returncode == 2 and "not a readable model file" in ev.stderr

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from agent.evaluate.departures import OPENING, RUNNING, departures, main
-from agent.learn.model_io import load_model
-from agent.scoring import HeuristicScorer, ModelScorer
+from rlscore.core.model import load_model
+from rlscore.core.scoring import HeuristicScorer, ModelScorer
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 
@@ -30,7 +30,7 @@ def test_spreading_departs_from_packing_where_packing_places_onto_running_nodes(
 def test_the_shipped_ee_follows_its_poisson_teacher_and_not_a_spreading_rule():
     """The EE clone learned efficient-first on poisson (models/ee.json, world_teachers): asked about
     that rule's states it departs rarely, about LeastAllocated's almost always."""
-    model = ModelScorer(load_model(MODELS / "ee.pt"))
+    model = ModelScorer(load_model(MODELS / "ee.safetensors"))
     teacher = departures(model, "efficient-first", "poisson", 10, seeds=1, decisions=80)
     spreading = departures(model, "least-allocated", "poisson", 10, seeds=1, decisions=80)
     assert sum(teacher.decisions.values()) == sum(spreading.decisions.values()) == 80
@@ -44,19 +44,19 @@ def test_the_shipped_ee_follows_its_poisson_teacher_and_not_a_spreading_rule():
     (["--baseline", "most-allocated", "--family", "test1", "--seeds", "0"], "must be positive"),
 ])
 def test_the_cli_names_what_is_wrong(args, message, capsys):
-    assert main([str(MODELS / "ee.pt"), *args]) == 2
+    assert main([str(MODELS / "ee.safetensors"), *args]) == 2
     assert message in capsys.readouterr().err
 
 
 def test_the_cli_refuses_a_broken_model_file(tmp_path, capsys):
-    broken = tmp_path / "ee.pt"
-    broken.write_bytes((MODELS / "ee.pt").read_bytes()[:100])
+    broken = tmp_path / "ee.safetensors"
+    broken.write_bytes((MODELS / "ee.safetensors").read_bytes()[:100])
     assert main([str(broken), "--baseline", "most-allocated", "--family", "test1"]) == 2
     assert str(broken) in capsys.readouterr().err
 
 
 def test_the_cli_prints_the_split(capsys):
-    assert main([str(MODELS / "ee.pt"), "--baseline", "most-allocated", "--family", "test1", "--nodes", "3",
+    assert main([str(MODELS / "ee.safetensors"), "--baseline", "most-allocated", "--family", "test1", "--nodes", "3",
                  "--seeds", "1", "--decisions", "60"]) == 0
     out = capsys.readouterr().out
     assert "on test1 at 3 nodes, 1 seeds" in out and f"where the baseline {OPENING}" in out

@@ -173,7 +173,7 @@ def test_retraining_overlay_shares_the_models_and_needs_only_node_reads():
     # the image's shipped model is a starting point too: where the image puts it, under no volume
     dockerfile = (ROOT / "deploy" / "images" / "suggestion-server.Dockerfile").read_text()
     assert "COPY models /opt/rlscore/models" in dockerfile
-    assert args["start-from"] == "/opt/rlscore/models/ee.pt"
+    assert args["start-from"] == "/opt/rlscore/models/ee.safetensors"
     assert not any(args["start-from"].startswith(m["mountPath"]) for m in container["volumeMounts"])
     # one volume: the job writes candidates where the server looks for them
     claim = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName") for v in job["volumes"]}

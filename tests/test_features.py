@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from agent.features import (FEATURE_CLIP, FEATURE_SPEC_VERSION, NODE_FEATURES, NUM_NODE_FEATURES,
+from rlscore.core.features import (FEATURE_CLIP, FEATURE_SPEC_VERSION, NODE_FEATURES, NUM_NODE_FEATURES,
                             NUM_POD_FEATURES, POD_FEATURES, node_features, reference_node_features)
-from agent.state import NODE_ARRAYS, NodeState, PodRequest
+from rlscore.core.state import NODE_ARRAYS, NodeState, PodRequest
 from tests.conftest import make_nodes
 
 GIB = 2**30
@@ -158,7 +158,7 @@ def test_the_compiled_features_take_any_numeric_arrays():
 
 
 def test_input_groups_name_columns_of_the_network_input():
-    from agent.features import INPUT_GROUPS, NODE_FEATURES, POD_FEATURES, input_columns
+    from rlscore.core.features import INPUT_GROUPS, NODE_FEATURES, POD_FEATURES, input_columns
 
     inputs = NODE_FEATURES + POD_FEATURES
     for group, members in INPUT_GROUPS.items():

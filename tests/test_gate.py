@@ -12,16 +12,18 @@ import pytest
 import torch
 
 from agent.evaluate.gate import main
-from agent.learn.model_io import load_model, save_model, sidecar_path
+from rlscore.core.model import load_model, sidecar_path
+from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
-from agent.sim.cluster_profile import ClusterProfile, save_profile
+from rlscore.core.profile import ClusterProfile, save_profile
+from agent.sim.cluster_profile import world_profile
 from agent.sim.families import family
 
-SHIPPED_EE = Path(__file__).resolve().parents[1] / "models" / "ee.pt"
+SHIPPED_EE = Path(__file__).resolve().parents[1] / "models" / "ee.safetensors"
 # a trained EE node scorer, ahead of efficient-first on the churn profile (the shipped EE is a rule
 # selector: it ties the rule it picks there, and is not fine-tuned): tests/models/README.md
-EE_CLONE = Path(__file__).resolve().parent / "models" / "ee-clone.pt"
-SHIPPED_EL = SHIPPED_EE.with_name("el.pt")
+EE_CLONE = Path(__file__).resolve().parent / "models" / "ee-clone.safetensors"
+SHIPPED_EL = SHIPPED_EE.with_name("el.safetensors")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,7 @@ def churn_profile(tmp_path_factory):
     """20 nodes leaving and coming back: the EE clone (EE_CLONE) beats every heuristic here (efficient-first:
     6.781 on the gate's seeds); the shipped EE, a rule selector, ties efficient-first there (6.781)."""
     world = family("churn").world(np.random.default_rng(0), 20)
-    return save_profile(ClusterProfile.of_world(world, "churn-20"), tmp_path_factory.mktemp("profile") / "c.yaml")
+    return save_profile(world_profile(world, "churn-20"), tmp_path_factory.mktemp("profile") / "c.yaml")
 
 
 def untrained(path, seed=0, policy="EE"):
@@ -50,8 +52,8 @@ def gate(candidate, serving, profile, *extra, policy="EE"):
 
 
 def test_a_better_candidate_is_promoted_and_the_verdict_recorded(tmp_path, churn_profile, capsys):
-    serving = untrained(tmp_path / "serving" / "ee.pt")
-    candidate = copy_model(EE_CLONE, tmp_path / "cand" / "ee.pt")
+    serving = untrained(tmp_path / "serving" / "ee.safetensors")
+    candidate = copy_model(EE_CLONE, tmp_path / "cand" / "ee.safetensors")
     assert gate(candidate, serving, churn_profile) == 0
     assert "PROMOTE" in capsys.readouterr().out
     verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
@@ -63,9 +65,9 @@ def test_a_better_candidate_is_promoted_and_the_verdict_recorded(tmp_path, churn
 
 
 def test_a_worse_candidate_is_refused_and_the_serving_model_untouched(tmp_path, churn_profile, capsys):
-    serving = copy_model(EE_CLONE, tmp_path / "serving" / "ee.pt")
+    serving = copy_model(EE_CLONE, tmp_path / "serving" / "ee.safetensors")
     before = (serving.read_bytes(), sidecar_path(serving).read_bytes())
-    candidate = untrained(tmp_path / "cand" / "ee.pt")
+    candidate = untrained(tmp_path / "cand" / "ee.safetensors")
     assert gate(candidate, serving, churn_profile) == 1
     assert "REFUSED" in capsys.readouterr().out
     verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
@@ -74,9 +76,9 @@ def test_a_worse_candidate_is_refused_and_the_serving_model_untouched(tmp_path, 
 
 
 def test_a_candidate_the_loader_refuses_is_refused_with_the_loaders_reason(tmp_path, churn_profile, capsys):
-    serving = copy_model(EE_CLONE, tmp_path / "serving" / "ee.pt")
+    serving = copy_model(EE_CLONE, tmp_path / "serving" / "ee.safetensors")
     before = serving.read_bytes()
-    candidate = copy_model(EE_CLONE, tmp_path / "cand" / "ee.pt")
+    candidate = copy_model(EE_CLONE, tmp_path / "cand" / "ee.safetensors")
     candidate.write_bytes(candidate.read_bytes()[:-100])  # truncated in transit
     assert gate(candidate, serving, churn_profile) == 1
     assert "fails the loader's validation" in capsys.readouterr().out
@@ -87,9 +89,9 @@ def test_an_el_verdict_is_recorded(tmp_path, capsys):
     """EL's objective counts latency violations; the gate used to crash writing its verdict (numpy
     integers in the per-seed win counts are not JSON)."""
     world = family("scarce-near").world(np.random.default_rng(0), 6, limits=True)
-    profile = save_profile(ClusterProfile.of_world(world, "shop-6"), tmp_path / "shop.yaml")
-    serving = untrained(tmp_path / "serving" / "el.pt", policy="EL")
-    candidate = copy_model(SHIPPED_EL, tmp_path / "cand" / "el.pt")
+    profile = save_profile(world_profile(world, "shop-6"), tmp_path / "shop.yaml")
+    serving = untrained(tmp_path / "serving" / "el.safetensors", policy="EL")
+    candidate = copy_model(SHIPPED_EL, tmp_path / "cand" / "el.safetensors")
     code = gate(candidate, serving, profile, policy="EL")
     verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
     assert code == (0 if verdict["promote"] else 1)
@@ -100,7 +102,7 @@ def test_an_el_verdict_is_recorded(tmp_path, capsys):
 def test_an_invalid_profile_is_an_error_naming_the_file(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: ClusterProfile\nname: x\n")
-    assert gate(SHIPPED_EE, tmp_path / "serving.pt", bad) == 2
+    assert gate(SHIPPED_EE, tmp_path / "serving.safetensors", bad) == 2
     assert f"{bad}: invalid cluster profile" in capsys.readouterr().err
 
 
@@ -109,9 +111,9 @@ def test_retraining_starts_from_the_model_that_fits_the_profile_best(tmp_path, c
     one does better on the profile; a file the loader refuses is named with its reason, not used."""
     from agent.live.retrain import START_SEED_BASE, _describe_start, choose_start
 
-    stale = untrained(tmp_path / "serving" / "ee.pt")
-    shipped = copy_model(SHIPPED_EE, tmp_path / "image" / "ee.pt")
-    broken = copy_model(SHIPPED_EE, tmp_path / "broken" / "ee.pt")
+    stale = untrained(tmp_path / "serving" / "ee.safetensors")
+    shipped = copy_model(SHIPPED_EE, tmp_path / "image" / "ee.safetensors")
+    broken = copy_model(SHIPPED_EE, tmp_path / "broken" / "ee.safetensors")
     broken.write_bytes(broken.read_bytes()[:-100])
     chosen, record = choose_start("EE", [stale, shipped, broken], churn_profile)
     assert chosen == shipped and record["chosen"] == str(shipped)
@@ -134,10 +136,10 @@ def test_a_candidate_retrained_on_the_profile_beats_the_best_heuristic_and_is_pr
     three: docs/training.md, "Fine-tuning it".)"""
     from agent.learn.train import main as train
 
-    serving = untrained(tmp_path / "serving" / "ee.pt")
+    serving = untrained(tmp_path / "serving" / "ee.safetensors")
     assert train(["--policy", "EE", "--algo", "ppo", "--profile", str(churn_profile), "--init", str(EE_CLONE),
                   "--out", str(tmp_path / "cand"), "--log-dir", "", "--no-eval", "--no-progress"]) == 0
-    candidate = tmp_path / "cand" / "ee.pt"
+    candidate = tmp_path / "cand" / "ee.safetensors"
     assert candidate.read_bytes() != EE_CLONE.read_bytes()
     assert gate(candidate, serving, churn_profile) == 0
     verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
@@ -148,7 +150,7 @@ def test_a_candidate_retrained_on_the_profile_beats_the_best_heuristic_and_is_pr
 
 
 USAGE_3X = Path(__file__).resolve().parents[1] / "examples" / "cluster-profiles" / "local-usage-3x-4n.yaml"
-SHIPPED_LB = SHIPPED_EE.with_name("lb.pt")
+SHIPPED_LB = SHIPPED_EE.with_name("lb.safetensors")
 
 
 @pytest.mark.parametrize("start_objective, requested, algo, weight, says", [
@@ -163,8 +165,8 @@ def test_fine_tuning_is_pulled_towards_the_best_heuristic_only_when_far_behind_i
                                                                                   algo, weight, says):
     from agent.live.retrain import pull_towards_heuristic
 
-    info = {"objective": {"m.pt": start_objective}, "best_heuristic": {"name": "least-utilized", "objective": 1.0}}
-    got, record = pull_towards_heuristic(Path("m.pt"), info, requested, algo)
+    info = {"objective": {"m.safetensors": start_objective}, "best_heuristic": {"name": "least-utilized", "objective": 1.0}}
+    got, record = pull_towards_heuristic(Path("m.safetensors"), info, requested, algo)
     assert got == weight == record["weight"] and says in record["reason"]
 
 
@@ -181,7 +183,7 @@ def test_a_model_far_behind_the_clusters_best_heuristic_is_pulled_towards_it_and
     from agent.live.retrain import choose_start, pull_towards_heuristic
 
     torch.manual_seed(11)
-    behind = save_model(tmp_path / "lb.pt", NodeScorer((64, 64)), "LB", {"training": {"steps": 0, "note": "test"}})
+    behind = save_model(tmp_path / "lb.safetensors", NodeScorer((64, 64)), "LB", {"training": {"steps": 0, "note": "test"}})
     start, info = choose_start("LB", [behind, SHIPPED_LB], USAGE_3X)
     assert start == SHIPPED_LB, info  # the lower objective of the two
     # the best heuristic reads measured load (which of them changes with the seeds)
@@ -193,7 +195,7 @@ def test_a_model_far_behind_the_clusters_best_heuristic_is_pulled_towards_it_and
     assert train(["--policy", "LB", "--algo", "ppo", "--profile", str(USAGE_3X), "--init", str(behind),
                   "--kickstart", str(weight), "--timesteps", "3000", "--out", str(tmp_path / "cand"),
                   "--log-dir", "", "--no-eval", "--no-progress"]) == 0
-    verdict = judge("LB", tmp_path / "cand" / "lb.pt", behind, USAGE_3X, progress=False)  # 48 seeds
+    verdict = judge("LB", tmp_path / "cand" / "lb.safetensors", behind, USAGE_3X, progress=False)  # 48 seeds
     assert verdict.objective["candidate"] < 0.9 * verdict.objective["serving"], verdict.objective
     assert verdict.paired["serving"]["reading"] == "ahead", verdict.paired
 
@@ -201,26 +203,26 @@ def test_a_model_far_behind_the_clusters_best_heuristic_is_pulled_towards_it_and
 def test_retraining_fits_a_rule_selector_afresh_instead_of_fine_tuning_it(tmp_path):
     """A rule selector serving is not fine-tuned (it has no node scores to tune): rlscore-retrain
     fits a selector to the rules that do best on the profile, and the candidate is one."""
-    from agent.learn.model_io import LoadedSelector, load_model
+    from rlscore.core.model import LoadedSelector, load_model
     from agent.learn.network import RuleSelector
     from agent.learn.train import main as train
     from agent.live.retrain import choose_start, training_args
 
     torch.manual_seed(3)
-    serving = save_model(tmp_path / "lb.pt", RuleSelector(("one-step-lb", "load-variation-risk-balancing"), (8, 8)),
+    serving = save_model(tmp_path / "lb.safetensors", RuleSelector(("one-step-lb", "load-variation-risk-balancing"), (8, 8)),
                          "LB", {"training": {"note": "test"}})
     start, info = choose_start("LB", [serving], USAGE_3X, seeds=2)
     assert start == serving and info["selector"] is True
-    args, why = training_args("LB", start, info, USAGE_3X, tmp_path / "cand", "lb.pt", "ppo", None, None)
+    args, why = training_args("LB", start, info, USAGE_3X, tmp_path / "cand", "lb.safetensors", "ppo", None, None)
     assert args[:2] == ["--algo", "selector"] and "--init" not in args and "--kickstart" not in args
     assert why["weight"] is None and "fitted afresh" in why["reason"]
     assert train([*args, "--imitation-worlds", "2", "--imitation-steps", "20"]) == 0
-    candidate = load_model(tmp_path / "cand" / "lb.pt")
+    candidate = load_model(tmp_path / "cand" / "lb.safetensors")
     assert isinstance(candidate, LoadedSelector)
     # a node scorer still starts fine-tuning from itself
     args, why = training_args("LB", SHIPPED_EL, {"selector": False, "objective": {str(SHIPPED_EL): 1.0},
                                                  "best_heuristic": {"name": "most-allocated", "objective": 1.0}},
-                              USAGE_3X, tmp_path / "cand", "lb.pt", "ppo", 3000, None)
+                              USAGE_3X, tmp_path / "cand", "lb.safetensors", "ppo", 3000, None)
     assert args[:2] == ["--algo", "ppo"] and args[args.index("--init") + 1] == str(SHIPPED_EL)
     assert args[-2:] == ["--kickstart", "0.0"] and why["weight"] == 0.0
 
@@ -236,8 +238,8 @@ def test_the_gate_runs_more_seeds_on_smaller_clusters(nodes, seeds):
 def test_the_verdict_carries_its_paired_reading_over_the_profiles_default_seeds(tmp_path, capsys):
     """Without --seeds, a 4-node profile is judged on 48 seeds, and the record says, beside each mean
     comparison, whether the seeds tell the candidate from the serving model and the best heuristic."""
-    serving = untrained(tmp_path / "serving" / "lb.pt", policy="LB")
-    candidate = copy_model(SHIPPED_LB, tmp_path / "cand" / "lb.pt")
+    serving = untrained(tmp_path / "serving" / "lb.safetensors", policy="LB")
+    candidate = copy_model(SHIPPED_LB, tmp_path / "cand" / "lb.safetensors")
     main(["--policy", "LB", "--candidate", str(candidate), "--serving", str(serving), "--profile", str(USAGE_3X),
           "--no-progress"])
     verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
@@ -256,11 +258,11 @@ def test_the_verdict_carries_its_paired_reading_over_the_profiles_default_seeds(
 @pytest.mark.parametrize("serving_arg", ["same path", "another path to it"])
 def test_a_model_is_not_judged_against_itself_and_its_sidecar_is_left_alone(tmp_path, churn_profile, capsys,
                                                                             serving_arg):
-    """`--candidate models/ee.pt` with the default serving model once wrote a verdict into the
+    """`--candidate models/ee.safetensors` with the default serving model once wrote a verdict into the
     shipped sidecar; the gate refuses before it writes anything."""
-    model = copy_model(SHIPPED_EE, tmp_path / "models" / "ee.pt")
+    model = copy_model(SHIPPED_EE, tmp_path / "models" / "ee.safetensors")
     before = sidecar_path(model).read_bytes()
-    serving = model if serving_arg == "same path" else tmp_path / "models" / "." / "ee.pt"
+    serving = model if serving_arg == "same path" else tmp_path / "models" / "." / "ee.safetensors"
     assert gate(model, serving, churn_profile) == 2
     assert "is the serving model itself" in capsys.readouterr().err
     assert sidecar_path(model).read_bytes() == before
@@ -268,8 +270,8 @@ def test_a_model_is_not_judged_against_itself_and_its_sidecar_is_left_alone(tmp_
 
 def test_a_heuristic_that_beats_a_stale_model_beyond_noise_is_promoted_in_its_place(tmp_path, churn_profile,
                                                                                    capsys):
-    serving = untrained(tmp_path / "serving" / "ee.pt")
-    candidate = tmp_path / "cand" / "ee.pt"
+    serving = untrained(tmp_path / "serving" / "ee.safetensors")
+    candidate = tmp_path / "cand" / "ee.safetensors"
     assert gate(candidate, serving, churn_profile, "--heuristic", "efficient-first") == 0
     assert "PROMOTE: the heuristic efficient-first" in capsys.readouterr().out
     verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
@@ -282,9 +284,9 @@ def test_a_heuristic_that_beats_a_stale_model_beyond_noise_is_promoted_in_its_pl
 
 def test_a_heuristic_is_not_promoted_over_a_model_that_beats_it(tmp_path, churn_profile, capsys):
     """On nodes that leave and come back the EE clone beats every heuristic: no rule replaces it."""
-    serving = copy_model(EE_CLONE, tmp_path / "serving" / "ee.pt")
+    serving = copy_model(EE_CLONE, tmp_path / "serving" / "ee.safetensors")
     before = serving.read_bytes()
-    candidate = tmp_path / "cand" / "ee.pt"
+    candidate = tmp_path / "cand" / "ee.safetensors"
     assert gate(candidate, serving, churn_profile, "--heuristic", "efficient-first") == 1
     assert "REFUSED: the heuristic efficient-first" in capsys.readouterr().out
     verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
@@ -298,11 +300,11 @@ def test_a_heuristic_is_not_promoted_over_a_model_that_beats_it(tmp_path, churn_
 ])
 def test_gate_heuristic_refuses_a_bad_name_or_an_existing_file(tmp_path, churn_profile, capsys, heuristic, exists,
                                                               message):
-    candidate = tmp_path / "cand.pt"
+    candidate = tmp_path / "cand.safetensors"
     if exists:
         candidate.write_bytes(b"a model someone keeps")
     with pytest.raises(SystemExit) as stop:
-        gate(candidate, tmp_path / "serving.pt", churn_profile, "--heuristic", heuristic)
+        gate(candidate, tmp_path / "serving.safetensors", churn_profile, "--heuristic", heuristic)
     assert stop.value.code == 2 and message in capsys.readouterr().err
     assert candidate.read_bytes() == b"a model someone keeps" if exists else not candidate.exists()
 
@@ -318,9 +320,9 @@ def test_retraining_hands_over_the_best_heuristic_when_the_gate_refuses_and_the_
     from agent.evaluate.gate import judge
     from agent.live.retrain import choose_start, heuristic_fallback
 
-    stale = untrained(tmp_path / "serving" / "ee.pt")
+    stale = untrained(tmp_path / "serving" / "ee.safetensors")
     _, start = choose_start("EE", [stale], LOCAL_PROFILE, seeds=8)
-    refused = judge("EE", untrained(tmp_path / "work" / "ee.pt", seed=1), stale, LOCAL_PROFILE, seeds=8,
+    refused = judge("EE", untrained(tmp_path / "work" / "ee.safetensors", seed=1), stale, LOCAL_PROFILE, seeds=8,
                     progress=False)
     assert not refused.promote
     path, info = heuristic_fallback("EE", refused, start, stale, LOCAL_PROFILE, tmp_path / "work", 0.0)
@@ -337,7 +339,7 @@ def test_retraining_hands_over_the_best_heuristic_when_the_gate_refuses_and_the_
 
     shutil.copyfile(path, stale)  # the heuristic now serves
     shutil.copyfile(sidecar_path(path), sidecar_path(stale))
-    again = judge("EE", untrained(tmp_path / "work2" / "ee.pt", seed=2), stale, LOCAL_PROFILE, seeds=8, progress=False)
+    again = judge("EE", untrained(tmp_path / "work2" / "ee.safetensors", seed=2), stale, LOCAL_PROFILE, seeds=8, progress=False)
     path, info = heuristic_fallback("EE", again, start, stale, LOCAL_PROFILE, tmp_path / "work2", 0.0)
     assert path is None and info["reason"] == f"the heuristic {name} serves already"
 
@@ -346,12 +348,12 @@ def test_retraining_leaves_a_model_that_beats_the_heuristics_alone(tmp_path, chu
     from agent.evaluate.gate import judge
     from agent.live.retrain import choose_start, heuristic_fallback
 
-    shipped = copy_model(EE_CLONE, tmp_path / "serving" / "ee.pt")
+    shipped = copy_model(EE_CLONE, tmp_path / "serving" / "ee.safetensors")
     _, start = choose_start("EE", [shipped], churn_profile, seeds=3)
-    refused = judge("EE", untrained(tmp_path / "work" / "ee.pt"), shipped, churn_profile, seeds=3, progress=False)
+    refused = judge("EE", untrained(tmp_path / "work" / "ee.safetensors"), shipped, churn_profile, seeds=3, progress=False)
     path, info = heuristic_fallback("EE", refused, start, shipped, churn_profile, tmp_path / "work", 0.0)
     assert path is None and "is not behind the heuristic" in info["reason"], info
-    assert not list((tmp_path / "work").glob("ee-*.pt"))  # nothing written either
+    assert not list((tmp_path / "work").glob("ee-*.safetensors"))  # nothing written either
 
 
 def test_a_start_model_that_fine_tuning_made_worse_is_handed_over_before_any_rule(tmp_path, churn_profile):
@@ -362,14 +364,14 @@ def test_a_start_model_that_fine_tuning_made_worse_is_handed_over_before_any_rul
     from agent.evaluate.gate import CANDIDATE, SERVING, judge
     from agent.live.retrain import start_fallback
 
-    serving = untrained(tmp_path / "serving" / "ee.pt")
-    start = copy_model(EE_CLONE, tmp_path / "image" / "ee.pt")
+    serving = untrained(tmp_path / "serving" / "ee.safetensors")
+    start = copy_model(EE_CLONE, tmp_path / "image" / "ee.safetensors")
     sidecar_before = sidecar_path(start).read_bytes()
-    refused = judge("EE", untrained(tmp_path / "work" / "ee.pt", seed=1), serving, churn_profile, seeds=3,
+    refused = judge("EE", untrained(tmp_path / "work" / "ee.safetensors", seed=1), serving, churn_profile, seeds=3,
                     progress=False)
     assert not refused.promote
     path, info = start_fallback("EE", refused, start, serving, churn_profile, tmp_path / "work", 0.0)
-    assert path == tmp_path / "work" / "ee-start.pt" and info["promote"], info
+    assert path == tmp_path / "work" / "ee-start.safetensors" and info["promote"], info
     assert path.read_bytes() == start.read_bytes() and sidecar_path(start).read_bytes() == sidecar_before
     verdict = load_model(path, expected_policy="EE").metadata["gate"]
     assert verdict["promote"] and verdict["best_baseline"] == "efficient-first"

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from agent.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
-from agent.learn.model_io import load_model, save_model
+from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
+from rlscore.core.model import load_model
+from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +37,7 @@ def build_golden() -> dict:
         for parameter in network.parameters():
             parameter.copy_(torch.from_numpy(rng.normal(0.0, 0.4, tuple(parameter.shape)).astype(np.float32)))
     with tempfile.TemporaryDirectory() as tmp:
-        model = load_model(save_model(Path(tmp) / "golden.pt", network, "EE", {"note": "forward golden"}))
+        model = load_model(save_model(Path(tmp) / "golden.safetensors", network, "EE", {"note": "forward golden"}))
     cases = []
     for n in NODES:
         features = rng.uniform(-1.0, 2.0, (n, NUM_NODE_FEATURES)).astype(np.float32)

@@ -2,10 +2,10 @@
 local.go) against the Python it ports, through Go's own tests:
 
 - TestParityWithPython: on random states (every policy, 1..5000 nodes, unknown values mixed in,
-  pods with and without latency limits) Go's features equal agent.features.node_features, its
+  pods with and without latency limits) Go's features equal rlscore.core.features.node_features, its
   forward pass the served model's (a node scorer's NumpyScorer, a rule selector's pick and logits,
   for the shipped models and a selector over every servable rule), every hand-written rule's values
-  agent.heuristics', its integer scores to_node_scores;
+  rlscore.core.rules', its integer scores to_node_scores;
 - TestLocalScorerMatchesServer: a real suggestion server on a socket, its node table filled with a
   random cluster; the Go scorer fetches /v1/node-metrics and /v1/models/{policy}, builds the state
   from the scheduler's own NodeInfos (the same sizes and requests) and must give the scores POST
@@ -26,12 +26,13 @@ import pytest
 import torch
 import uvicorn
 
-from agent.features import node_features
-from agent.heuristics import HEURISTICS
-from agent.learn.model_io import LoadedSelector, load_model, save_model, servable_heuristics
+from rlscore.core.features import node_features
+from rlscore.core.rules import RULES
+from rlscore.core.model import LoadedSelector, load_model, servable_rules
+from agent.learn.model_io import save_model
 from agent.learn.network import RuleSelector
-from agent.scoring import to_node_scores
-from agent.state import NODE_ARRAYS, POLICIES, NodeState, PodRequest
+from rlscore.core.scoring import to_node_scores
+from rlscore.core.state import NODE_ARRAYS, POLICIES, NodeState, PodRequest
 from suggestion_server.api import create_app
 from tests.helpers.processes import free_port, wait_for
 from tests.server.conftest import MODELS, settings
@@ -81,21 +82,21 @@ def _run_go(test: str, env: dict) -> None:
 def _all_rules_selector(tmp_path) -> LoadedSelector:
     """A selector over every servable rule, its weights drawn so that its pick changes with the state."""
     torch.manual_seed(1)
-    selector = RuleSelector(servable_heuristics(), (16, 16))
+    selector = RuleSelector(servable_rules(), (16, 16))
     with torch.no_grad():
         for weights in selector.parameters():
             weights.mul_(4.0)
         selector.head[2].bias.zero_()
-    return load_model(save_model(tmp_path / "selector.pt", selector, "LB", {}))
+    return load_model(save_model(tmp_path / "selector.safetensors", selector, "LB", {}))
 
 
 def _rules_of(nodes: NodeState, request: PodRequest) -> dict[str, list[float | None]]:
-    return {name: _list(HEURISTICS[name](nodes, request, np.random.default_rng(0))) for name in servable_heuristics()}
+    return {name: _list(RULES[name](nodes, request, np.random.default_rng(0))) for name in servable_rules()}
 
 
 def test_go_features_forward_and_scores_equal_python(tmp_path):
     rng = np.random.default_rng(2026)
-    models = {p: load_model(MODELS / f"{p.lower()}.pt") for p in POLICIES}
+    models = {p: load_model(MODELS / f"{p.lower()}.safetensors") for p in POLICIES}
     models["selector"] = _all_rules_selector(tmp_path)
     cases = []
     picked = set()
@@ -116,7 +117,7 @@ def test_go_features_forward_and_scores_equal_python(tmp_path):
                     case = {"model": name}
                     if isinstance(model, LoadedSelector):
                         q, rule = model.decide(nodes, request)
-                        case.update(rule=rule, logits=model.fast(features, pod_vec).tolist())
+                        case.update(rule=rule, logits=model.logits(features, pod_vec).tolist())
                         picked.add(rule)
                     else:
                         q = model.q_values_from_features(features, pod_vec)

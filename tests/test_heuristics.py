@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from agent.heuristics import (balanced_allocation, default_scheduler, latency_greedy, latency_pack,
+from rlscore.core.rules import (balanced_allocation, default_scheduler, latency_greedy, latency_pack,
                               least_allocated, most_allocated)
-from agent.scoring import choose, reference_node_scores, to_node_scores
-from agent.state import PodRequest
+from rlscore.core.scoring import choose, reference_node_scores, to_node_scores
+from rlscore.core.state import PodRequest
 from tests.conftest import make_nodes
 
 RNG = np.random.default_rng(0)
@@ -85,7 +85,7 @@ def _cv(shares):
 
 
 def test_one_step_lb_is_the_change_in_request_imbalance_and_avoids_hot_nodes():
-    from agent.heuristics import one_step_lb
+    from rlscore.core.rules import one_step_lb
 
     # shares 0.5 / 0.25 / 0; a 1000m pod adds 0.25 to the node it lands on
     nodes = make_nodes([4000] * 3, cpu_req=[2000, 1000, 0])
@@ -104,7 +104,7 @@ def test_one_step_lb_is_the_change_in_request_imbalance_and_avoids_hot_nodes():
 
 
 def test_headroom_balance_balances_requests_only_where_measured_load_leaves_room_for_a_burst():
-    from agent.heuristics import (HEADROOM_BURST, HEADROOM_LIMIT, HEADROOM_OFFSET, headroom_balance, one_step_lb,
+    from rlscore.core.rules import (HEADROOM_BURST, HEADROOM_LIMIT, HEADROOM_OFFSET, headroom_balance, one_step_lb,
                                   target_load_packing)
 
     # node 2 has the fewest requests, but its pods use far more than they asked for: 60% measured
@@ -135,7 +135,7 @@ def test_headroom_balance_balances_requests_only_where_measured_load_leaves_room
 
 
 def test_one_step_ee_charges_an_empty_nodes_idle_draw_and_one_step_el_violations_first():
-    from agent.heuristics import one_step_ee, one_step_el
+    from rlscore.core.rules import one_step_ee, one_step_el
 
     nodes = make_nodes([8000] * 3, cpu_req=[0, 2000, 6000], latency=[5.0, 25.0, 60.0])
     nodes.power_idle_watts = np.array([50.0, 100.0, 100.0])

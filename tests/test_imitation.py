@@ -4,6 +4,8 @@ reinforcement learning, and the pull that stays afterwards."""
 from pathlib import Path
 
 import numpy as np
+
+from agent.learn.model_io import torch_network
 import pytest
 import torch
 
@@ -170,7 +172,7 @@ def test_the_pull_towards_the_teachers_decays_to_its_floor(kickstart, floor, upd
      "--imitation-worlds, --imitation-anneal set how the teachers teach, and there are none here (--kickstart 0)"),
     (["--algo", "dqn", "--teacher", "most-allocated"], "--teacher set how the teachers teach, and there are none "
                                                        "here (dqn has no teachers)"),
-    (["--policy", "EL", "--init", str(Path(__file__).resolve().parents[1] / "models" / "el.pt"),
+    (["--policy", "EL", "--init", str(Path(__file__).resolve().parents[1] / "models" / "el.safetensors"),
       "--dagger-rounds", "1"], "fine-tuning starts from the model, not from teachers"),
 ])
 def test_the_command_line_refuses_bad_teacher_settings(tmp_path, capsys, extra, message):
@@ -187,7 +189,7 @@ def test_pick_ships_the_better_candidate_and_keeps_earlier_ones_on_record(tmp_pa
     import json
 
     from agent.evaluate.shipped import evaluate_shipped_model, pick
-    from agent.learn.model_io import sidecar_path
+    from rlscore.core.model import sidecar_path
     from agent.learn.train import config_for, run, save_trained
 
     paths = []
@@ -195,12 +197,12 @@ def test_pick_ships_the_better_candidate_and_keeps_earlier_ones_on_record(tmp_pa
         cfg = config_for("ppo", policy="LB", total_timesteps=1024, seed=seed, families=("test2",), log_dir="",
                          progress=False, out=str(tmp_path), env_workers=0)
         network, record = run(cfg, "ppo")
-        path = save_trained(cfg, network, record, tmp_path / f"lb-ppo-{seed}.pt")
+        path = save_trained(cfg, network, record, tmp_path / f"lb-ppo-{seed}.safetensors")
         evaluate_shipped_model(path, seeds=1, arrivals=30, progress=False, families=("test2",))
         paths.append(path)
-    target = tmp_path / "shipped" / "lb.pt"
+    target = tmp_path / "shipped" / "lb.safetensors"
     target.parent.mkdir()
-    earlier = {"file": "lb-dqn.pt", "algorithm": "double DQN", "goals_met": "0/7", "shipped": True,
+    earlier = {"file": "lb-dqn.safetensors", "algorithm": "double DQN", "goals_met": "0/7", "shipped": True,
                "mean_objective_vs_best_baseline": 3.0, "training_seconds": 1.0}
     sidecar_path(target).write_text(json.dumps({"candidates": [earlier]}))
 
@@ -210,7 +212,7 @@ def test_pick_ships_the_better_candidate_and_keeps_earlier_ones_on_record(tmp_pa
     assert best == paths[expected]
     assert target.read_bytes() == best.read_bytes()
     candidates = json.loads(sidecar_path(target).read_text())["candidates"]
-    assert [c["file"] for c in candidates] == ["lb-ppo-1.pt", "lb-ppo-2.pt", "lb-dqn.pt"]
+    assert [c["file"] for c in candidates] == ["lb-ppo-1.safetensors", "lb-ppo-2.safetensors", "lb-dqn.safetensors"]
     assert [c["shipped"] for c in candidates] == [expected == 0, expected == 1, False]
     assert "not re-run" in candidates[2]["earlier"]
 
@@ -245,15 +247,15 @@ def test_after_cloning_the_actor_waits_for_the_critic(monkeypatch, warmup, actor
 def test_fine_tuning_from_a_model_file_waits_for_the_critic(tmp_path, warmup, actor_moves):
     """A model file holds the actor, not its critic: from --init, PPO first trains the critic alone
     (INIT_CRITIC_WARMUP of the run unless --critic-warmup says otherwise)."""
-    from agent.learn.model_io import load_model
+    from rlscore.core.model import load_model
     from agent.learn.train import INIT_CRITIC_WARMUP, main
 
     assert 0 < INIT_CRITIC_WARMUP < 1
-    shipped = Path(__file__).resolve().parents[1] / "models" / "el.pt"  # a node scorer (the shipped EE and LB are selectors)
+    shipped = Path(__file__).resolve().parents[1] / "models" / "el.safetensors"  # a node scorer (the shipped EE and LB are selectors)
     args = ["--policy", "EL", "--algo", "ppo", "--families", "test2", "--init", str(shipped), "--timesteps", "2048",
             "--out", str(tmp_path), "--log-dir", "", "--no-eval", "--no-progress"]
     assert main(args + (["--critic-warmup", warmup] if warmup is not None else [])) == 0
-    before, after = load_model(shipped).network.state_dict(), load_model(tmp_path / "el.pt").network.state_dict()
+    before, after = load_model(shipped).weights, load_model(tmp_path / "el.safetensors").weights
     same = all(torch.equal(before[k], v) for k, v in after.items())
     assert same != actor_moves
 
@@ -262,7 +264,7 @@ def test_dagger_records_the_actors_own_states_with_the_teachers_labels():
     """With an actor, the same worlds are scheduled by the actor and labelled by the teacher: an
     actor cloned from the opposite rule (pack, where the teacher spreads) meets states the teacher's
     run never shows -- fewer nodes busy -- and disagrees with the labels on most of them."""
-    from agent.features import NODE_FEATURES
+    from rlscore.core.features import NODE_FEATURES
 
     torch.manual_seed(0)
     spread = {"poisson": "least-allocated"}
@@ -317,15 +319,15 @@ def test_the_demonstration_worlds_are_drawn_as_the_shipped_clones_were():
 ])
 def test_a_network_trained_blind_to_inputs_ships_without_reading_them(tmp_path, algo, extra):
     """Cloning, PPO and DQN all leave the blind inputs unread, and the sidecar says which they are."""
-    from agent.features import input_columns
-    from agent.learn.model_io import load_model
+    from rlscore.core.features import input_columns
+    from rlscore.core.model import load_model
     from agent.learn.train import config_for, run, save_trained
 
     cfg = config_for(algo, policy="LB", total_timesteps=256, seed=1, families=("test2",), log_dir="",
                      progress=False, out=str(tmp_path), blind_to=("latency", "power"), **extra)
     actor, record = run(cfg, algo)
     served = load_model(save_trained(cfg, actor, record))
-    assert served.network.blind_columns() == input_columns(("latency", "power"))
+    assert torch_network(served).blind_columns() == input_columns(("latency", "power"))
     assert served.metadata["training"]["hyperparameters"]["blind_to"] == ["latency", "power"]
 
 
@@ -333,7 +335,7 @@ def test_a_network_trained_blind_to_inputs_ships_without_reading_them(tmp_path, 
 def test_cloning_data_and_step_size_follow_the_command_line(tmp_path, worlds, anneal):
     """--imitation-worlds sets how many worlds per family the teachers record, --imitation-anneal
     whether the step size decays; the sidecar says which."""
-    from agent.learn.model_io import load_model
+    from rlscore.core.model import load_model
     from agent.learn.train import main
 
     args = ["--policy", "LB", "--algo", "ppo", "--families", "test2", "--teacher", "one-step-lb",
@@ -341,7 +343,7 @@ def test_cloning_data_and_step_size_follow_the_command_line(tmp_path, worlds, an
             "--imitation-anneal" if anneal else "--no-imitation-anneal",
             "--out", str(tmp_path), "--log-dir", "", "--no-eval", "--no-progress"]
     assert main(args) == 0
-    training = load_model(tmp_path / "lb.pt", expected_policy="LB").metadata["training"]
+    training = load_model(tmp_path / "lb.safetensors", expected_policy="LB").metadata["training"]
     imitation = training["imitation"]
     assert imitation["demonstrations"] == worlds * training["hyperparameters"]["imitation_decisions"]
     assert imitation["anneal"] is anneal and training["hyperparameters"]["imitation_anneal"] is anneal
@@ -351,14 +353,14 @@ def test_cloning_data_and_step_size_follow_the_command_line(tmp_path, worlds, an
 def test_extra_worlds_add_one_familys_worlds_in_a_size_range(tmp_path):
     """--extra-worlds: the family's teachers record that many more worlds, every one within the range,
     cloned with the rest; the sidecar says how many decisions they added and which sizes they had."""
-    from agent.learn.model_io import load_model
+    from rlscore.core.model import load_model
     from agent.learn.train import main
 
     args = ["--policy", "LB", "--algo", "ppo", "--families", "test2,poisson", "--teacher", "one-step-lb",
             "--timesteps", "0", "--imitation-steps", "20", "--imitation-worlds", "1", "--extra-worlds", "test2=3@3-4",
             "--out", str(tmp_path), "--log-dir", "", "--no-eval", "--no-progress"]
     assert main(args) == 0
-    training = load_model(tmp_path / "lb.pt", expected_policy="LB").metadata["training"]
+    training = load_model(tmp_path / "lb.safetensors", expected_policy="LB").metadata["training"]
     decisions = training["hyperparameters"]["imitation_decisions"]
     assert training["hyperparameters"]["extra_worlds"] == [["test2", 3, 3, 4]]
     [extra] = training["imitation"]["extra_worlds"]

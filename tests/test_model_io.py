@@ -3,11 +3,14 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.numpy import save
 
-from agent.features import FEATURE_SPEC_VERSION, NODE_FEATURES, NODE_FEATURES_OF_VERSION, node_features
-from agent.learn.model_io import ModelValidationError, load_model, save_model, sidecar_path
+from rlscore.core.features import FEATURE_SPEC_VERSION, NODE_FEATURES, NODE_FEATURES_OF_VERSION, node_features
+from rlscore.core.model import ModelValidationError, load_model, sidecar_path
+from agent.learn.model_io import save_model, torch_network
 from agent.learn.network import NodeScorer
-from agent.state import PodRequest
+from rlscore.core.state import PodRequest
 from tests.conftest import make_nodes
 
 
@@ -15,7 +18,7 @@ from tests.conftest import make_nodes
 def saved(tmp_path):
     torch.manual_seed(0)
     net = NodeScorer((16, 16))
-    path = save_model(tmp_path / "ee.pt", net, "EE", {"training": {"steps": 1}})
+    path = save_model(tmp_path / "ee.safetensors", net, "EE", {"training": {"steps": 1}})
     return path, net
 
 
@@ -24,7 +27,7 @@ def test_round_trip_gives_the_same_q_values_and_records_metadata(saved):
     model = load_model(path, expected_policy="EE")
     nodes = make_nodes([4000, 8000, 16000], cpu_req=[1000, 0, 500], latency=[5, 15, 40])
     pod = PodRequest(250, 64 * 2**20)
-    from agent.features import node_features
+    from rlscore.core.features import node_features
     feats, pod_vec = node_features(nodes, pod)
     with torch.no_grad():
         expected = net(torch.from_numpy(feats)[None], torch.from_numpy(pod_vec)[None],
@@ -40,29 +43,41 @@ def test_refuses_truncated_or_foreign_files(saved, tmp_path):
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(ModelValidationError, match="not a readable model file"):
         load_model(path)
-    garbage = tmp_path / "x.pt"
+    garbage = tmp_path / "x.safetensors"
     garbage.write_bytes(b"\x00not a model" * 10)
     with pytest.raises(ModelValidationError, match="not a readable model file"):
         load_model(garbage)
     with pytest.raises(ModelValidationError, match="no such model file"):
-        load_model(tmp_path / "missing.pt")
+        load_model(tmp_path / "missing.safetensors")
+
+
+def _read(path):
+    """(header, tensors) of a model file."""
+    with safe_open(str(path), framework="numpy") as f:
+        return dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
 
 
 def _rewrite(path, mutate):
-    payload = torch.load(path, weights_only=True)
-    mutate(payload)
-    torch.save(payload, path)
+    header, tensors = _read(path)
+    header["architecture"] = json.loads(header.get("architecture", "{}"))
+    mutate(header, tensors)
+    if not isinstance(header["architecture"], str):
+        header["architecture"] = json.dumps(header["architecture"])
+    path.write_bytes(save(tensors, metadata={k: str(v) for k, v in header.items()}))
     sidecar_path(path).unlink()  # the checksum would (rightly) fail first otherwise
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda p: p.update(feature_spec_version=FEATURE_SPEC_VERSION + 1), "feature spec version"),
-    (lambda p: p.update(format="something-else"), "format"),
-    (lambda p: p.update(policy="XX"), "policy is 'XX'"),
-    (lambda p: p["architecture"].update(hidden=[16, 32]), "weights do not match"),
-    (lambda p: p["architecture"].update(node_features=3), "features"),
-    (lambda p: p["state_dict"].pop("layers.0.Lambda.weight"), "weights do not match"),
-    (lambda p: p["state_dict"]["layers.0.Lambda.weight"].fill_(float("nan")), "NaN or infinity"),
+    (lambda h, t: h.update(feature_spec_version=FEATURE_SPEC_VERSION + 1), "feature spec version"),
+    (lambda h, t: h.update(format="something-else"), "format"),
+    (lambda h, t: h.update(policy="XX"), "policy is 'XX'"),
+    (lambda h, t: h["architecture"].update(hidden=[16, 32]), "tensor layers.1"),
+    (lambda h, t: h["architecture"].update(node_features=3), "features"),
+    (lambda h, t: h["architecture"].update(hidden=[4096] * 8), "parameters, over the limit"),
+    (lambda h, t: h.update(architecture="[" * 2000), "nested 2000 levels deep"),
+    (lambda h, t: h.update(architecture="[" * 5000), "header field is over 4096 bytes"),
+    (lambda h, t: t.pop("layers.0.Lambda.weight"), "tensor names do not match"),
+    (lambda h, t: t["layers.0.Lambda.weight"].fill(np.nan), "NaN or infinity"),
 ])
 def test_refuses_mismatched_models(saved, mutate, message):
     path, _ = saved
@@ -77,11 +92,11 @@ def test_a_version_2_model_reads_version_3_and_decides_as_it_did(tmp_path):
     torch.manual_seed(1)
     old_width = NODE_FEATURES_OF_VERSION[2]
     old = NodeScorer((16, 16), node_features=old_width)
-    path = save_model(tmp_path / "lb.pt", old, "LB", {})
-    payload = torch.load(path, weights_only=True)
-    payload.update(feature_spec_version=2)
-    torch.save(payload, path)
-    sidecar_path(path).unlink()
+    path = tmp_path / "lb.safetensors"
+    weights = {k: v.numpy() for k, v in old.state_dict().items()}
+    header = {"format": "rlscore-deepsets-scorer", "policy": "LB", "feature_spec_version": "2",
+              "architecture": json.dumps(old.architecture())}
+    path.write_bytes(save(weights, metadata=header))
     model = load_model(path)
 
     nodes = make_nodes([4000, 8000, 16000, 4000], cpu_req=[1000, 0, 500, 3000], latency=[5, 15, 40, 8])
@@ -93,10 +108,9 @@ def test_a_version_2_model_reads_version_3_and_decides_as_it_did(tmp_path):
         before = old(torch.from_numpy(feats[:, :old_width])[None], torch.from_numpy(pod_vec)[None],
                      torch.ones(1, 4, dtype=torch.bool))[0].numpy()
     np.testing.assert_allclose(model.q_values(nodes, pod), before, rtol=1e-6)
-    assert model.network.blind_columns() == [column]
+    assert torch_network(model).blind_columns() == [column]
 
-    payload.update(feature_spec_version=1)
-    torch.save(payload, path)
+    path.write_bytes(save(weights, metadata={**header, "feature_spec_version": "1"}))
     with pytest.raises(ModelValidationError, match="feature spec version 1, this build serves version 3 and reads 2, 3"):
         load_model(path)
 
@@ -111,16 +125,17 @@ def test_refuses_wrong_policy_and_tampered_file(saved):
     with pytest.raises(ModelValidationError, match="sha256"):
         load_model(path)
     sidecar_path(path).write_text("{not json")
-    with pytest.raises(ModelValidationError, match="unreadable sidecar"):
+    with pytest.raises(ModelValidationError, match="sidecar is not valid JSON"):
         load_model(path)
 
 
 def test_refuses_a_pickle_that_would_run_code(tmp_path):
+    """A torch file (a pickle) where a model file should be is not read as one: nothing in it runs."""
     class Evil:
         def __reduce__(self):
             return (print, ("pwned",))
 
-    path = tmp_path / "evil.pt"
+    path = tmp_path / "evil.safetensors"
     torch.save({"format": Evil()}, path)
     with pytest.raises(ModelValidationError, match="not a readable model file"):
         load_model(path)
@@ -129,45 +144,45 @@ def test_refuses_a_pickle_that_would_run_code(tmp_path):
 # --- a model file that names a heuristic (the retraining loop's fallback) -------------------------
 
 def test_a_heuristic_model_scores_as_its_heuristic_and_only_where_allowed(tmp_path):
-    from agent.heuristics import HEURISTICS
-    from agent.learn.model_io import save_heuristic_model
+    from rlscore.core.rules import RULES
+    from rlscore.core.model import write_heuristic_model
 
-    path = save_heuristic_model(tmp_path / "ee.pt", "best-fit", "EE", {"note": "test"})
+    path = write_heuristic_model(tmp_path / "ee.safetensors", "best-fit", "EE", {"note": "test"})
     model = load_model(path, expected_policy="EE", allow_heuristic=True)
     assert model.heuristic == "best-fit" and model.version.startswith("ee-best-fit-")
     assert model.metadata["note"] == "test" and model.metadata["heuristic"] == "best-fit"
     nodes = make_nodes([4000, 8000, 16000], cpu_req=[1000, 0, 3500], latency=[5, 15, 40])
     pod = PodRequest(500, 256 * 2**20)
-    expected = HEURISTICS["best-fit"](nodes, pod, np.random.default_rng(1))
+    expected = RULES["best-fit"](nodes, pod, np.random.default_rng(1))
     np.testing.assert_array_equal(model.q_values(nodes, pod), expected)
     # the callers that need weights (fine-tuning, export) refuse it by name
-    with pytest.raises(ModelValidationError, match="holds the heuristic best-fit, not a trained network"):
+    with pytest.raises(ModelValidationError, match="holds the rule best-fit, not a trained network"):
         load_model(path)
     with pytest.raises(ModelValidationError, match="holds policy EE, expected LB"):
         load_model(path, expected_policy="LB", allow_heuristic=True)
 
 
 @pytest.mark.parametrize("payload, message", [
-    ({"heuristic": "random"}, "names heuristic 'random'"),  # not a scorer anyone should serve
-    ({"heuristic": "fastest"}, "names heuristic 'fastest'"),
-    ({"heuristic": 3}, "names heuristic 3"),
+    ({"heuristic": "random"}, "names rule 'random'"),  # not a scorer anyone should serve
+    ({"heuristic": "fastest"}, "names rule 'fastest'"),
+    ({"heuristic": "3"}, "names rule '3'"),
     ({"heuristic": "best-fit", "policy": "XX"}, "policy is 'XX'"),
 ])
 def test_a_heuristic_model_naming_no_servable_heuristic_is_refused(tmp_path, payload, message):
-    from agent.learn.model_io import HEURISTIC_FORMAT
+    from rlscore.core.model import HEURISTIC_FORMAT
 
-    path = tmp_path / "ee.pt"
-    torch.save({"format": HEURISTIC_FORMAT, "policy": "EE", **payload}, path)
+    path = tmp_path / "ee.safetensors"
+    path.write_bytes(save({}, metadata={"format": HEURISTIC_FORMAT, "policy": "EE", **payload}))
     with pytest.raises(ModelValidationError, match=message):
         load_model(path, allow_heuristic=True)
 
 
 def test_a_heuristic_model_changed_after_its_sidecar_is_refused(tmp_path):
-    from agent.learn.model_io import HEURISTIC_FORMAT, save_heuristic_model
+    from rlscore.core.model import HEURISTIC_FORMAT, write_heuristic_model
 
-    path = save_heuristic_model(tmp_path / "ee.pt", "best-fit", "EE", {})
-    torch.save({"format": HEURISTIC_FORMAT, "policy": "EE", "heuristic": "least-allocated"}, path)
+    path = write_heuristic_model(tmp_path / "ee.safetensors", "best-fit", "EE", {})
+    path.write_bytes(save({}, metadata={"format": HEURISTIC_FORMAT, "policy": "EE", "heuristic": "least-allocated"}))
     with pytest.raises(ModelValidationError, match="sha256 does not match"):
         load_model(path, allow_heuristic=True)
-    with pytest.raises(ValueError, match="unknown heuristic 'random'"):
-        save_heuristic_model(tmp_path / "x.pt", "random", "EE", {})
+    with pytest.raises(ValueError, match="unknown rule 'random'"):
+        write_heuristic_model(tmp_path / "x.safetensors", "random", "EE", {})

@@ -1,6 +1,6 @@
 import torch
 
-from agent.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
+from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
 from agent.learn.network import NodeScorer
 
 
@@ -66,7 +66,7 @@ def test_a_blind_network_never_reads_those_inputs_however_it_is_trained():
     """blind_to holds the first layer's weights on the named inputs at zero through optimizer steps,
     so the outputs do not move when those inputs do (node and pod columns alike), and the others
     still count."""
-    from agent.features import NODE_FEATURES, input_columns
+    from rlscore.core.features import NODE_FEATURES, input_columns
 
     torch.manual_seed(3)
     net = NodeScorer((16, 16))

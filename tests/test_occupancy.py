@@ -7,7 +7,7 @@ import pytest
 
 from agent.evaluate.compare import EVAL_SEED_BASE, run
 from agent.evaluate.occupancy import main, occupancy, scorer_factory
-from agent.scoring import HeuristicScorer
+from rlscore.core.scoring import HeuristicScorer
 from agent.sim.simulator import Simulation
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
@@ -42,13 +42,13 @@ def test_one_step_ee_drains_the_small_node_that_most_allocated_keeps_on():
 
 
 def test_the_cli_prints_each_worlds_nodes_and_every_scorer(capsys):
-    assert main([str(MODELS / "ee.pt"), "most-allocated", "--family", "test2", "--nodes", "3", "--seeds", "2",
+    assert main([str(MODELS / "ee.safetensors"), "most-allocated", "--family", "test2", "--nodes", "3", "--seeds", "2",
                  "--at", "30,60"]) == 0
     out = capsys.readouterr().out
     assert "pods per node after 30, 60 placements" in out
     assert "seed 0: 3 nodes of 8, 16, 4 cores" in out and "seed 1: 3 nodes of" in out
     rows = [line.split()[0] for line in out.splitlines() if line.startswith("  ")]
-    assert rows == [str(MODELS / "ee.pt"), "most-allocated"] * 2
+    assert rows == [str(MODELS / "ee.safetensors"), "most-allocated"] * 2
     assert "mean objective: " in out
 
 
@@ -65,13 +65,13 @@ def test_the_cli_names_what_is_wrong(args, message, capsys):
 
 
 def test_the_cli_refuses_a_model_of_another_policy(capsys):
-    assert main([str(MODELS / "lb.pt"), "--family", "test1", "--policy", "EE", "--seeds", "1"]) == 2
+    assert main([str(MODELS / "lb.safetensors"), "--family", "test1", "--policy", "EE", "--seeds", "1"]) == 2
     err = capsys.readouterr().err
-    assert "lb.pt" in err and "holds policy LB, expected EE" in err
+    assert "lb.safetensors" in err and "holds policy LB, expected EE" in err
 
 
 def test_the_cli_refuses_a_broken_model_file(tmp_path, capsys):
-    broken = tmp_path / "ee.pt"
-    broken.write_bytes((MODELS / "ee.pt").read_bytes()[:100])
+    broken = tmp_path / "ee.safetensors"
+    broken.write_bytes((MODELS / "ee.safetensors").read_bytes()[:100])
     assert main([str(broken), "most-allocated", "--family", "test1"]) == 2
     assert str(broken) in capsys.readouterr().err

@@ -7,11 +7,11 @@ import pytest
 from agent.learn.env import SchedulingEnv
 from agent.learn.rewards import (EL_WORSE_TIER_PENALTY, OutcomeReward, energy_latency_reward, energy_reward,
                                  load_balance_reward, thesis_reward)
-from agent.sim.outcomes import (EL_ENERGY_WEIGHT, EL_HARD_WEIGHT, EL_SOFT_WEIGHT, LB_HOT_WEIGHT, Ledger, Units,
-                                cost)
+from agent.sim.outcomes import Ledger, Units, cost
 from agent.sim.simulator import Simulation
 from agent.sim.world import LARGE, SMALL, NodeSpec, PodClass, SimPod, World
-from agent.state import PodRequest
+from rlscore.core.objectives import EL_ENERGY_WEIGHT, EL_HARD_WEIGHT, EL_SOFT_WEIGHT, LB_HOT_WEIGHT
+from rlscore.core.state import PodRequest
 from tests.conftest import make_nodes
 
 POD = PodRequest(1000, 1000 * 2**20)

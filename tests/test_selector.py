@@ -7,15 +7,18 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.numpy import save
 
-from agent.features import node_features
-from agent.heuristics import HEURISTICS
+from rlscore.core.features import node_features
+from rlscore.core.rules import RULES
 from agent.learn.imitation import rule_agreement
-from agent.learn.model_io import LoadedSelector, ModelValidationError, load_model, save_model, sidecar_path
+from rlscore.core.model import LoadedSelector, ModelValidationError, load_model, sidecar_path
+from agent.learn.model_io import reference_values, save_model
 from agent.learn.network import RuleSelector
 from agent.learn.selector import agreement_loss, selector_rules
 from agent.learn.train import main as train_main
-from agent.state import NodeState, PodRequest
+from rlscore.core.state import NodeState, PodRequest
 from tests.conftest import make_nodes
 from tests.server.test_exactness import random_state
 
@@ -59,7 +62,7 @@ def test_selector_rules_are_the_teachers_rules():
 def saved_selector(tmp_path):
     torch.manual_seed(0)
     selector = RuleSelector(LB_RULES, (16, 8))
-    path = save_model(tmp_path / "lb.pt", selector, "LB", {"training": {"algorithm": "selector"}})
+    path = save_model(tmp_path / "lb.safetensors", selector, "LB", {"training": {"algorithm": "selector"}})
     return path, selector
 
 
@@ -73,12 +76,12 @@ def test_serving_forward_pass_equals_torch_and_serves_the_picked_rule_exactly(sa
         nodes = NodeState(names=[f"n{i}" for i in range(n)], **random_state(n, rng))
         pod = PodRequest(float(rng.choice([100, 500, 2000])), 256 * MIB)
         features, pod_vec = node_features(nodes, pod)
-        np.testing.assert_allclose(model.fast(features, pod_vec), model.reference_logits(features, pod_vec),
+        np.testing.assert_allclose(model.logits(features, pod_vec), reference_values(model, features, pod_vec),
                                    rtol=1e-12, atol=1e-12)
         values, rule = model.decide(nodes, pod)
-        assert rule == model.rules[int(np.argmax(model.reference_logits(features, pod_vec)))]
+        assert rule == model.rules[int(np.argmax(reference_values(model, features, pod_vec)))]
         # exactly the rule's values: the selector places as the rule does, ties and all
-        assert np.array_equal(values, HEURISTICS[rule](nodes, pod, np.random.default_rng(0)))
+        assert np.array_equal(values, RULES[rule](nodes, pod, np.random.default_rng(0)))
 
 
 def test_the_pick_does_not_depend_on_node_order(saved_selector):
@@ -92,28 +95,30 @@ def test_the_pick_does_not_depend_on_node_order(saved_selector):
     shuffled = NodeState(names=[f"n{i}" for i in order], **{k: v[order] for k, v in state.items()})
     f1, p1 = node_features(nodes, pod)
     f2, p2 = node_features(shuffled, pod)
-    np.testing.assert_allclose(model.fast(f1, p1), model.fast(f2, p2), rtol=1e-12)
+    np.testing.assert_allclose(model.logits(f1, p1), model.logits(f2, p2), rtol=1e-12)
     np.testing.assert_array_equal(model.q_values(nodes, pod)[order], model.q_values(shuffled, pod))
 
 
 def _rewrite(path, mutate):
-    payload = torch.load(path, weights_only=True)
-    mutate(payload)
-    torch.save(payload, path)
+    with safe_open(str(path), framework="numpy") as f:
+        header, tensors = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
+    architecture = json.loads(header["architecture"])
+    mutate(architecture, tensors)
+    path.write_bytes(save(tensors, metadata={**header, "architecture": json.dumps(architecture)}))
     sidecar_path(path).unlink()
 
 
-def _nan_weights(payload):
-    payload["state_dict"]["head.2.bias"][0] = float("nan")
+def _nan_weights(architecture, tensors):
+    tensors["head.2.bias"][0] = np.nan
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda p: p["architecture"].update(rules=["one-step-lb", "no-such-rule"]), "architecture.rules"),
-    (lambda p: p["architecture"].update(rules=["one-step-lb", "one-step-lb"]), "architecture.rules"),
-    (lambda p: p["architecture"].update(rules=["random", "one-step-lb"]), "architecture.rules"),
-    (lambda p: p["architecture"].update(rules=[]), "architecture.rules"),
-    (lambda p: p["architecture"].update(rules=["one-step-lb"]), "weights do not match"),
-    (lambda p: p["architecture"].update(hidden=[16, 16]), "weights do not match"),
+    (lambda a, t: a.update(rules=["one-step-lb", "no-such-rule"]), "rules must be"),
+    (lambda a, t: a.update(rules=["one-step-lb", "one-step-lb"]), "rules must be"),
+    (lambda a, t: a.update(rules=["random", "one-step-lb"]), "rules must be"),
+    (lambda a, t: a.update(rules=[]), "rules must be"),
+    (lambda a, t: a.update(rules=["one-step-lb"]), "tensor head.2"),
+    (lambda a, t: a.update(hidden=[16, 16]), "the architecture needs float"),
     (_nan_weights, "NaN or infinity"),
 ])
 def test_refuses_a_selector_it_cannot_serve(saved_selector, mutate, message):
@@ -137,8 +142,8 @@ def test_a_short_training_run_writes_a_selector_that_serves_its_teachers_rules(t
                        "1", "--imitation-steps", "40", "--node-draw", "log-uniform", "--out", str(tmp_path),
                        "--log-dir", "", "--no-eval", "--no-progress"])
     assert code == 0
-    model = load_model(tmp_path / "lb.pt", expected_policy="LB")
-    side = json.loads(sidecar_path(tmp_path / "lb.pt").read_text())
+    model = load_model(tmp_path / "lb.safetensors", expected_policy="LB")
+    side = json.loads(sidecar_path(tmp_path / "lb.safetensors").read_text())
     assert isinstance(model, LoadedSelector)
     assert side["format"] == "rlscore-rule-selector" and side["training"]["algorithm"] == "selector"
     assert side["training"]["rules"] == list(model.rules)
@@ -159,7 +164,7 @@ def test_a_short_training_run_writes_a_selector_that_serves_its_teachers_rules(t
 def test_refuses_options_a_selector_has_no_use_for(tmp_path, capsys, extra, message):
     code = train_main(["--policy", "LB", "--algo", "selector", "--out", str(tmp_path), "--no-eval", *extra])
     assert code == 2 and message in capsys.readouterr().err
-    assert not (tmp_path / "lb.pt").exists()
+    assert not (tmp_path / "lb.safetensors").exists()
 
 
 def test_a_selector_is_not_fine_tuned(saved_selector, tmp_path, capsys):

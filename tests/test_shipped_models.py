@@ -10,12 +10,12 @@ import pytest
 
 from agent.evaluate.compare import EVAL_SEED_BASE, EVAL_WORKERS, HOLDOUT_SEED_BASE, evaluate, summarize
 from agent.evaluate.report import markdown_table
-from agent.features import NODE_FEATURES_OF_VERSION
-from agent.learn.model_io import load_model, sha256_of, sidecar_path
-from agent.scoring import ModelScorer
+from rlscore.core.features import NODE_FEATURES_OF_VERSION
+from rlscore.core.model import load_model, sha256_of, sidecar_path
+from rlscore.core.scoring import ModelScorer
 from agent.sim.families import evaluation_families_for
 from agent.sim.simulator import Simulation
-from agent.state import NodeState, PodRequest
+from rlscore.core.state import NodeState, PodRequest
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 MIB = 2**20
@@ -40,7 +40,7 @@ def _row(table: list[str], family: str, scorer: str) -> dict[str, str]:
 
 
 def _meta(policy: str) -> dict:
-    return json.loads(sidecar_path(MODELS / f"{policy.lower()}.pt").read_text())
+    return json.loads(sidecar_path(MODELS / f"{policy.lower()}.safetensors").read_text())
 
 
 @pytest.mark.parametrize("policy", ["EE", "LB", "EL"])
@@ -48,7 +48,7 @@ def test_shipped_evaluation_reproduces_its_sidecar(policy):
     """The model's rows in the sidecar's table (and the README) are what it really does on those
     seeds; the baselines' rows come from the same seeded worlds and are not re-run here."""
     evaluation = _meta(policy)["evaluation"]
-    model = load_model(MODELS / f"{policy.lower()}.pt", expected_policy=policy)
+    model = load_model(MODELS / f"{policy.lower()}.safetensors", expected_policy=policy)
     results, _ = evaluate(policy, [ModelScorer(model)], evaluation_families_for(policy), evaluation["seeds"],
                           evaluation["arrivals"], baselines=(), progress=False, workers=EVAL_WORKERS)
     rl = f"| rl-{policy.lower()} |"
@@ -74,7 +74,7 @@ def test_shipped_holdout_figures_are_the_models_own(policy):
     assert holdout["seeds"] == evaluation["seeds"] and holdout["arrivals"] == evaluation["arrivals"]
     assert holdout["goals_total"] == evaluation["goals_total"]
     assert holdout["goals_met"] == sum(g["ok"] for g in holdout["goals"])
-    model = load_model(MODELS / f"{policy.lower()}.pt", expected_policy=policy)
+    model = load_model(MODELS / f"{policy.lower()}.safetensors", expected_policy=policy)
     family = holdout["families"][0]
     results, _ = evaluate(policy, [ModelScorer(model)], (family,), holdout["seeds"], holdout["arrivals"],
                           baselines=(), progress=False, seed_base=HOLDOUT_SEED_BASE, workers=EVAL_WORKERS)
@@ -117,9 +117,9 @@ def test_holdout_measures_other_worlds_and_leaves_the_evaluation_alone(tmp_path)
 
     from agent.evaluate.shipped import evaluate_shipped_model, holdout_model
 
-    path = tmp_path / "lb.pt"
-    shutil.copy(MODELS / "lb.pt", path)
-    shutil.copy(sidecar_path(MODELS / "lb.pt"), sidecar_path(path))
+    path = tmp_path / "lb.safetensors"
+    shutil.copy(MODELS / "lb.safetensors", path)
+    shutil.copy(sidecar_path(MODELS / "lb.safetensors"), sidecar_path(path))
     evaluate_shipped_model(path, seeds=2, arrivals=40, progress=False, families=("poisson",))
     evaluation = json.loads(sidecar_path(path).read_text())["evaluation"]
     checks = holdout_model(path, seeds=2, arrivals=40, progress=False, families=("poisson",))
@@ -138,7 +138,7 @@ def test_holdout_measures_other_worlds_and_leaves_the_evaluation_alone(tmp_path)
 
 @pytest.mark.parametrize("policy", ["EE", "LB", "EL"])
 def test_shipped_model_is_small_reproducible_and_runs_at_5000_nodes(policy):
-    path = MODELS / f"{policy.lower()}.pt"
+    path = MODELS / f"{policy.lower()}.safetensors"
     assert path.stat().st_size < 1_000_000
     meta = _meta(policy)
     assert meta["sha256"] == sha256_of(path)
@@ -176,7 +176,7 @@ def _one_pool(n: int, requested: np.ndarray, power_known: np.ndarray) -> NodeSta
 
 
 def _place_in_turn(policy: str, n: int, pods: int, power_known: np.ndarray, busy_reveals_power: bool = False) -> np.ndarray:
-    model = load_model(MODELS / f"{policy.lower()}.pt")
+    model = load_model(MODELS / f"{policy.lower()}.safetensors")
     pod = PodRequest(250.0, 64 * MIB, *((20.0, 30.0) if policy == "EL" else (None, None)))
     requested, power_known = np.zeros(n), power_known.copy()
     for _ in range(pods):
@@ -228,7 +228,7 @@ def _same_run(a, b) -> bool:
 def test_evaluation_on_two_workers_measures_what_one_does(policy):
     """The shipped evaluation runs its worlds on forked workers; each run is seeded by its world, so
     the runs (a model, a selector, every baseline, the kept trace) are the serial ones, in order."""
-    model = ModelScorer(load_model(MODELS / f"{policy.lower()}.pt", expected_policy=policy))
+    model = ModelScorer(load_model(MODELS / f"{policy.lower()}.safetensors", expected_policy=policy))
     kwargs = dict(seeds=2, arrivals=60, progress=False, traces_for=("test1", 3), node_counts=(3, 10))
     serial, serial_traces = evaluate(policy, [model], ("test1", "churn"), workers=1, **kwargs)
     forked, forked_traces = evaluate(policy, [model], ("test1", "churn"), workers=2, **kwargs)

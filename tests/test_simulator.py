@@ -3,10 +3,10 @@ import itertools
 import numpy as np
 import pytest
 
-from agent.scoring import HeuristicScorer, choose
+from rlscore.core.scoring import HeuristicScorer, choose
 from agent.sim import scenarios
 from agent.sim.families import FAMILIES, JITTERED_LIMITS, evaluation_families_for, family, families_for
-from agent.sim.outcomes import HOT_UTILIZATION
+from rlscore.core.objectives import HOT_UTILIZATION
 from agent.sim.scenarios import PodSampler, _EventMaker
 from agent.sim.simulator import Cluster, EventsExhausted, Simulation
 from agent.sim.world import GEN_NEW, GEN_OLD, GIB, LARGE, SMALL, Hardware, NodeSpec, PodClass, SimPod, World
@@ -382,7 +382,7 @@ def test_cluster_needs_a_node():
 def test_the_recent_peak_is_the_last_cycles_load_once_the_cluster_emptied():
     """test1 empties the cluster every 115 s: at the next cycle's first pod the nodes are empty, and
     the recent peak is the 30 pods of the cycle before; 600 s later that cycle is forgotten."""
-    from agent.features import RECENT_PEAK_WINDOW_S
+    from rlscore.core.features import RECENT_PEAK_WINDOW_S
 
     sim = Simulation(_world([NodeSpec(LARGE, 5.0)], arrivals="test1"), seed=0)
     peaks = []

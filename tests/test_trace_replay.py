@@ -9,7 +9,7 @@ import pytest
 from agent.live.calibrate import build_profile
 from agent.live.history import History, NodeRecord, PodRecord
 from agent.live.trace_replay import jittered, replay_history, replay_spread
-from agent.scoring import HeuristicScorer
+from rlscore.core.scoring import HeuristicScorer
 from agent.sim.world import GIB
 
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from agent.evaluate.compare import evaluate, summarize
-from agent.learn.model_io import load_model
+from rlscore.core.model import load_model
 from agent.learn.train import config_for, run, save_trained
-from agent.scoring import ModelScorer
+from rlscore.core.scoring import ModelScorer
 from agent.sim import families
 from agent.sim.families import Family
 from agent.sim.world import GIB, LARGE, Hardware, NodeSpec, PodClass, World
@@ -62,7 +62,7 @@ def test_every_algorithm_trains_and_saves_a_servable_model(tmp_path):
         cfg = config_for(algo, policy="LB", total_timesteps=1500, seed=1, families=("test2",), log_dir="",
                          progress=False, out=str(tmp_path), **({"learning_starts": 300} if algo == "dqn" else {}))
         network, record = run(cfg, algo)
-        path = save_trained(cfg, network, record, tmp_path / f"lb-{algo}.pt")
+        path = save_trained(cfg, network, record, tmp_path / f"lb-{algo}.safetensors")
         model = load_model(path, expected_policy="LB")
         assert model.metadata["training"]["algorithm"].lower().startswith({"dqn": "double dqn", "a2c": "a2c",
                                                                             "ppo": "ppo"}[algo])
@@ -80,18 +80,19 @@ def test_fine_tuning_on_a_cluster_profile_records_it_and_evaluates_on_it(tmp_pat
     """rlscore-train --profile --init: the serving model fine-tuned on one cluster; the sidecar keeps
     the profile (the server's drift reference) and the evaluation of that cluster."""
     from agent.learn.train import main
-    from agent.sim.cluster_profile import ClusterProfile, save_profile
+    from rlscore.core.profile import ClusterProfile, save_profile
+    from agent.sim.cluster_profile import profile_world, world_profile
 
     world = _tiny_scarce_near(np.random.default_rng(0), 3, True, False)
-    profile = save_profile(ClusterProfile.of_world(world, "tiny-shop"), tmp_path / "cluster.yaml")
-    shipped = __import__("pathlib").Path(__file__).resolve().parents[1] / "models" / "el.pt"
+    profile = save_profile(world_profile(world, "tiny-shop"), tmp_path / "cluster.yaml")
+    shipped = __import__("pathlib").Path(__file__).resolve().parents[1] / "models" / "el.safetensors"
     args = ["--policy", "EL", "--profile", str(profile), "--init", str(shipped), "--timesteps", "600",
-            "--out", str(tmp_path), "--name", "el-shop.pt", "--log-dir", "", "--no-progress"]
+            "--out", str(tmp_path), "--name", "el-shop.safetensors", "--log-dir", "", "--no-progress"]
     assert main(args) == 0
-    model = load_model(tmp_path / "el-shop.pt", expected_policy="EL")
+    model = load_model(tmp_path / "el-shop.safetensors", expected_policy="EL")
     meta = model.metadata
     assert meta["training_profile"]["name"] == "tiny-shop"
-    assert ClusterProfile.model_validate(meta["training_profile"]).world().nodes == world.nodes
+    assert profile_world(ClusterProfile.model_validate(meta["training_profile"])).nodes == world.nodes
     assert meta["training"]["hyperparameters"]["profile"] == str(profile)
     assert meta["training"]["hyperparameters"]["init"] == str(shipped)
     assert meta["training"]["hyperparameters"]["kickstart"] == 0.0  # no teacher when fine-tuning
@@ -103,15 +104,16 @@ def test_lb_clones_its_teacher_on_a_cluster_profile(tmp_path):
     """LB's default teachers override the usage-skew family, which a profile run does not have: that
     override is left out instead of refusing to start."""
     from agent.learn.train import main
-    from agent.sim.cluster_profile import ClusterProfile, save_profile
+    from rlscore.core.profile import ClusterProfile, save_profile
+    from agent.sim.cluster_profile import world_profile
     from agent.sim.families import family
 
     world = family("usage-skew").world(np.random.default_rng(0), 4)
-    profile = save_profile(ClusterProfile.of_world(world, "skewed-4"), tmp_path / "cluster.yaml")
+    profile = save_profile(world_profile(world, "skewed-4"), tmp_path / "cluster.yaml")
     assert main(["--policy", "LB", "--profile", str(profile), "--kickstart", "1", "--timesteps", "0",
-                 "--imitation-steps", "50", "--out", str(tmp_path), "--name", "lb.pt", "--log-dir", "",
+                 "--imitation-steps", "50", "--out", str(tmp_path), "--name", "lb.safetensors", "--log-dir", "",
                  "--no-eval", "--no-progress"]) == 0
-    teachers = load_model(tmp_path / "lb.pt", expected_policy="LB").metadata["training"]["teachers"]
+    teachers = load_model(tmp_path / "lb.safetensors", expected_policy="LB").metadata["training"]["teachers"]
     assert list(teachers) == ["profile:skewed-4"]
 
 
@@ -134,8 +136,8 @@ def test_hidden_widths_reach_the_saved_model(tmp_path):
 
     assert main(["--policy", "LB", "--algo", "ppo", "--families", "test2", "--hidden", "32,16,8", "--timesteps", "256",
                  "--kickstart", "0", "--out", str(tmp_path), "--log-dir", "", "--no-eval", "--no-progress"]) == 0
-    model = load_model(tmp_path / "lb.pt", expected_policy="LB")
-    assert model.network.hidden == (32, 16, 8)
+    model = load_model(tmp_path / "lb.safetensors", expected_policy="LB")
+    assert tuple(model.architecture.hidden) == (32, 16, 8)
     assert model.metadata["training"]["hyperparameters"]["hidden"] == [32, 16, 8]
     assert np.isfinite(model.q_values(*_probe())).all()
 
@@ -157,6 +159,6 @@ def test_hidden_refuses_bad_widths(widths, message, tmp_path, capsys):
 def test_hidden_and_init_exclude_each_other(tmp_path, capsys):
     from agent.learn.train import main
 
-    shipped = Path(__file__).resolve().parents[1] / "models" / "lb.pt"
+    shipped = Path(__file__).resolve().parents[1] / "models" / "lb.safetensors"
     assert main(["--policy", "LB", "--hidden", "128,128", "--init", str(shipped), "--out", str(tmp_path)]) == 2
     assert "--hidden and --init exclude each other" in capsys.readouterr().err

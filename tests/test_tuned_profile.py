@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.heuristics import default_scheduler, least_allocated, most_allocated
-from agent.state import NodeState, PodRequest
+from rlscore.core.rules import default_scheduler, least_allocated, most_allocated
+from rlscore.core.state import NodeState, PodRequest
 from agent.tune.kube_scores import DEFAULT, STRATEGIES, ScoreConfig, node_scores
 from agent.tune.scheduler_config import kube_scheduler_configuration
 
@@ -54,7 +54,7 @@ def _random_state(rng: np.random.Generator) -> tuple[NodeState, PodRequest]:
 
 def test_default_config_equals_the_default_heuristic():
     """With kube-scheduler's default weights the weighted sum is the scorer evaluation has always
-    used for the default profile (agent.heuristics.default_scheduler)."""
+    used for the default profile (rlscore.core.rules.default_scheduler)."""
     rng = np.random.default_rng(3)
     tie = np.random.default_rng(0)
     for _ in range(300):

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from agent.sim.cluster_profile import ClusterProfile, ProfileError, load_profile, save_profile
+from rlscore.core.profile import ClusterProfile, ProfileError, load_profile, save_profile
+from agent.sim.cluster_profile import profile_world, world_profile
 from agent.sim.families import FAMILIES
 from agent.tune import cli
 from agent.tune.baselines import METHODS, tune
@@ -26,14 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_profile_round_trip_gives_the_same_world(name, tmp_path):
     world = FAMILIES[name].world(np.random.default_rng(4), None, True, False)
-    path = save_profile(ClusterProfile.of_world(world, name), tmp_path / "cluster.yaml")
-    assert load_profile(path).world() == world
+    path = save_profile(world_profile(world, name), tmp_path / "cluster.yaml")
+    assert profile_world(load_profile(path)) == world
 
 
 def test_power_known_for_some_nodes_only_round_trips():
     world = FAMILIES["one-pool"].world(np.random.default_rng(4), 6)
     assert any(world.power_hidden) and not all(world.power_hidden)
-    doc = yaml.safe_load(ClusterProfile.of_world(world, "pool").to_yaml())
+    doc = yaml.safe_load(world_profile(world, "pool").to_yaml())
     assert [h for g in doc["nodes"] for h in g["powerHidden"]] == list(world.power_hidden)
     doc["nodes"][0]["powerHidden"] = doc["nodes"][0]["powerHidden"][:-1]
     with pytest.raises(ValueError, match=r"powerHidden \(5\) and latencyMs \(6\) must align"):
@@ -42,7 +43,7 @@ def test_power_known_for_some_nodes_only_round_trips():
 
 def _profile_doc() -> dict:
     world = FAMILIES["poisson"].world(np.random.default_rng(1), 3, False, False)
-    return yaml.safe_load(ClusterProfile.of_world(world, "small").to_yaml())
+    return yaml.safe_load(world_profile(world, "small").to_yaml())
 
 
 @pytest.mark.parametrize("change, message", [
@@ -154,10 +155,10 @@ def test_tuner_save_load_and_refusals(tmp_path):
     loaded = RLTuner.load(path)
     assert loaded.catalogue == CATALOGUE and loaded.metadata["note"] == "test"
     with pytest.raises(ValueError, match="no such tuner file"):
-        RLTuner.load(tmp_path / "none.pt")
-    (tmp_path / "junk.pt").write_bytes(b"not a tuner")
+        RLTuner.load(tmp_path / "none.safetensors")
+    (tmp_path / "junk.safetensors").write_bytes(b"not a tuner")
     with pytest.raises(ValueError, match="not a tuner file"):
-        RLTuner.load(tmp_path / "junk.pt")
+        RLTuner.load(tmp_path / "junk.safetensors")
 
 
 def test_domain_features_are_coarse_and_finite():
@@ -170,7 +171,7 @@ def test_domain_features_are_coarse_and_finite():
 
 def test_rlscore_tune_writes_a_profile_the_chosen_weights_reproduce(tmp_path, capsys):
     world = FAMILIES["poisson"].world(np.random.default_rng(3), 5, False, False)
-    profile = save_profile(ClusterProfile.of_world(world, "five-nodes"), tmp_path / "in.yaml")
+    profile = save_profile(world_profile(world, "five-nodes"), tmp_path / "in.yaml")
     net, _ = train_on_table(np.zeros((6, len(DOMAIN_FEATURES)), np.float32), np.zeros((6, len(CATALOGUE))),
                             TrainConfig(iterations=2, clusters_per_batch=2))
     tuner = RLTuner(net, CATALOGUE).save(tmp_path / "tuner.pt")
@@ -189,7 +190,7 @@ def test_rlscore_tune_writes_a_profile_the_chosen_weights_reproduce(tmp_path, ca
     strategy = tuned["pluginConfig"][0]["args"]["scoringStrategy"]
     assert strategy["type"] == chosen.strategy
     assert [r["weight"] for r in strategy["resources"]] == [chosen.cpu_weight, chosen.memory_weight]
-    assert load_profile(out / "cluster.yaml").world() == world
+    assert profile_world(load_profile(out / "cluster.yaml")) == world
     # the prediction in the record is the objective of a fresh replay with those weights
     replay = TuningTask(world, "EE", record["replay_seed"], 40, replays=record["replays"]).objective(chosen)
     assert replay == pytest.approx(record["predicted_objective"])

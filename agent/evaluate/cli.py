@@ -12,10 +12,10 @@ import torch
 from agent.evaluate.compare import EVAL_WORKERS, evaluate, summarize
 from agent.evaluate.goals import check_goals
 from agent.evaluate.report import markdown_table, write_outputs
-from agent.learn.model_io import ModelValidationError, load_model
-from agent.scoring import ModelScorer
+from rlscore.core.model import ModelValidationError, load_model
+from rlscore.core.scoring import ModelScorer
 from agent.sim.families import FAMILIES, evaluation_families_for, family
-from agent.state import POLICIES
+from rlscore.core.state import POLICIES
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=_int_list, default=None,
                         help="node counts (default: 3,10,100 for the thesis patterns, drawn per seed otherwise)")
     parser.add_argument("--model", type=Path, action="append", default=None,
-                        help="model file, repeatable (default models/<policy>.pt)")
+                        help="model file, repeatable (default models/<policy>.safetensors)")
     parser.add_argument("--no-model", action="store_true", help="baselines only")
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--arrivals", type=int, default=300, help="pod arrivals per run")
@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile is not None:
         if args.families or args.nodes:
             parser.error("--profile fixes the cluster: it excludes --families and --nodes")
-        from agent.sim.cluster_profile import ProfileError, load_profile, register_profile
+        from rlscore.core.profile import ProfileError, load_profile
+        from agent.sim.cluster_profile import register_profile
         try:
             families = (register_profile(load_profile(args.profile)),)
         except ProfileError as exc:
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     scorers = []
     if not args.no_model:
-        paths = args.model or [Path("models") / f"{policy.lower()}.pt"]
+        paths = args.model or [Path("models") / f"{policy.lower()}.safetensors"]
         for path in paths:
             # one model is rl-<policy>; several are told apart by their directory and file name
             name = f"rl-{policy.lower()}" if len(paths) == 1 else f"rl-{path.parent.name}/{path.stem}"

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm import tqdm
 
-from agent.features import latency_tiers
-from agent.heuristics import HEURISTICS
+from rlscore.core.features import latency_tiers
+from rlscore.core.rules import RULES
 from agent.parallel import fork_pool
-from agent.scoring import HeuristicScorer, Scorer, choose
+from rlscore.core.scoring import HeuristicScorer, Scorer, choose
 from agent.sim.families import family
 from agent.sim.outcomes import cost
 from agent.sim.simulator import EventsExhausted, Simulation
-from agent.state import POLICIES
+from rlscore.core.state import POLICIES
 
 EVAL_SEED_BASE = 2**40
 # Hold-out seeds: a second range training never draws from. The evaluation seeds above have been
@@ -47,7 +47,7 @@ BASELINES = {
            "efficient-first", "one-step-el", "random"),
 }
 for _names in BASELINES.values():
-    assert all(name in HEURISTICS for name in _names), _names
+    assert all(name in RULES for name in _names), _names
 
 
 def baselines_for(policy: str) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ or place onto a node that already runs pods. A cloned model that loses to its te
 here whether it packs differently or opens other nodes (the choice whose best answer depends on the
 load still to come, which no node feature shows).
 
-    python -m agent.evaluate.departures models/ee.pt --baseline most-allocated --family test1 --nodes 3
+    python -m agent.evaluate.departures models/ee.safetensors --baseline most-allocated --family test1 --nodes 3
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE, cells
-from agent.learn.model_io import ModelValidationError, load_model
-from agent.scoring import HeuristicScorer, ModelScorer, Scorer, choose
+from rlscore.core.model import ModelValidationError, load_model
+from rlscore.core.scoring import HeuristicScorer, ModelScorer, Scorer, choose
 from agent.sim.families import family
 from agent.sim.simulator import Simulation
 

@@ -35,12 +35,12 @@ import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, baselines_for, evaluate
 from agent.evaluate.goals import clearly_behind, paired_ratio
-from agent.heuristics import POLICY_HEURISTIC
-from agent.learn.model_io import (ModelValidationError, install_model, load_model, save_heuristic_model, sha256_of,
-                                  sidecar_path, write_atomically)
-from agent.scoring import ModelScorer
-from agent.sim.cluster_profile import ProfileError, load_profile, register_profile
-from agent.state import POLICIES
+from rlscore.core.rules import FALLBACK_RULE
+from rlscore.core.model import ModelValidationError, install_model, load_model, write_heuristic_model, sha256_of, sidecar_path, write_atomically
+from rlscore.core.scoring import ModelScorer
+from rlscore.core.profile import ProfileError, load_profile
+from agent.sim.cluster_profile import profile_world, register_profile
+from rlscore.core.state import POLICIES
 
 CANDIDATE, SERVING = "candidate", "serving"
 SEED_NODE_BUDGET = 192  # seeds x nodes the gate runs by default (see the module's docstring)
@@ -81,7 +81,7 @@ def judge(policy: str, candidate: Path, serving: Path | None, profile_path: Path
     worlds, so judging the retraining loop's fallback costs nothing more."""
     profile = load_profile(profile_path)
     if seeds is None:
-        seeds = default_seeds(profile.world().size)
+        seeds = default_seeds(profile_world(profile).size)
     verdict = Verdict(False, "", policy, profile.name, seeds, arrivals, margin)
     try:
         digest = sha256_of(candidate)
@@ -101,7 +101,7 @@ def judge(policy: str, candidate: Path, serving: Path | None, profile_path: Path
         scorers.append(ModelScorer(serving_model, name=SERVING))
         verdict.serving = serving_model.version
     else:
-        verdict.serving = f"heuristic:{POLICY_HEURISTIC[policy]}"
+        verdict.serving = f"heuristic:{FALLBACK_RULE[policy]}"
     family = register_profile(profile)
     baselines = tuple(b for b in baselines_for(policy) if b != "random")
     seed_set = {EVAL_SEED_BASE + k for k in range(seeds)}
@@ -115,7 +115,7 @@ def judge(policy: str, candidate: Path, serving: Path | None, profile_path: Path
         by.setdefault(r.scorer, {})[r.seed] = r.objective
     verdict.per_seed = by
     verdict.objective = {name: round(float(np.mean(list(v.values()))), 6) for name, v in by.items()}
-    reference = SERVING if serving_model is not None else POLICY_HEURISTIC[policy]
+    reference = SERVING if serving_model is not None else FALLBACK_RULE[policy]
     best = min(baselines, key=lambda b: verdict.objective[b])
     verdict.best_baseline = best
     seeds_run = sorted(by[CANDIDATE])
@@ -194,11 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlscore-gate", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--policy", required=True, type=str.upper, choices=POLICIES)
-    parser.add_argument("--candidate", required=True, type=Path, help="the retrained model (.pt beside its .json)")
+    parser.add_argument("--candidate", required=True, type=Path, help="the retrained model (.safetensors beside its .json)")
     parser.add_argument("--heuristic", default=None, metavar="NAME",
                         help="judge this hand-written scorer as the candidate: a model file naming it is written at "
                              "--candidate (which must not exist) and judged like a model")
-    parser.add_argument("--serving", type=Path, default=None, help="the model serving now (default models/<policy>.pt)")
+    parser.add_argument("--serving", type=Path, default=None, help="the model serving now (default models/<policy>.safetensors)")
     parser.add_argument("--profile", required=True, type=Path, help="the cluster profile to judge on")
     parser.add_argument("--seeds", type=int, default=None,
                         help=f"held-out seeds (default: {SEED_NODE_BUDGET} / the profile's nodes, {MIN_SEEDS} to "
@@ -211,12 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (args.seeds is not None and args.seeds < 1) or args.arrivals < 1 or not 0 <= args.margin < 1:
         parser.error("--seeds and --arrivals must be >= 1, --margin within [0, 1)")
-    serving = args.serving or Path("models") / f"{args.policy.lower()}.pt"
+    serving = args.serving or Path("models") / f"{args.policy.lower()}.safetensors"
     if args.heuristic is not None:
         if args.candidate.exists():
             parser.error(f"--heuristic writes the candidate's file, and {args.candidate} exists: name a new path")
         try:
-            save_heuristic_model(args.candidate, args.heuristic, args.policy,
+            write_heuristic_model(args.candidate, args.heuristic, args.policy,
                                  {"note": f"the heuristic {args.heuristic} as a candidate for {args.policy} "
                                           "(rlscore-gate --heuristic)"})
         except ValueError as exc:

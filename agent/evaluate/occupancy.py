@@ -7,7 +7,7 @@ still keep different ones on: on test2 at 3 nodes one-step-ee lets a small node 
 efficient one and switches it off, MostAllocated refills the small node and keeps both
 (docs/training.md, "Rules that tie on outcome but place differently").
 
-    python -m agent.evaluate.occupancy models/ee.pt one-step-ee most-allocated --family test2 --nodes 3
+    python -m agent.evaluate.occupancy models/ee.safetensors one-step-ee most-allocated --family test2 --nodes 3
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Callable
 import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE, cells, run
-from agent.learn.model_io import LoadedModel, ModelValidationError, load_model
-from agent.scoring import HeuristicScorer, ModelScorer, Scorer
+from rlscore.core.model import LoadedModel, ModelValidationError, load_model
+from rlscore.core.scoring import HeuristicScorer, ModelScorer, Scorer
 from agent.sim.families import family
 from agent.sim.simulator import Simulation
-from agent.state import POLICIES
+from rlscore.core.state import POLICIES
 
 DEFAULT_AT = (30, 120, 330)
 
@@ -48,7 +48,7 @@ def occupancy(make_scorer: Callable[[], Scorer], family_name: str, nodes: int | 
 def scorer_factory(name: str, policy: str, model: LoadedModel | None = None) -> Callable[[int], Scorer]:
     """Fresh scorers per seed: a model file's (`model` when it is already loaded), or a heuristic's
     seeded as the evaluation seeds it."""
-    if name.endswith(".pt"):
+    if name.endswith(".safetensors"):
         model = model or load_model(Path(name), expected_policy=policy)
         return lambda seed: ModelScorer(model)
     HeuristicScorer(name, np.random.default_rng(0))  # refuses an unknown name before any run
@@ -57,7 +57,7 @@ def scorer_factory(name: str, policy: str, model: LoadedModel | None = None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agent.evaluate.occupancy", description=__doc__.splitlines()[0])
-    parser.add_argument("scorers", nargs="+", help="model files (.pt) and heuristics of the policy")
+    parser.add_argument("scorers", nargs="+", help="model files (.safetensors) and heuristics of the policy")
     parser.add_argument("--family", required=True)
     parser.add_argument("--policy", choices=POLICIES, default=None,
                         help="the objective (default: the first model's policy; required with heuristics alone)")
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         family(args.family)
         policy, loaded = args.policy, {}
         if policy is None:  # the first model's, which is then loaded once
-            model_file = next((s for s in args.scorers if s.endswith(".pt")), None)
+            model_file = next((s for s in args.scorers if s.endswith(".safetensors")), None)
             if model_file is None:
                 raise ValueError("--policy is needed when no model file is given")
             loaded[model_file] = load_model(Path(model_file))

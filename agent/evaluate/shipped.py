@@ -1,11 +1,11 @@
 """The evaluation every shipped model records in its sidecar (all families of its policy, held-out
 seeds, every baseline of the policy, and the goals), and the choice between trainers' candidates.
 
-`python -m agent.evaluate.shipped pick models/ee.pt cand/ee-ppo.pt cand/ee-dqn.pt` ships the candidate
+`python -m agent.evaluate.shipped pick models/ee.safetensors cand/ee-ppo.safetensors cand/ee-dqn.safetensors` ships the candidate
 that meets more goals (then: the lower mean objective relative to the best baseline) and records the
 comparison in the shipped sidecar.
 
-`python -m agent.evaluate.shipped holdout models/ee.pt` measures the same on the hold-out seeds
+`python -m agent.evaluate.shipped holdout models/ee.safetensors` measures the same on the hold-out seeds
 (compare.HOLDOUT_SEED_BASE) into the sidecar's `holdout` key. Picking on the evaluation seeds makes
 their figures optimistic; nothing is ever chosen on the hold-out seeds, so theirs are not.
 """
@@ -24,8 +24,8 @@ import numpy as np
 from agent.evaluate.compare import EVAL_SEED_BASE, EVAL_WORKERS, HOLDOUT_SEED_BASE, best_baseline, evaluate, summarize
 from agent.evaluate.goals import check_goals, missed_beyond_noise
 from agent.evaluate.report import markdown_table
-from agent.learn.model_io import load_model, sha256_of, sidecar_path
-from agent.scoring import ModelScorer
+from rlscore.core.model import load_model, sha256_of, sidecar_path
+from rlscore.core.scoring import ModelScorer
 from agent.sim.families import evaluation_families_for
 
 # 32 seeds per cell. With 4, a cell's mean moved by more than the goals' 2% tolerance (re-measured on 8,

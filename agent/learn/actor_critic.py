@@ -27,7 +27,7 @@ from agent.learn.common import TrainConfig, make_actor, make_env, seed_everythin
 from agent.learn.network import NodeScorer, ValueHead
 from agent.learn.teachers import teacher_names
 from agent.learn.vector_env import EnvWorkers
-from agent.state import normalize_policy
+from rlscore.core.state import normalize_policy
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agent.features import input_columns
+from rlscore.core.features import input_columns
 from agent.learn.env import SchedulingEnv
 from agent.learn.network import NodeScorer
 from agent.sim.families import TRAIN_NODES
@@ -46,12 +46,12 @@ class TrainConfig:
     hidden: tuple[int, ...] = (64, 64)
     """equivariant layer widths"""
     blind_to: tuple[str, ...] = ()
-    """inputs (feature or group names of agent.features.INPUT_GROUPS) the served network may not
+    """inputs (feature or group names of rlscore.core.features.INPUT_GROUPS) the served network may not
     read: its first layer's weights on them stay zero"""
     torch_threads: int = 1
     """CPU threads for torch (the networks are small; more threads mostly add overhead)"""
     out: str = "models"
-    """directory for <policy>.pt and its .json sidecar"""
+    """directory for <policy>.safetensors and its .json sidecar"""
     log_dir: str = "runs"
     """TensorBoard log directory ('' to disable)"""
     progress: bool = True

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from agent.learn.common import TrainConfig, make_actor, make_env, seed_everything, tensorboard, training_record
 from agent.learn.network import NodeScorer
-from agent.state import normalize_policy
+from rlscore.core.state import normalize_policy
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Each episode draws a scenario family and a world from it (node count, hardware, workload; see
 agent.sim.families). The observation pads the feature matrix of the feasible nodes to `max_nodes`
 slots; the action is a slot; `action_masks()` (and the observation's `action_mask`) mark the slots
-holding a feasible node. Features come from `agent.features.node_features` on exactly the feasible
+holding a feasible node. Features come from `rlscore.core.features.node_features` on exactly the feasible
 set, as at serving time; rewards from `agent.learn.rewards`.
 """
 
@@ -15,11 +15,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from agent.features import FEATURE_CLIP, NUM_NODE_FEATURES, NUM_POD_FEATURES, latency_tiers, node_features
+from rlscore.core.features import FEATURE_CLIP, NUM_NODE_FEATURES, NUM_POD_FEATURES, latency_tiers, node_features
 from agent.learn.rewards import INVALID_ACTION_REWARD, REWARD_VARIANTS, STEPWISE, OutcomeReward, thesis_reward
 from agent.sim.families import TRAIN_NODES, check_node_draw, draw_node_count, families_for, family
 from agent.sim.simulator import Simulation
-from agent.state import normalize_policy
+from rlscore.core.state import normalize_policy
 
 
 MAX_EPISODE_DECISIONS = 4096

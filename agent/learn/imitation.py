@@ -20,16 +20,17 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from agent.features import node_features
-from agent.heuristics import HEURISTICS
-from agent.kernels import TIE
+from rlscore.core.features import node_features
+from rlscore.core.rules import RULES
+from rlscore.core.kernels import TIE
 from agent.learn.actor_critic import masked_logits, teacher_cross_entropy
-from agent.learn.model_io import NumpyScorer
+
+from agent.learn.model_io import served
 from agent.learn.network import NodeScorer
 from agent.learn.teachers import teacher_for, teacher_names, teacher_targets, world_teacher
 from agent.learn.threads import ThreadBudget
 from agent.parallel import fork_pool
-from agent.scoring import choose
+from rlscore.core.scoring import choose
 from agent.sim.families import draw_node_count
 from agent.sim.simulator import Simulation
 
@@ -130,7 +131,7 @@ def demonstrations(policy: str, teachers: dict, worlds_per_family: int, decision
     rng = np.random.default_rng(seed)
     demos = Demonstrations([], [], [], judged=tuple(judge))
     rules = teacher_names(teachers)
-    actor_values = NumpyScorer(actor) if actor is not None else None  # the served forward pass, once per call
+    actor_values = served(actor, policy).q_values_from_features if actor is not None else None  # the served forward pass
     if like is not None:
         demos.world_teacher_of = like.world_teacher_of
 
@@ -182,7 +183,7 @@ def rule_agreement(rules: tuple[str, ...], nodes, pod, teacher_best: np.ndarray,
     has no finite best): how likely following it places as the teacher did."""
     shares = np.zeros(len(rules), dtype=np.float32)
     for k, rule in enumerate(rules):
-        values = HEURISTICS[rule](nodes, pod, rng)
+        values = RULES[rule](nodes, pod, rng)
         best = values >= values.max() - TIE
         if best.any():
             shares[k] = (best & teacher_best[: len(values)]).sum() / best.sum()

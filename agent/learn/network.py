@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from agent.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
+from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
 
 
 class EquivariantLayer(nn.Module):
@@ -118,7 +118,7 @@ class ValueHead(nn.Module):
 
 
 class RuleSelector(ValueHead):
-    """Which of `rules` (names of agent.heuristics) should place the pod, from the whole candidate
+    """Which of `rules` (names of rlscore.core.rules) should place the pod, from the whole candidate
     set: one logit per rule. The rule it picks scores the nodes, so where it picks the right rule it
     places exactly as that rule does (agent.learn.selector says why)."""
 

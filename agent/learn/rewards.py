@@ -50,9 +50,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent.features import LATENCY_TIER_HARD, LATENCY_TIER_SOFT, latency_tiers
+from rlscore.core.features import LATENCY_TIER_HARD, LATENCY_TIER_SOFT, latency_tiers
 from agent.sim.outcomes import Ledger, Units, cost
-from agent.state import NodeState, PodRequest
+from rlscore.core.state import NodeState, PodRequest
 
 REWARD_VARIANTS = ("outcome", "stepwise", "thesis")
 INVALID_ACTION_REWARD = -2.0

@@ -33,11 +33,11 @@ from tqdm import tqdm
 
 from agent.learn.common import TrainConfig, seed_everything, training_record
 from agent.learn.imitation import CLONE_BATCH_PARTS, Demonstrations, demonstrations
-from agent.learn.model_io import MAX_SELECTOR_RULES
+from rlscore.core.model import MAX_SELECTOR_RULES
 from agent.learn.network import RuleSelector
 from agent.learn.teachers import teacher_names
 from agent.learn.threads import ThreadBudget
-from agent.state import normalize_policy
+from rlscore.core.state import normalize_policy
 
 
 @dataclass

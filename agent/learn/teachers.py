@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.heuristics import HEURISTICS
+from rlscore.core.rules import RULES
 from agent.parallel import fork_pool
 from agent.sim.families import TRAIN_NODES
-from agent.state import NodeState, PodRequest
+from rlscore.core.state import NodeState, PodRequest
 
 TEACHER_SEED_BASE = 10**6  # below EVAL_SEED_BASE, away from the trainers' own draws
 
@@ -97,7 +97,7 @@ def world_teacher(policy: str, world, seed: int, default: str, rules: list[str],
 
 def _rule_cost(job: tuple) -> float:
     """One rule's cost on one world, summed over its `futures` streams (world_teacher)."""
-    from agent.scoring import choose
+    from rlscore.core.scoring import choose
     from agent.sim.outcomes import cost
     from agent.sim.simulator import Simulation
 
@@ -169,7 +169,7 @@ def assign_teachers(policy: str, families: tuple[str, ...], choice: str = "per-f
 
 def _objective(job: tuple) -> float:
     from agent.evaluate.compare import run
-    from agent.scoring import HeuristicScorer
+    from rlscore.core.scoring import HeuristicScorer
 
     baseline, family_name, k, policy, arrivals, band = job
     nodes = None
@@ -181,7 +181,7 @@ def _objective(job: tuple) -> float:
 
 def teacher_targets(name: str, nodes: NodeState, pod: PodRequest, slots: int, rng: np.random.Generator) -> np.ndarray:
     """The teacher's choice as a distribution over `slots` (uniform over its tied best nodes)."""
-    values = HEURISTICS[name](nodes, pod, rng)
+    values = RULES[name](nodes, pod, rng)
     best = values >= values.max() - 1e-9
     target = np.zeros(slots, dtype=np.float32)
     target[: len(values)] = best / best.sum()

@@ -12,12 +12,13 @@ import sys
 import time
 from pathlib import Path
 
-from agent.features import input_columns
-from agent.learn.model_io import MAX_HIDDEN_UNITS, ModelValidationError, load_model, save_model
+from rlscore.core.features import input_columns
+from rlscore.core.model import MAX_HIDDEN_UNITS, ModelValidationError, load_model
+from agent.learn.model_io import save_model, torch_network
 from agent.learn.network import NodeScorer
 from agent.learn.rewards import REWARD_VARIANTS
 from agent.sim.families import FAMILIES, NODE_DRAWS
-from agent.state import POLICIES
+from rlscore.core.state import POLICIES
 
 ALGORITHMS = ("dqn", "a2c", "ppo", "selector")
 # Options a rule selector has no use for: it is fitted to its teachers' decisions, from scratch, on every
@@ -49,7 +50,7 @@ def run(cfg, algo: str, init: NodeScorer | None = None) -> tuple[NodeScorer, dic
 
 
 def save_trained(cfg, network: NodeScorer, record: dict, path: Path | None = None) -> Path:
-    path = path or Path(cfg.out) / f"{cfg.policy.lower()}.pt"
+    path = path or Path(cfg.out) / f"{cfg.policy.lower()}.safetensors"
     return save_model(path, network, cfg.policy, {**record, **cfg.extra_metadata})
 
 
@@ -162,8 +163,8 @@ def _parser() -> argparse.ArgumentParser:
                              f"dqn {DQNConfig.torch_threads}); cloning takes "
                              "fewer while other work holds the cores, with the same weights (agent/learn/threads.py); "
                              "PPO's and DQN's weights depend on it")
-    parser.add_argument("--out", default="models", help="output directory for <policy>.pt + .json")
-    parser.add_argument("--name", default=None, help="file name (default <policy>.pt)")
+    parser.add_argument("--out", default="models", help="output directory for <policy>.safetensors + .json")
+    parser.add_argument("--name", default=None, help="file name (default <policy>.safetensors)")
     parser.add_argument("--log-dir", default="runs", help="TensorBoard logs ('' disables)")
     parser.add_argument("--no-eval", action="store_true", help="skip the evaluation recorded in the sidecar")
     parser.add_argument("--no-progress", action="store_true")
@@ -213,7 +214,7 @@ DEFAULT_TEACHER = {"EE": "per-size,test2=one-step-ee,hardware-unknown=most-alloc
 # machines. LB (17/23; usage-skew's LVRB replaced on 8 of 12 worlds) and EL (36/44) did worse with
 # them (docs/training.md).
 DEFAULT_TEACHER_FUTURES = {"EE": 3, "LB": 0, "EL": 0}
-# Inputs each policy's network is trained blind to (agent.features.INPUT_GROUPS). LB's objective and
+# Inputs each policy's network is trained blind to (rlscore.core.features.INPUT_GROUPS). LB's objective and
 # its teachers read neither latency nor power, but its clone did: on one node pool its choices followed
 # which nodes' power is known. Blind to power alone it met 19/23 goals on the evaluation seeds (mean
 # 1.011 of the best baseline) and 21/23 on the hold-out seeds (training seed 1; seed 2: 16/23). Blind to
@@ -309,21 +310,22 @@ def main(argv: list[str] | None = None) -> int:
         if args.families:
             print("rlscore-train: --profile and --families exclude each other", file=sys.stderr)
             return 2
-        from agent.sim.cluster_profile import ProfileError, load_profile, register_profile
+        from rlscore.core.profile import ProfileError, load_profile
+        from agent.sim.cluster_profile import profile_world, register_profile
         try:
             profile = load_profile(args.profile)
         except ProfileError as exc:
             print(f"rlscore-train: --profile: {exc}", file=sys.stderr)
             return 2
         families = (register_profile(profile),)
-        size = len(profile.world().nodes)
+        size = len(profile_world(profile).nodes)
         sizes = {"min_nodes": size, "max_nodes": size}
         # stored with the model: what it was trained for (the server's drift check compares with it)
         extra = {"training_profile": profile.model_dump(by_alias=True, mode="json")}
     init = None
     if args.init is not None:
         try:
-            init = load_model(args.init, expected_policy=args.policy).network
+            init = torch_network(load_model(args.init, expected_policy=args.policy))
         except ModelValidationError as exc:
             print(f"rlscore-train: --init: {exc}", file=sys.stderr)
             return 2

@@ -21,9 +21,9 @@ import numpy as np
 
 from agent.live.history import (DEFAULT_USAGE, QUERIES, History, HistoryError, NodeRecord, PodRecord,
                                  read_history)
-from agent.sim.cluster_profile import (MAX_BACKGROUND_CPU, ClusterProfile, Dynamics, NodeGroup, NodeType,
-                                       PodClassProfile, Workload, save_profile)
-from agent.sim.outcomes import UNKNOWN_IDLE_W_PER_CORE, UNKNOWN_MAX_W_PER_CORE
+from rlscore.core.profile import ClusterProfile, Dynamics, MAX_BACKGROUND_CPU, NodeGroup, NodeType, PodClassProfile, Workload, save_profile
+from agent.sim.cluster_profile import profile_world
+from rlscore.core.objectives import UNKNOWN_IDLE_W_PER_CORE, UNKNOWN_MAX_W_PER_CORE
 from agent.sim.world import DEFAULT_BACKGROUND_CPU, GIB
 
 LATENCY_DRIFT_MS = 2.0  # a node whose latency wandered more than this (std) counts as drifting
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlscore-calibrate: {exc}", file=sys.stderr)
         return 1
     path = save_profile(profile, args.out)
-    world = profile.world()
+    world = profile_world(profile)
     print(f"{len(history.nodes)} nodes in {len(profile.node_types)} type(s); {len(history.pods)} pods in the window, "
           f"{sum(1 for p in history.pods if history.arrived(p))} arrived; "
           f"{len(profile.workload.pod_classes)} pod class(es); {world.arrival_rate * 60:.2f} arrivals/min, "

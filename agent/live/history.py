@@ -19,7 +19,7 @@ import numpy as np
 from kubernetes.utils.quantity import parse_quantity
 
 from agent.live.loadgen import LATENCY_ANNOTATION
-from suggestion_server.config import Settings
+from rlscore.core import node_metrics
 
 POWER_IDLE_KEYS = ("rlscore.io/power-idle-watts", "metrics.rlscore.io/power-idle-watts")
 POWER_MAX_KEYS = ("rlscore.io/power-max-watts", "metrics.rlscore.io/power-max-watts")
@@ -43,15 +43,15 @@ QUERIES = {
     "pod_owner": "max by (namespace, pod, owner_kind, owner_name) (kube_pod_owner)",
     "pod_latency_limits": ("max by (namespace, pod, annotation_rlscore_io_latency_soft_ms, "
                            "annotation_rlscore_io_latency_hard_ms) (kube_pod_annotations)"),
-    "node_latency": "avg by (node) (rlscore_node_user_latency_ms)",
+    "node_latency": node_metrics.LATENCY_QUERY,
     # each node's busy cpu fraction, as the suggestion server reads it (RLSCORE_CPU_QUERY; by `node`
     # label), and the cores its pods use: what is left is what the node uses besides its pods
-    "node_cpu_busy": Settings.model_fields["cpu_query"].default,
+    "node_cpu_busy": node_metrics.CPU_QUERY,
     "node_pod_cpu": ('sum by (node) (irate(container_cpu_usage_seconds_total{container!=""}[1m]) '
                      '* on (namespace, pod) group_left (node) max by (namespace, pod, node) (kube_pod_info{node!=""}))'),
-    "node_power_idle": "sum by (node_name) (kepler_node_cpu_idle_watts)",
-    "node_power_active": "sum by (node_name) (kepler_node_cpu_active_watts)",
-    "node_power_usage": "avg by (node_name) (kepler_node_cpu_usage_ratio)",
+    "node_power_idle": node_metrics.POWER_IDLE_QUERY,
+    "node_power_active": node_metrics.POWER_ACTIVE_QUERY,
+    "node_power_usage": node_metrics.POWER_USAGE_QUERY,
 }
 
 
@@ -413,7 +413,7 @@ def hot_node_share(prometheus, query: str, nodes: list[str], start: float, end: 
     simulator's hot-node share, read from a live cluster. `query` gives each node's busy cpu fraction
     (the server's RLSCORE_CPU_QUERY) with a `node` label. A node without a sample at a step counts as
     not hot at that step; steps without any sample are left out."""
-    from agent.sim.outcomes import HOT_UTILIZATION
+    from rlscore.core.objectives import HOT_UTILIZATION
 
     if not end > start or not nodes:
         raise HistoryError(f"no hot-node share over {len(nodes)} node(s) from {start} to {end}")

@@ -25,7 +25,7 @@ from agent.live.pod_timeline import PodTimeline
 from agent.sim.families import family
 from agent.sim.scenarios import Event, events
 from agent.sim.world import GIB, Hardware, NodeSpec
-from agent.state import normalize_policy
+from rlscore.core.state import normalize_policy
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "examples" / "nginx-deployment.yaml"
 RUN_LABEL = "rlscore.io/loadgen-run"

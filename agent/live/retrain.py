@@ -45,7 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent.state import POLICIES
+from rlscore.core.state import POLICIES
 
 START_SEED_BASE = 4 * 10**6  # the profile's seeds that choose the starting model; the gate judges on others
 FAR_BEHIND = 0.10  # start objective over the best heuristic's beyond which fine-tuning is pulled towards it
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from agent.evaluate import gate
     from agent.learn import train
-    from agent.learn.model_io import install_model
+    from rlscore.core.model import install_model
     from agent.live import calibrate
 
     policy, low = args.policy, args.policy.lower()
@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     record: dict = {"policy": policy, "started": time.time(), "seconds": {}, "command": "rlscore-retrain " + " ".join(
         argv if argv is not None else sys.argv[1:])}
     profile = work / "cluster.yaml"
-    candidate = work / f"{low}.pt"
-    serving = args.model_dir / f"{low}.pt"
+    candidate = work / f"{low}.safetensors"
+    serving = args.model_dir / f"{low}.safetensors"
     started = time.monotonic()
 
     def finish(code: int, outcome: str) -> int:
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             return finish(1, "refused by the gate; the serving model is untouched")
         handed = f"the heuristic {record['fallback']['heuristic']}"
 
-    target = (args.candidate_dir or args.model_dir / "candidates") / f"{low}.pt"
+    target = (args.candidate_dir or args.model_dir / "candidates") / f"{low}.safetensors"
     install_model(candidate, target)
     record["candidate"], record["handed_over"] = str(target), handed
     if args.server:
@@ -200,13 +200,13 @@ def start_fallback(policy: str, refused, start: Path | None, serving: Path, prof
     reused). Judged on a copy in `work`, so the verdict never touches the start's own sidecar (an
     image's shipped model); returns that copy when the gate passes it."""
     from agent.evaluate import gate
-    from agent.learn.model_io import install_model, sha256_of
+    from rlscore.core.model import install_model, sha256_of
 
     if start is None:
         return None, {"reason": "fine-tuning started from scratch"}
     if serving.exists() and sha256_of(start) == sha256_of(serving):
         return None, {"reason": "fine-tuning started from the serving model"}
-    path = work / f"{policy.lower()}-start.pt"
+    path = work / f"{policy.lower()}-start.safetensors"
     install_model(start, path)
     verdict = gate.judge(policy, path, serving, profile, refused.seeds, margin=margin, progress=False,
                          measured=refused.per_seed)
@@ -222,9 +222,10 @@ def heuristic_fallback(policy: str, refused, start_info: dict, serving: Path, pr
     serving model is behind it. The heuristic is the one the start seeds found best (chosen apart
     from the seeds that judge it), else the gate's; returns its model file when the gate passes it."""
     from agent.evaluate import gate
-    from agent.heuristics import POLICY_HEURISTIC
-    from agent.learn.model_io import ModelValidationError, load_model, save_heuristic_model
-    from agent.sim.cluster_profile import load_profile
+    from rlscore.core.rules import FALLBACK_RULE
+    from rlscore.core.model import ModelValidationError, load_model, write_heuristic_model
+    from rlscore.core.profile import load_profile
+    from agent.sim.cluster_profile import profile_world
 
     name = (start_info.get("best_heuristic") or {}).get("name") or refused.best_baseline
     info: dict = {"heuristic": name}
@@ -235,18 +236,18 @@ def heuristic_fallback(policy: str, refused, start_info: dict, serving: Path, pr
         serving_model = load_model(serving, expected_policy=policy, allow_heuristic=True)
     except (OSError, ModelValidationError):
         serving_model = None  # the server falls back to the policy's heuristic: that is what serves
-    serving_name = (serving_model.heuristic if serving_model is not None else POLICY_HEURISTIC[policy])
+    serving_name = (serving_model.heuristic if serving_model is not None else FALLBACK_RULE[policy])
     if serving_name == name:
         info["reason"] = f"the heuristic {name} serves already"
         return None, info
-    theirs = refused.objective.get(gate.SERVING if serving_model is not None else POLICY_HEURISTIC[policy])
+    theirs = refused.objective.get(gate.SERVING if serving_model is not None else FALLBACK_RULE[policy])
     if theirs is not None and name in refused.objective and refused.objective[name] >= theirs:
         info["reason"] = (f"what serves ({theirs:.4g}) is not behind the heuristic {name} "
                           f"({refused.objective[name]:.4g}) on the gate's seeds")
         return None, info
-    path = work / f"{policy.lower()}-{name}.pt"
+    path = work / f"{policy.lower()}-{name}.safetensors"
     profile_record = load_profile(profile).model_dump(by_alias=True, mode="json")
-    save_heuristic_model(path, name, policy, {
+    write_heuristic_model(path, name, policy, {
         "training": {"algorithm": f"the heuristic {name} (no training)", "steps": 0,
                      "chosen_on": {"seeds": start_info.get("seeds"), "seed_base": start_info.get("seed_base"),
                                    "objective": (start_info.get("best_heuristic") or {}).get("objective")}},
@@ -267,9 +268,10 @@ def choose_start(policy: str, models: list[Path], profile: Path, seeds: int | No
     when none is usable. The policy's heuristics run on the same worlds, so that the record says
     how far the start is from the best of them. Returns the start and what was measured."""
     from agent.evaluate.compare import baselines_for, evaluate, summarize
-    from agent.learn.model_io import LoadedSelector, ModelValidationError, load_model
-    from agent.scoring import ModelScorer
-    from agent.sim.cluster_profile import load_profile, register_profile
+    from rlscore.core.model import LoadedSelector, ModelValidationError, load_model
+    from rlscore.core.scoring import ModelScorer
+    from rlscore.core.profile import load_profile
+    from agent.sim.cluster_profile import register_profile
 
     usable, refused = {}, {}
     for path in dict.fromkeys(models):
@@ -282,7 +284,7 @@ def choose_start(policy: str, models: list[Path], profile: Path, seeds: int | No
     from agent.evaluate.gate import default_seeds
 
     loaded = load_profile(profile)
-    seeds = seeds if seeds is not None else default_seeds(loaded.world().size)
+    seeds = seeds if seeds is not None else default_seeds(profile_world(loaded).size)
     family = register_profile(loaded)
     scorers = [ModelScorer(model, name=str(path)) for path, model in usable.items()]
     heuristics = tuple(b for b in baselines_for(policy) if b != "random")

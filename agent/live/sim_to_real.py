@@ -30,13 +30,13 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 from prometheus_api_client import PrometheusConnect
 
-from agent.learn.model_io import LoadedModel, ModelValidationError, load_model
+from rlscore.core.model import LoadedModel, ModelValidationError, load_model
 from agent.live import calibrate
 from agent.live.history import History, arrival_order, controller_name, hot_node_share, read_history
 from agent.live.loadgen import LiveCluster, RunResult, replay
 from agent.live.trace_replay import follow_live, replay_history, replay_spread, with_watched_times
-from agent.scoring import ModelScorer
-from agent.sim.cluster_profile import ClusterProfile
+from rlscore.core.scoring import ModelScorer
+from rlscore.core.profile import ClusterProfile
 
 # Prometheus's rate window on the local cluster (cluster.sh's cpu query): an earlier run's cpu is in
 # it for this long after its pods went
@@ -154,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m agent.live.sim_to_real", description=__doc__.splitlines()[0])
     parser.add_argument("--policy", type=str.upper, choices=("EE", "LB", "EL"), default="EE")
     parser.add_argument("--model", type=Path, default=None,
-                        help="the served model's file (default $RLSCORE_LOCAL_DIR/models/<policy>.pt)")
+                        help="the served model's file (default $RLSCORE_LOCAL_DIR/models/<policy>.safetensors)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--pods", type=int, default=300, help="arrivals per run")
     parser.add_argument("--speed", type=float, default=4.0, help="scenario seconds per real second")
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     env = os.environ
-    model_path = args.model or Path(env["RLSCORE_LOCAL_DIR"]) / "models" / f"{args.policy.lower()}.pt"
+    model_path = args.model or Path(env["RLSCORE_LOCAL_DIR"]) / "models" / f"{args.policy.lower()}.safetensors"
     try:
         model = load_model(model_path, allow_heuristic=True)
         cluster = LiveCluster(env["KUBECONFIG"], args.namespace)

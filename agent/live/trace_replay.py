@@ -15,9 +15,10 @@ import numpy as np
 
 from agent.evaluate.compare import RunResult, Trace, measure
 from agent.live.history import History, arrival_order, controller_name, trace_events
-from agent.kernels import TIE
-from agent.scoring import Scorer, choose
-from agent.sim.cluster_profile import ClusterProfile
+from rlscore.core.kernels import TIE
+from rlscore.core.scoring import Scorer, choose
+from rlscore.core.profile import ClusterProfile
+from agent.sim.cluster_profile import profile_world
 from agent.sim.simulator import EventsExhausted, Simulation
 
 
@@ -29,7 +30,7 @@ def replay_history(profile: ClusterProfile, history: History, scorer: Scorer, po
     if not arrivals:
         raise ValueError("the history holds no pod to replay")
     # a pod that fits no node waits for room, as the live one did (kube-scheduler retries it)
-    sim = Simulation(profile.world(), seed, events=events, scrape_phase=scrape_phase, pods_wait=True)
+    sim = Simulation(profile_world(profile), seed, events=events, scrape_phase=scrape_phase, pods_wait=True)
     return measure(scorer, sim, seed, policy, arrivals, keep_trace=True, burn_in=0)
 
 
@@ -47,7 +48,7 @@ def follow_live(profile: ClusterProfile, history: History, scorer: Scorer, polic
     decision is judged on the live cluster's own past. Returns (decisions judged, agreeing)."""
     events = trace_events(history)
     pods = arrival_order(history)
-    sim = Simulation(profile.world(), 0, events=events, pods_wait=True)
+    sim = Simulation(profile_world(profile), 0, events=events, pods_wait=True)
     tie_rng = np.random.default_rng(0)
     judged = agreed = 0
     while True:

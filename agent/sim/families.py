@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from agent.sim.world import GEN_NEW, GEN_OLD, LARGE, MEDIUM, SIZES, SMALL, Hardware, NodeSpec, PodClass, World
-from agent.state import DEFAULT_LATENCY_HARD_MS, DEFAULT_LATENCY_SOFT_MS
+from rlscore.core.state import DEFAULT_LATENCY_HARD_MS, DEFAULT_LATENCY_SOFT_MS
 
 TRAIN_NODES = (2, 64)
 LATENCY_RANGE_MS = (3.0, 60.0)  # with the 20/30 ms limits: ~30% soft, ~18% between, ~52% over

@@ -17,11 +17,12 @@ import numpy as np
 
 from agent.sim import scenarios
 from agent.sim.families import LATENCY_RANGE_MS, family
-from agent.sim.outcomes import EL_ENERGY_WEIGHT, HOT_UTILIZATION, Ledger, Units, cv as _cv, rate
+from agent.sim.outcomes import Ledger, Units, rate
+from rlscore.core.objectives import EL_ENERGY_WEIGHT, HOT_UTILIZATION, cv as _cv
 from agent.sim.scenarios import Event
-from agent.recent_peak import RecentPeak
+from rlscore.core.recent_peak import RecentPeak
 from agent.sim.world import SimPod, World
-from agent.state import NodeState, PodRequest, as_served
+from rlscore.core.state import NodeState, PodRequest, as_served
 
 LATENCY_DRIFT_MS_PER_SQRT_S = 0.15
 UTILIZATION_WINDOW_S = 60.0  # time constant of the utilization mean and spread (LoadVariationRiskBalancing)
@@ -379,7 +380,7 @@ class Simulation:
     def candidate_state(self, policy: str | None = None) -> tuple[NodeState, PodRequest]:
         """The feasible nodes and the pod, as the scorer sees them at serving time: sizes and
         requests live (the server's watch cache), metrics as of the last scrape; with `policy`, the
-        pod as the server hands it to that policy's scorer (agent.state.as_served)."""
+        pod as the server hands it to that policy's scorer (rlscore.core.state.as_served)."""
         assert self.pod is not None, "call next_decision() first"
         if self.world.metrics_interval_s <= 0:
             self._scrape()

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rlscore.core.profile import DEFAULT_BACKGROUND_CPU
+
 MIB = 1024**2
 GIB = 1024**3
 
@@ -71,9 +73,6 @@ class SimPod:
     depart_at: float = float("inf")  # when its controller deletes it; only the training potential reads it
 
 
-# kubelet, container runtime and system daemons on a node of a generic cluster; a calibrated profile
-# records what its nodes use besides their pods (rlscore-calibrate)
-DEFAULT_BACKGROUND_CPU = (0.02, 0.08)
 
 
 @dataclass(frozen=True)

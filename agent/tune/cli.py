@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agent.sim.cluster_profile import ClusterProfile, ProfileError, load_profile, save_profile
+from rlscore.core.profile import ClusterProfile, ProfileError, load_profile, save_profile
+from agent.sim.cluster_profile import profile_world, world_profile
 from agent.sim.families import FAMILIES
-from agent.state import POLICIES
+from rlscore.core.state import POLICIES
 from agent.tune.baselines import METHODS, tune
 from agent.tune.kube_scores import DEFAULT
 from agent.tune.rl_tuner import RLTuner
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rng = np.random.default_rng(args.cluster_seed)
         world = FAMILIES[args.family].world(rng, args.nodes, limits=args.policy == "EL")
-        profile = ClusterProfile.of_world(world, f"{args.family}-{args.nodes}n-seed{args.cluster_seed}")
+        profile = world_profile(world, f"{args.family}-{args.nodes}n-seed{args.cluster_seed}")
     methods = ALL_METHODS if args.method == "all" else (args.method,)
     tuner = None
     if "rl" in methods:
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(exc))
 
     started = time.perf_counter()
-    task = TuningTask(profile.world(), args.policy, args.replay_seed, args.arrivals, profile.name, args.replays)
+    task = TuningTask(profile_world(profile), args.policy, args.replay_seed, args.arrivals, profile.name, args.replays)
     default = task.default_objective
     print(f"cluster {profile.name}: {task.world.size} nodes, policy {args.policy}; default weights "
           f"({DEFAULT.label}) objective {default:.4f}", file=sys.stderr)

@@ -14,7 +14,7 @@ import numpy as np
 from agent.evaluate.compare import EVAL_SEED_BASE
 from agent.sim.families import families_for, family
 from agent.sim.world import World
-from agent.state import POLICIES
+from rlscore.core.state import POLICIES
 from agent.tune.trials import TRIAL_ARRIVALS, TuningTask
 
 NODES = (4, 40)

@@ -13,7 +13,7 @@ Per policy and held-out cluster (seeds training never drew):
   default there). Picking the best of ~70 configurations on the same replays and reporting that same
   figure would count luck as room; on single replays it reported 38% room on a cluster where every
   configuration was worse than the default out of sample;
-- the learned scorer (models/<policy>.pt through RLScore alone) on the same replays;
+- the learned scorer (models/<policy>.safetensors through RLScore alone) on the same replays;
 - the wall time of tuning with the RL tuner (five simulated trials).
 """
 
@@ -32,11 +32,11 @@ import torch
 from tqdm import tqdm
 
 from agent.evaluate.compare import measure
-from agent.learn.model_io import load_model
+from rlscore.core.model import load_model
 from agent.parallel import fork_pool
-from agent.scoring import ModelScorer
+from rlscore.core.scoring import ModelScorer
 from agent.sim.simulator import Simulation
-from agent.state import POLICIES
+from rlscore.core.state import POLICIES
 from agent.tune.baselines import METHODS, tune
 from agent.tune.clusters import Cluster, draw
 from agent.tune.kube_scores import DEFAULT
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if str(args.models) != "none":
         try:
-            _MODELS.update({p: load_model(args.models / f"{p.lower()}.pt", expected_policy=p) for p in policies})
+            _MODELS.update({p: load_model(args.models / f"{p.lower()}.safetensors", expected_policy=p) for p in policies})
         except ValueError as exc:
             parser.error(str(exc))
     jobs = [(draw(p, i, held_out=True), args.trials, tuple(range(args.sampler_seeds)), args.fresh_replays)

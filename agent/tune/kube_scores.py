@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from agent.heuristics import DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, MAX_NODE_SCORE
-from agent.state import NodeState, PodRequest
+from rlscore.core.rules import DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, MAX_NODE_SCORE
+from rlscore.core.state import NodeState, PodRequest
 
 STRATEGIES = ("LeastAllocated", "MostAllocated", "RequestedToCapacityRatio")
 MAX_SHAPE_SCORE = 10  # a shape point's score is 0..10, scaled x10 by the plugin
@@ -201,7 +201,7 @@ def node_scores(config: ScoreConfig, nodes: NodeState, pod: PodRequest,
 
 @dataclass
 class KubeScorer:
-    """A scorer (agent.scoring.Scorer) that places pods as a kube-scheduler profile would; with an
+    """A scorer (rlscore.core.scoring.Scorer) that places pods as a kube-scheduler profile would; with an
     RLScore weight it needs the policy's model."""
 
     config: ScoreConfig
@@ -215,6 +215,6 @@ class KubeScorer:
     def values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
         rl = None
         if self.config.rlscore_weight:
-            from agent.scoring import to_node_scores  # agent.scoring imports the model loader
+            from rlscore.core.scoring import to_node_scores  # rlscore.core.scoring imports the model loader
             rl = to_node_scores(self.model.q_values(nodes, pod))
         return node_scores(self.config, nodes, pod, rl).astype(np.float64)

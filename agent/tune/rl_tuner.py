@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from agent.sim.world import World
-from agent.state import POLICIES
+from rlscore.core.state import POLICIES
 from agent.tune.kube_scores import ScoreConfig
 from agent.tune.trials import TrialLog, TuningTask
 

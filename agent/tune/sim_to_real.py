@@ -36,10 +36,11 @@ from kubernetes.utils.quantity import parse_quantity
 from agent.evaluate.compare import measure
 from agent.live.loadgen import LATENCY_ANNOTATION, LiveCluster, drive
 from agent.sim import scenarios
-from agent.sim.cluster_profile import ClusterProfile, Dynamics, NodeGroup, NodeType, PodClassProfile, Workload
+from rlscore.core.profile import ClusterProfile, Dynamics, NodeGroup, NodeType, PodClassProfile, Workload
+from agent.sim.cluster_profile import profile_world
 from agent.sim.families import POISSON_CPU, POISSON_WEIGHTS
 from agent.sim.simulator import Simulation
-from agent.state import NodeState, PodRequest
+from rlscore.core.state import NodeState, PodRequest
 from agent.tune.kube_scores import DEFAULT, ScoreConfig
 from agent.tune.rl_tuner import RLTuner
 from agent.tune.scheduler_config import PROFILE_NAME, profile as tuned_profile
@@ -144,7 +145,7 @@ def replay_live(cluster: LiveCluster, profile: ClusterProfile, seed: int, arriva
                 scheduler: str, run: str, progress: bool = True) -> LiveRun:
     """Replay the simulator's event stream for `seed` (the same arrivals, sizes and departures) as
     Deployments scheduled by `scheduler`."""
-    world = profile.world()
+    world = profile_world(profile)
     scenario_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(4)[0])  # as Simulation draws it
     placements: dict[int, str | None] = {}
     t0 = time.monotonic()
@@ -215,7 +216,7 @@ def _run(argv: list[str] | None) -> int:
         parser.error("--speed > 0, --arrivals >= 1 and 0 < --load <= 2 required")
     cluster = LiveCluster(args.kubeconfig, "rlscore-sim-to-real")
     profile, live_names = live_profile(cluster, args.load)
-    world = profile.world()
+    world = profile_world(profile)
     index = {name: i for i, name in enumerate(live_names)}
     task = TuningTask(world, args.policy, args.seed, args.arrivals, profile.name)
     log = RLTuner.load(args.tuner).tune(task, args.trials)

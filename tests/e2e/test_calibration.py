@@ -14,7 +14,8 @@ from agent.live import calibrate
 from agent.live.calibrate import build_profile, mean_lifetime
 from agent.live.history import PodRecord, read_history
 from agent.live.loadgen import drive
-from agent.sim.cluster_profile import load_profile
+from rlscore.core.profile import load_profile
+from agent.sim.cluster_profile import profile_world
 from agent.sim.scenarios import events
 from agent.sim.world import GIB, Hardware, NodeSpec, PodClass, World
 
@@ -117,7 +118,7 @@ def test_calibration_reads_back_the_played_workload(cluster, tmp_path):
                                                                                  expected)
     # the arrival rate the profile replays is the one played
     played_rate = len(played) / (end - start)
-    assert abs(profile.world().arrival_rate - played_rate) <= 0.02 * played_rate
+    assert abs(profile_world(profile).arrival_rate - played_rate) <= 0.02 * played_rate
 
     # the command line writes the same profile from the same window
     out = tmp_path / "cluster.yaml"

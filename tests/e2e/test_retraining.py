@@ -24,12 +24,13 @@ import torch
 from kubernetes import client
 from prometheus_api_client import PrometheusConnect
 
-from agent.learn.model_io import load_model, save_model, sidecar_path
+from rlscore.core.model import load_model, sidecar_path
+from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
 from agent.live import calibrate, retrain
 from agent.live.loadgen import replay
 from agent.live.sim_to_real import LiveSource, compare_run, read_run_window
-from agent.sim.cluster_profile import save_profile
+from rlscore.core.profile import save_profile
 from tests.e2e.conftest import ROOT, E2ECluster, cleanup
 
 SPEED = 4.0
@@ -131,7 +132,7 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
 
     # sim-to-real: the recorded pods replayed in the calibrated simulator by the same model
     # (agent.live.sim_to_real, as `make sim-to-real` runs it)
-    figures["sim_to_real"] = out = compare_run(source, baseline, start, end, load_model(ROOT / "models" / "el.pt"),
+    figures["sim_to_real"] = out = compare_run(source, baseline, start, end, load_model(ROOT / "models" / "el.safetensors"),
                                                "EL", history)
     print(json.dumps(out, indent=2))
     active, hard = out["mean_active_nodes"], out["hard_violation_rate"]
@@ -156,10 +157,10 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
     models = tmp_path / "models"
     models.mkdir()
     for name in ("lb", "el"):
-        for suffix in (".pt", ".json"):
+        for suffix in (".safetensors", ".json"):
             shutil.copy(ROOT / "models" / f"{name}{suffix}", models / f"{name}{suffix}")
-    stale_model(models / "ee.pt")
-    stale_version = load_model(models / "ee.pt").version
+    stale_model(models / "ee.safetensors")
+    stale_version = load_model(models / "ee.safetensors").version
     cluster.sh("server-stop")
     server = None
     try:
@@ -207,15 +208,15 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
         # a profile calibrated from that run, by the same model, against the share of node-time above
         # 85% cpu that Prometheus measured live
         figures["sim_to_real_shifted"] = {"stale": shifted_sim_to_real(cluster, stale, stale_start, stale_end,
-                                                                       models / "ee.pt")}
+                                                                       models / "ee.safetensors")}
 
         # 4. retraining on the cluster's history: nothing serves before the rollout says so
-        before = (models / "ee.pt").read_bytes()
+        before = (models / "ee.safetensors").read_bytes()
         work = tmp_path / "retrain"
         code = retrain.main(["--policy", "EE", "--prometheus", cluster.prometheus_url, "--kubeconfig",
                              cluster.kubeconfig, "--window", f"{time.time() - start:.3f}s", "--model-dir", str(models),
                              "--work", str(work), "--timesteps", "3000",
-                             "--start-from", str(ROOT / "models" / "ee.pt"),
+                             "--start-from", str(ROOT / "models" / "ee.safetensors"),
                              "--query", f"node_cpu_busy={local_busy(cluster)['node_cpu_busy']}",
                              "--metrics-interval", str(REFRESH_S)])
         outcome = json.loads((work / "retrain.json").read_text())
@@ -228,11 +229,11 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
         # that is, else that rule in the stale model's place
         assert code == 0, outcome
         # the stale serving model is not where fine-tuning starts: the shipped one fits the profile better
-        assert outcome["init"]["chosen"] == str(ROOT / "models" / "ee.pt"), outcome["init"]
-        assert (models / "ee.pt").read_bytes() == before  # nothing serves before the rollout says so
+        assert outcome["init"]["chosen"] == str(ROOT / "models" / "ee.safetensors"), outcome["init"]
+        assert (models / "ee.safetensors").read_bytes() == before  # nothing serves before the rollout says so
         figures["start_fallback"] = outcome.get("start_fallback", {}).get("reason")
         figures["fallback"] = outcome.get("fallback", {}).get("reason")
-        target = models / "candidates" / "ee.pt"
+        target = models / "candidates" / "ee.safetensors"
         assert json.loads(sidecar_path(target).read_text())["gate"]["promote"]
         figures["candidate"] = outcome["handed_over"]
         # shadow -> canary -> serving by itself
@@ -261,7 +262,7 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
                           usage_scale=3.0)
         promoted_end = time.time()
         assert all(p.node for p in promoted.placements)
-        hot = shifted_sim_to_real(cluster, promoted, promoted_start, promoted_end, models / "ee.pt")
+        hot = shifted_sim_to_real(cluster, promoted, promoted_start, promoted_end, models / "ee.safetensors")
         figures["sim_to_real_shifted"]["promoted"] = hot
         # hot-node time of a trained model's placements, live against the simulator: the goal is 10%
         # (with usage onset and linger calibrated, measured 3-13% over five runs; the rest is where

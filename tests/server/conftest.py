@@ -6,7 +6,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from agent.features import NODE_FEATURES
+from rlscore.core.features import NODE_FEATURES
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
 from suggestion_server.api import create_app
@@ -69,7 +69,7 @@ def copy_models(directory: Path) -> Path:
     """The shipped models and sidecars, in a directory a test may change."""
     directory.mkdir(parents=True, exist_ok=True)
     for name in ("ee", "lb", "el"):
-        for suffix in (".pt", ".json"):
+        for suffix in (".safetensors", ".json"):
             shutil.copy(MODELS / f"{name}{suffix}", directory / f"{name}{suffix}")
     return directory
 

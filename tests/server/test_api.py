@@ -180,9 +180,9 @@ def test_a_rule_served_as_the_model_reads_the_cpu_swing_the_request_gives(make_c
     """LoadVariationRiskBalancing served (the retraining loop's fallback names it in a model file)
     weighs each node's cpu swing: of two nodes alike but for it, the steady one scores higher. The
     server dropped the field before, and both scored the same."""
-    from agent.learn.model_io import save_heuristic_model
+    from rlscore.core.model import write_heuristic_model
 
-    save_heuristic_model(tmp_path / "lb.pt", "load-variation-risk-balancing", "LB", {"note": "test"})
+    write_heuristic_model(tmp_path / "lb.safetensors", "load-variation-risk-balancing", "LB", {"note": "test"})
     client = make_client(model_dir=tmp_path)
     nodes = [node("steady", cpu_req=1000, pods=3, util=0.3, cpu_utilization_stddev=0.0),
              node("swinging", cpu_req=1000, pods=3, util=0.3, cpu_utilization_stddev=0.4)]
@@ -210,14 +210,15 @@ def test_a_rule_selector_answers_with_the_rule_it_picks(make_client, tmp_path, r
     import numpy as np
     import torch
 
-    from agent.heuristics import HEURISTICS
-    from agent.learn.model_io import load_model, save_model
+    from rlscore.core.rules import RULES
+    from rlscore.core.model import load_model
+    from agent.learn.model_io import save_model
     from agent.learn.network import RuleSelector
-    from agent.scoring import to_node_scores
-    from agent.state import NodeState, PodRequest
+    from rlscore.core.scoring import to_node_scores
+    from rlscore.core.state import NodeState, PodRequest
 
     torch.manual_seed(0)
-    path = save_model(tmp_path / "lb.pt", RuleSelector(rules, (8, 8)), "LB", {"note": "test"})
+    path = save_model(tmp_path / "lb.safetensors", RuleSelector(rules, (8, 8)), "LB", {"note": "test"})
     selector = load_model(path)
     client = make_client(model_dir=tmp_path)
     nodes = [node("a", cpu_req=1000, pods=3, util=0.5, cpu_utilization_stddev=0.3),
@@ -234,7 +235,7 @@ def test_a_rule_selector_answers_with_the_rule_it_picks(make_client, tmp_path, r
                       cpu_requested_since_metrics=np.zeros(3))
     request = PodRequest(250, 64 * MIB)
     rule = selector.rule_for(state, request)
-    assert body["scores"] == dict(zip("abc", to_node_scores(HEURISTICS[rule](state, request, None)).tolist())), body
+    assert body["scores"] == dict(zip("abc", to_node_scores(RULES[rule](state, request, None)).tolist())), body
     swing = [reason for reason in body["reasons"] if "cpu swing" in reason]
     assert swing == ([f"cpu swing unknown for 2 node(s) (b, c): {rule} scored as steady (RLSCORE_CPU_STDDEV_QUERY)"]
                      if rule == "load-variation-risk-balancing" else []), body

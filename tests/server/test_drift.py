@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from agent.learn.model_io import sidecar_path
-from agent.sim.cluster_profile import ClusterProfile, NodeGroup, NodeType, PodClassProfile, Workload
+from rlscore.core.model import sidecar_path
+from rlscore.core.profile import ClusterProfile, NodeGroup, NodeType, PodClassProfile, Workload
 from suggestion_server.drift import PSI_THRESHOLD, REQUEST_BINS, Reference, psi
 from tests.server.conftest import copy_models, node, pod, post
 
@@ -52,7 +52,7 @@ def test_psi_is_zero_for_the_same_mix_and_large_for_another():
 def trained_on_shop(tmp_path):
     """The shipped EE model, its sidecar saying it was trained on the shop profile."""
     models = copy_models(tmp_path / "models")
-    side = sidecar_path(models / "ee.pt")
+    side = sidecar_path(models / "ee.safetensors")
     meta = json.loads(side.read_text())
     meta["training_profile"] = profile().model_dump(by_alias=True, mode="json")
     side.write_text(json.dumps(meta))

@@ -6,10 +6,11 @@ policy, at 1 to 5000 nodes."""
 import numpy as np
 import pytest
 
-from agent.features import node_features
-from agent.learn.model_io import LoadedSelector, load_model
-from agent.scoring import to_node_scores
-from agent.state import NodeState, PodRequest
+from rlscore.core.features import node_features
+from agent.learn.model_io import reference_values as torch_reference
+from rlscore.core.model import LoadedSelector, load_model
+from rlscore.core.scoring import to_node_scores
+from rlscore.core.state import NodeState, PodRequest
 from tests.server.conftest import MODELS, pod, post
 from tests.server.test_compact import compact
 
@@ -32,24 +33,24 @@ def random_state(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
             "disk_utilization": rng.uniform(0, 1, n)}
 
 
-def reference_values(model, nodes: NodeState, request: PodRequest) -> np.ndarray:
+def reference_answer(model, nodes: NodeState, request: PodRequest) -> np.ndarray:
     """The torch network's answer; a rule selector's is the values of the rule its torch network picks."""
     features, pod_vec = node_features(nodes, request)
     if isinstance(model, LoadedSelector):
-        return model.rule_values(model.rules[int(np.argmax(model.reference_logits(features, pod_vec)))], nodes, request)
-    return model.reference_q_values(features, pod_vec)
+        return model.rule_values(model.rules[int(np.argmax(torch_reference(model, features, pod_vec)))], nodes, request)
+    return torch_reference(model, features, pod_vec)
 
 
 def reference_scores(policy: str, names: list[str], state: dict, request: PodRequest) -> list[int]:
-    model = load_model(MODELS / f"{policy.lower()}.pt")
+    model = load_model(MODELS / f"{policy.lower()}.safetensors")
     nodes = NodeState(names=names, cpu_requested_since_metrics=np.zeros(len(names)), **state)
-    return to_node_scores(reference_values(model, nodes, request)).tolist()
+    return to_node_scores(reference_answer(model, nodes, request)).tolist()
 
 
 @pytest.mark.parametrize("policy", ["EE", "LB", "EL"])
 @pytest.mark.parametrize("n", SIZES)
 def test_numpy_forward_equals_the_torch_reference(policy, n):
-    model = load_model(MODELS / f"{policy.lower()}.pt")
+    model = load_model(MODELS / f"{policy.lower()}.safetensors")
     rng = np.random.default_rng(n)
     for _ in range(3):
         nodes = NodeState(names=[f"n{i}" for i in range(n)], **random_state(n, rng))
@@ -57,13 +58,13 @@ def test_numpy_forward_equals_the_torch_reference(policy, n):
             else PodRequest(float(rng.choice([100, 500, 2000])), 256 * MIB)
         features, pod_vec = node_features(nodes, request)
         if isinstance(model, LoadedSelector):  # the selector's logits, then the values of the rule they pick
-            np.testing.assert_allclose(model.fast(features, pod_vec), model.reference_logits(features, pod_vec),
+            np.testing.assert_allclose(model.logits(features, pod_vec), torch_reference(model, features, pod_vec),
                                        rtol=0, atol=1e-9)
             fast = model.q_values(nodes, request)
         else:
             fast = model.q_values_from_features(features, pod_vec)
-            np.testing.assert_allclose(fast, model.reference_q_values(features, pod_vec), rtol=0, atol=1e-9)
-        assert to_node_scores(fast).tolist() == to_node_scores(reference_values(model, nodes, request)).tolist()
+            np.testing.assert_allclose(fast, torch_reference(model, features, pod_vec), rtol=0, atol=1e-9)
+        assert to_node_scores(fast).tolist() == to_node_scores(reference_answer(model, nodes, request)).tolist()
 
 
 def _fill_table(client, names: list[str], state: dict) -> None:

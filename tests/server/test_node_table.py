@@ -37,7 +37,7 @@ def test_the_recent_peak_of_requests_is_unknown_until_the_watch_reports_pods_the
 
 
 def test_the_recent_peak_forgets_what_left_the_window():
-    from agent.recent_peak import RecentPeak
+    from rlscore.core.recent_peak import RecentPeak
 
     peak = RecentPeak(window_s=100.0)
     for when, total in ((0.0, 5.0), (10.0, 9.0), (20.0, 4.0), (50.0, 7.0), (60.0, 1.0)):

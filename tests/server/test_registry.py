@@ -4,8 +4,9 @@ import os
 
 import torch
 
-from agent.features import FEATURE_SPEC_VERSION
-from agent.learn.model_io import save_model, sidecar_path
+from rlscore.core.features import FEATURE_SPEC_VERSION
+from rlscore.core.model import sidecar_path
+from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
 from suggestion_server.registry import ModelRegistry
 from tests.server.conftest import copy_models, node, overflowing_el_model, pod, post
@@ -30,7 +31,7 @@ def test_corrupted_file_keeps_the_previous_model_and_is_reported(tmp_path, make_
     client = make_client(model_dir=tmp_path)
     before = post(client, {"pod": pod(), "nodes": [node("a"), node("b", cpu_req=1000, pods=2)], "policy": "EE"}).json()
 
-    (tmp_path / "ee.pt").write_bytes(b"\x80\x04 this is not a model")
+    (tmp_path / "ee.safetensors").write_bytes(b"\x80\x04 this is not a model")
     r = client.post("/models/reload")
     statuses = {s["policy"]: s for s in r.json()["policies"]}
     assert statuses["EE"]["serving"] == "model" and statuses["EE"]["model_version"] == before["model_version"]
@@ -42,7 +43,7 @@ def test_corrupted_file_keeps_the_previous_model_and_is_reported(tmp_path, make_
 
 def test_wrong_spec_version_is_refused(tmp_path):
     net = NodeScorer((8,))
-    path = save_model(tmp_path / "lb.pt", net, "LB", {})
+    path = save_model(tmp_path / "lb.safetensors", net, "LB", {})
     payload = torch.load(path, weights_only=True)
     payload["feature_spec_version"] = FEATURE_SPEC_VERSION + 1
     torch.save(payload, path)
@@ -59,13 +60,13 @@ def test_hot_reload_on_file_change(tmp_path):
     old = registry.get("LB").version
     assert registry.reload_changed() == []
     torch.manual_seed(123)
-    save_model(tmp_path / "lb.pt", NodeScorer((16, 16)), "LB", {"training": {"steps": 1}})
-    _touch_later(tmp_path / "lb.pt")
+    save_model(tmp_path / "lb.safetensors", NodeScorer((16, 16)), "LB", {"training": {"steps": 1}})
+    _touch_later(tmp_path / "lb.safetensors")
     assert registry.reload_changed() == ["LB"]
     assert registry.get("LB").version != old
     # a file that breaks later is refused; the new good model keeps serving
     good = registry.get("LB").version
-    (tmp_path / "lb.pt").write_bytes(b"garbage")
+    (tmp_path / "lb.safetensors").write_bytes(b"garbage")
     assert registry.reload_changed() == ["LB"]
     assert registry.get("LB").version == good and registry.policies["LB"].error
 
@@ -73,7 +74,7 @@ def test_hot_reload_on_file_change(tmp_path):
 def test_model_with_non_finite_output_at_serving_time_falls_back(tmp_path, make_client):
     """Weights that pass the loader's probe but overflow on a far-away node: the heuristic answers."""
     copy_models(tmp_path)
-    overflowing_el_model(tmp_path / "el.pt")
+    overflowing_el_model(tmp_path / "el.safetensors")
     client = make_client(model_dir=tmp_path)
     body = {"pod": pod(), "nodes": [node("near", latency=10.0), node("far", latency=120.0)], "policy": "EL"}
     r = post(client, body).json()

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from agent.evaluate.gate import Verdict, record
-from agent.features import NODE_FEATURES
-from agent.learn.model_io import load_model, save_model, sha256_of
+from rlscore.core.features import NODE_FEATURES
+from rlscore.core.model import load_model, sha256_of
+from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
 from suggestion_server.rollout import canary_fraction
 from tests.server.conftest import copy_models, node, overflowing_el_model, pod, post
@@ -51,10 +52,10 @@ def spreading_ee(path):
 def dirs(tmp_path):
     """Serving: an untrained EE model; candidate: the shipped EE model, with a passing verdict."""
     models = copy_models(tmp_path / "models")
-    untrained_ee(models / "ee.pt")
+    untrained_ee(models / "ee.safetensors")
     candidates = copy_models(tmp_path / "models" / "candidates")
     for name in ("lb", "el"):
-        (candidates / f"{name}.pt").unlink()
+        (candidates / f"{name}.safetensors").unlink()
         (candidates / f"{name}.json").unlink()
     return models, candidates
 
@@ -72,15 +73,15 @@ def test_a_candidate_without_a_passing_verdict_is_not_staged(dirs, make_client):
     client = make_client(model_dir=models, api_token=TOKEN, rollout_auto=False)
     r = client.post("/v1/rollout/ee/candidate", headers=AUTH)
     assert r.status_code == 409 and "no gate verdict" in r.json()["detail"][0]["msg"]
-    passing_verdict(candidates / "ee.pt", promote=False)
+    passing_verdict(candidates / "ee.safetensors", promote=False)
     r = client.post("/v1/rollout/ee/candidate", headers=AUTH)
     assert r.status_code == 409 and "the gate refused it: does not beat serving" in r.json()["detail"][0]["msg"]
-    passing_verdict(candidates / "ee.pt", sha="0" * 64)
+    passing_verdict(candidates / "ee.safetensors", sha="0" * 64)
     r = client.post("/v1/rollout/ee/candidate", headers=AUTH)
     assert r.status_code == 409 and "verdict is for another file" in r.json()["detail"][0]["msg"]
     assert rollout_of(client)["stage"] == "none"
-    assert ask(client, "web-1")["model_version"] == load_model(models / "ee.pt").version
-    passing_verdict(candidates / "ee.pt")
+    assert ask(client, "web-1")["model_version"] == load_model(models / "ee.safetensors").version
+    passing_verdict(candidates / "ee.safetensors")
     r = client.post("/v1/rollout/ee/candidate", headers=AUTH)
     assert r.status_code == 200 and r.json()["stage"] == "shadow"
     assert client.post("/v1/rollout/ee/candidate", headers=AUTH).status_code == 409  # one at a time
@@ -100,8 +101,8 @@ def test_the_rollout_api_needs_a_token(dirs, make_client):
 
 def test_shadow_canary_serving_and_rollback_through_the_api(dirs, make_client):
     models, candidates = dirs
-    serving_version = load_model(models / "ee.pt").version
-    candidate_version = load_model(passing_verdict(candidates / "ee.pt")).version
+    serving_version = load_model(models / "ee.safetensors").version
+    candidate_version = load_model(passing_verdict(candidates / "ee.safetensors")).version
     client = make_client(model_dir=models, api_token=TOKEN, rollout_auto=False, canary_share=0.2)
     assert rollout_of(client)["stage"] == "shadow"  # the server staged it at start-up (the candidate watch)
 
@@ -137,8 +138,8 @@ def test_shadow_canary_serving_and_rollback_through_the_api(dirs, make_client):
     metrics = client.get("/v1/node-metrics", headers=AUTH).json()
     assert metrics["rollout_stages"]["EE"] == "none" and metrics["model_versions"]["EE"] == candidate_version
     assert ask(client, "after")["model_version"] == candidate_version
-    assert (models / "ee.pt").read_bytes() == (candidates / "ee.pt").read_bytes()
-    assert load_model(models / "previous" / "ee.pt").version == serving_version
+    assert (models / "ee.safetensors").read_bytes() == (candidates / "ee.safetensors").read_bytes()
+    assert load_model(models / "previous" / "ee.safetensors").version == serving_version
 
     # rollback without a candidate: the previous model serves again
     r = client.post("/v1/rollout/ee/rollback", headers=AUTH).json()
@@ -148,7 +149,7 @@ def test_shadow_canary_serving_and_rollback_through_the_api(dirs, make_client):
 
 def test_auto_advance_promotes_a_cheaper_candidate(dirs, make_client):
     models, candidates = dirs
-    candidate_version = load_model(passing_verdict(candidates / "ee.pt")).version
+    candidate_version = load_model(passing_verdict(candidates / "ee.safetensors")).version
     client = make_client(model_dir=models, api_token=TOKEN, shadow_decisions=20, canary_decisions=40)
     assert rollout_of(client)["stage"] == "shadow"  # staged by the server itself at start-up (the watch)
     for i in range(20):
@@ -168,21 +169,21 @@ def test_auto_rollback_of_a_candidate_that_costs_more(dirs, make_client):
     forged: the gate would refuse it)."""
     models, candidates = dirs
     copy_models(models)
-    spreading_ee(candidates / "ee.pt")
-    passing_verdict(candidates / "ee.pt")
-    before = (models / "ee.pt").read_bytes()
+    spreading_ee(candidates / "ee.safetensors")
+    passing_verdict(candidates / "ee.safetensors")
+    before = (models / "ee.safetensors").read_bytes()
     client = make_client(model_dir=models, api_token=TOKEN, shadow_decisions=25)
     for i in range(25):
         ask(client, f"a-{i}")
     status = rollout_of(client)
     assert status["stage"] == "none" and status["history"][-1]["trigger"] == "auto"
     assert "costs more than serving" in status["history"][-1]["reason"]
-    assert (models / "ee.pt").read_bytes() == before
+    assert (models / "ee.safetensors").read_bytes() == before
 
 
 def test_a_candidate_that_fails_to_score_is_rolled_back_and_the_pod_still_scored(dirs, make_client):
     models, candidates = dirs
-    passing_verdict(overflowing_el_model(candidates / "el.pt"))
+    passing_verdict(overflowing_el_model(candidates / "el.safetensors"))
     client = make_client(model_dir=models, api_token=TOKEN, rollout_auto=False)
     assert rollout_of(client, "EL")["stage"] == "shadow"
     body = {"pod": pod({"rlscore.io/latency-soft-ms": "20", "rlscore.io/latency-hard-ms": "30"}),
@@ -195,7 +196,7 @@ def test_a_candidate_that_fails_to_score_is_rolled_back_and_the_pod_still_scored
 
 def test_the_stage_survives_a_restart(dirs, make_client):
     models, candidates = dirs
-    passing_verdict(candidates / "ee.pt")
+    passing_verdict(candidates / "ee.safetensors")
     first = make_client(model_dir=models, api_token=TOKEN, rollout_auto=False)
     first.post("/v1/rollout/ee/promote", headers=AUTH)
     assert rollout_of(first)["stage"] == "canary"
@@ -209,12 +210,12 @@ def test_a_heuristic_candidate_goes_shadow_canary_serving_and_a_rollback_brings_
     """The retraining loop's fallback: a model file naming the best heuristic replaces a stale model
     through the same stages; while it serves, answers say `heuristic` with its version, and the
     in-process scorer is told there are no weights to run (it leaves the policy to this server)."""
-    from agent.learn.model_io import save_heuristic_model
+    from rlscore.core.model import write_heuristic_model
 
     models, candidates = dirs
-    serving_version = load_model(models / "ee.pt").version
-    save_heuristic_model(candidates / "ee.pt", "best-fit", "EE", {"note": "fallback"})
-    heuristic_version = load_model(passing_verdict(candidates / "ee.pt"), allow_heuristic=True).version
+    serving_version = load_model(models / "ee.safetensors").version
+    write_heuristic_model(candidates / "ee.safetensors", "best-fit", "EE", {"note": "fallback"})
+    heuristic_version = load_model(passing_verdict(candidates / "ee.safetensors"), allow_heuristic=True).version
     client = make_client(model_dir=models, api_token=TOKEN, rollout_auto=False, canary_share=0.5)
     assert rollout_of(client)["stage"] == "shadow"
     assert rollout_of(client)["candidate_version"] == heuristic_version

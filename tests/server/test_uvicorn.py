@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from suggestion_server.latency_source import ProbeLatencySource
-from suggestion_server.probe import icmp_rtt_ms_blocking
+from latency_probe.probe import icmp_rtt_ms_blocking
 from tests.helpers.processes import free_port, wait_for
 from tests.server.conftest import MODELS, node, pod
 

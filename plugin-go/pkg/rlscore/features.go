@@ -5,7 +5,7 @@ import (
 	"sort"
 )
 
-// The per-node features of agent/features.py (FEATURE_SPEC_VERSION 3), for the in-process scorer.
+// The per-node features of rlscore/core/features.py (FEATURE_SPEC_VERSION 3), for the in-process scorer.
 // This is a port, column for column, of the one function training and serving share; the parity
 // test (tests/test_go_scorer_parity.py, which drives TestParityWithPython) proves both give the
 // same features, Q-values and scores on random states. Change both together and bump the version.
@@ -166,7 +166,7 @@ type Features struct {
 }
 
 // NodeFeatures fills f with the features of placing pod on each node of s (all candidates): the
-// same values as agent.features.node_features, rounded to float32 as it returns them.
+// same values as rlscore.core.features.node_features, rounded to float32 as it returns them.
 func NodeFeatures(s *NodeState, pod PodRequest, f *Features) {
 	n := s.Len()
 	const F = numNodeFeatures
@@ -321,7 +321,7 @@ func NodeFeatures(s *NodeState, pod PodRequest, f *Features) {
 	}
 	// recent_peak_to_come: the recent peak's part not bound now, at least the pod, over each node's
 	// size; the candidates' requests stand in for the cluster's, summed in index order as
-	// agent/features.py's cumsum does
+	// rlscore/core/features.py's cumsum does
 	now := s.ClusterCPURequested
 	if !finite(now) {
 		now = 0

@@ -456,10 +456,10 @@ func matmulShift(x []float64, n, inW int, w []float64, outW int, shift, out []fl
 	}
 }
 
-// scoreTie: values this close to the best are a tie (agent.kernels.TIE).
+// scoreTie: values this close to the best are a tie (rlscore.core.kernels.TIE).
 const scoreTie = 1e-9
 
-// ToNodeScores maps values onto integer scores 0..100 like agent.scoring.to_node_scores: 100 for the
+// ToNodeScores maps values onto integer scores 0..100 like rlscore.core.scoring.to_node_scores: 100 for the
 // best value and those tied with it, worst 0, linear between (rounded half to even) but at most 99
 // for every other node, 0 for non-finite values. So with RLScore alone the scheduler picks among
 // the nodes the model ranks first, as the evaluation does.

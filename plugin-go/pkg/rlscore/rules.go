@@ -4,7 +4,7 @@ import (
 	"math"
 )
 
-// The hand-written scorers of agent/heuristics.py (and the one-step costs of agent/sim/outcomes.py
+// The hand-written scorers of rlscore/core/rules.py (and the one-step costs of agent/sim/outcomes.py
 // they use), for a rule selector served in process: the selector picks one, and its values are the answer.
 // Each is a port, operation for operation, so the values equal Python's (the parity test,
 // tests/test_go_scorer_parity.py, compares every rule on random states). Every rule writes one
@@ -125,7 +125,7 @@ func defaultScheduler(s *NodeState, pod PodRequest, out []float64) {
 	}
 }
 
-// latencyTier is agent.features.latency_tiers for one node.
+// latencyTier is rlscore.core.features.latency_tiers for one node.
 func latencyTier(latency float64, pod PodRequest) float64 {
 	tier := latencyTierNone
 	if finite(latency) {

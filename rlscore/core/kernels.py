@@ -9,8 +9,8 @@ values). Anything changed here must change in `reference_node_features` too, and
 Go port (plugin-go/pkg/rlscore/features.go).
 
 Forward pass: per layer, numpy's ReLU, max and mean over the nodes and the small pooled products
-were ~10 array calls; `equivariant_layer` does them in one pass around the one large product (BLAS
-through np.dot), 93 -> 53 us at 100 nodes. Its sums run in another order than numpy's, so the
+were ~10 array calls; `equivariant_layer` does them in two compiled passes around the one large
+product (numpy's BLAS). Its sums run in another order than numpy's, so the
 Q-values match the torch reference to ~1e-14 rather than bit for bit (tests/server/test_exactness.py).
 """
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from agent.features import FEATURE_CLIP, NO_LIMIT_LATENCY_SCALE_MS, NUM_NODE_FEATURES, NUM_POD_FEATURES
-from agent.state import NodeState, PodRequest
+from rlscore.core.features import FEATURE_CLIP, NO_LIMIT_LATENCY_SCALE_MS, NUM_NODE_FEATURES, NUM_POD_FEATURES
+from rlscore.core.state import NodeState, PodRequest
 
 CLIP = FEATURE_CLIP
 
@@ -196,29 +196,34 @@ def relu_column_max_mean(x, relu):  # pragma: no cover (compiled)
 
 
 @compiled
-def equivariant_layer(x, extra, lam, bias, gam, delta, relu_input):  # pragma: no cover (compiled)
-    """One DeepSets layer of the served forward pass, with its input u = [x, extra] per row (extra:
-    the pod's features, the same for every node; may be empty): u @ lam + bias - max(u) @ gam -
-    mean(u) @ delta, pooled over the rows; x goes through a ReLU first when `relu_input`.
-    x [N >= 1, M] float64 (changed in place by the ReLU) -> [N, lam.shape[1]]."""
-    n, m = x.shape
-    top, mean = relu_column_max_mean(x, relu_input)
+def _pooled(top, mean, extra, lam, bias, gam, delta):  # pragma: no cover (compiled)
+    """The part of a layer's output that every row shares: bias - max(u) @ gam - mean(u) @ delta, with
+    the extra inputs (the same for every row) also through lam."""
+    m = top.shape[0]
     out_width = lam.shape[1]
-    pooled = bias.copy()  # the part shared by every row
+    pooled = bias.copy()
     for i in range(m):
         for j in range(out_width):
             pooled[j] -= top[i] * gam[i, j] + mean[i] * delta[i, j]
     for e in range(extra.shape[0]):
         for j in range(out_width):
             pooled[j] += extra[e] * lam[m + e, j] - extra[e] * gam[m + e, j] - extra[e] * delta[m + e, j]
-    y = np.dot(x, lam[:m])
-    for r in range(n):
-        for j in range(out_width):
-            y[r, j] += pooled[j]
+    return pooled
+
+
+def equivariant_layer(x, extra, lam, bias, gam, delta, relu_input):
+    """One DeepSets layer of the served forward pass, with its input u = [x, extra] per row (extra:
+    the pod's features, the same for every node; may be empty): u @ lam + bias - max(u) @ gam -
+    mean(u) @ delta, pooled over the rows; x goes through a ReLU first when `relu_input`.
+    x [N >= 1, M] float64 (changed in place by the ReLU) -> [N, lam.shape[1]]. The one large product
+    runs in numpy's BLAS (numba's np.dot would need SciPy, which serving does not install)."""
+    top, mean = relu_column_max_mean(x, relu_input)
+    y = x @ lam[: x.shape[1]]
+    y += _pooled(top, mean, extra, lam, bias, gam, delta)
     return y
 
 
-TIE = 1e-9  # values this close to the best are a tie (agent.scoring.choose; the plugin's scoreTie)
+TIE = 1e-9  # values this close to the best are a tie (rlscore.core.scoring.choose; the plugin's scoreTie)
 
 
 @compiled
@@ -226,8 +231,8 @@ def node_scores(values, top_score):  # pragma: no cover (compiled)
     """(integer scores 0..top_score, every value finite): top_score for the best value and those tied
     with it (within TIE), worst 0, linear between (rounded half to even as np.rint) but at most
     top_score - 1 for every other node, so the scheduler picks among exactly the nodes
-    agent.scoring.choose picks among; non-finite 0. The same operations in the same order as
-    agent.scoring's numpy form."""
+    rlscore.core.scoring.choose picks among; non-finite 0. The same operations in the same order as
+    rlscore.core.scoring's numpy form."""
     low, high, finite = np.inf, -np.inf, 0
     for v in values:
         if np.isfinite(v):

@@ -17,16 +17,16 @@ from typing import Callable
 
 import numpy as np
 
-from agent.features import latency_tiers
-from agent.sim.outcomes import placement_costs
-from agent.state import NodeState, PodRequest
+from rlscore.core.features import latency_tiers
+from rlscore.core.objectives import placement_costs
+from rlscore.core.state import NodeState, PodRequest
 
 MAX_NODE_SCORE = 100
 # kube-scheduler scores a pod without requests as if it asked for these (non-zero defaults).
 DEFAULT_MILLI_CPU_REQUEST = 100.0
 DEFAULT_MEMORY_REQUEST = 200.0 * 1024 * 1024
 
-Heuristic = Callable[[NodeState, PodRequest, np.random.Generator], np.ndarray]
+Rule = Callable[[NodeState, PodRequest, np.random.Generator], np.ndarray]
 
 
 def _requested_after(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.ndarray]:
@@ -186,7 +186,7 @@ def efficient_first(nodes: NodeState, pod: PodRequest, rng: np.random.Generator)
     return efficiency_rank(nodes) * 1000.0 + most_allocated(nodes, pod, rng)
 
 
-def _one_step(policy: str) -> Heuristic:
+def _one_step(policy: str) -> Rule:
     def score(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
         return -placement_costs(policy, nodes, pod)
 
@@ -237,7 +237,7 @@ def headroom_values(nodes: NodeState, pod: PodRequest, rng: np.random.Generator,
                     target_load_packing(nodes, pod, rng) - HEADROOM_OFFSET)
 
 
-HEURISTICS: dict[str, Heuristic] = {
+RULES: dict[str, Rule] = {
     "default-scheduler": default_scheduler,
     "least-allocated": least_allocated,
     "most-allocated": most_allocated,
@@ -259,4 +259,4 @@ HEURISTICS: dict[str, Heuristic] = {
 }
 
 # The fallback of the same intent for each policy.
-POLICY_HEURISTIC = {"EE": "most-allocated", "LB": "least-allocated", "EL": "latency-pack"}
+FALLBACK_RULE = {"EE": "most-allocated", "LB": "least-allocated", "EL": "latency-pack"}

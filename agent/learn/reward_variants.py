@@ -2,7 +2,7 @@
 of each policy where the consequence of a placement comes later, evaluated on held-out seeds against
 the policy's baselines. The table in docs/rewards.md comes from
 
-    .venv/bin/python -m agent.evaluate.reward_variants --timesteps 20000 --seeds 3
+    .venv/bin/python -m agent.learn.reward_variants --timesteps 20000 --seeds 3
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import tempfile
 import time
 
 from agent.evaluate.compare import best_baseline, evaluate, summarize
-from agent.learn.model_io import load_model
+from rlscore.core.model import load_model
 from agent.learn.rewards import REWARD_VARIANTS
 from agent.learn.train import config_for, run, save_trained
-from agent.scoring import ModelScorer
+from rlscore.core.scoring import ModelScorer
 
 # family per policy, and the measure that family is about
 CASES = {"EE": ("hardware", "mean_power_watts"), "LB": ("usage-skew", "hot_node_share"),
@@ -33,7 +33,7 @@ def compare(policy: str, timesteps: int, seeds: int, seed: int = 1) -> list[dict
             start = time.time()
             network, record = run(cfg, "ppo")
             seconds[variant] = time.time() - start
-            path = save_trained(cfg, network, record, tempfile.mktemp(suffix=".pt", dir=out))
+            path = save_trained(cfg, network, record, tempfile.mktemp(suffix=".safetensors", dir=out))
             scorers.append(ModelScorer(load_model(path), name=f"rl-{variant}"))
             print(f"{policy} {variant}: trained in {seconds[variant]:.0f} s", file=sys.stderr)
         results, _ = evaluate(policy, scorers, (family,), seeds=seeds, progress=False)
@@ -48,7 +48,7 @@ def compare(policy: str, timesteps: int, seeds: int, seed: int = 1) -> list[dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent.evaluate.reward_variants", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m agent.learn.reward_variants", description=__doc__.splitlines()[0])
     parser.add_argument("--policies", default="EE,LB,EL")
     parser.add_argument("--timesteps", type=int, default=20_000)
     parser.add_argument("--seeds", type=int, default=3)

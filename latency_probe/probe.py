@@ -22,6 +22,8 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 
+from rlscore.core.node_metrics import LATENCY_METRIC
+
 log = logging.getLogger("rlscore.probe")
 
 
@@ -91,7 +93,7 @@ class Prober:
         self.results: dict[str, float | None] = {t: None for t in targets}
         self.measured_at: float | None = None
         self.registry = CollectorRegistry()
-        self.gauge = Gauge("rlscore_node_user_latency_ms", "Round-trip time from this node to a user endpoint (ms).",
+        self.gauge = Gauge(LATENCY_METRIC, "Round-trip time from this node to a user endpoint (ms).",
                            ["node", "target"], registry=self.registry)
 
     async def measure_once(self) -> None:

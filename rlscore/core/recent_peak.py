@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import math
 
-from agent.features import RECENT_PEAK_WINDOW_S
+from rlscore.core.features import RECENT_PEAK_WINDOW_S
 
 
 class RecentPeak:

@@ -8,10 +8,10 @@ from typing import Protocol
 
 import numpy as np
 
-from agent.heuristics import HEURISTICS, MAX_NODE_SCORE
-from agent.kernels import TIE, node_scores
-from agent.learn.model_io import LoadedModel, LoadedSelector
-from agent.state import NodeState, PodRequest
+from rlscore.core.rules import RULES, MAX_NODE_SCORE
+from rlscore.core.kernels import TIE, node_scores
+from rlscore.core.model import LoadedModel, LoadedSelector
+from rlscore.core.state import NodeState, PodRequest
 
 
 class Scorer(Protocol):
@@ -26,9 +26,9 @@ class HeuristicScorer:
     rng: np.random.Generator
 
     def __post_init__(self) -> None:
-        if self.name not in HEURISTICS:
-            raise ValueError(f"unknown heuristic {self.name!r}: expected one of {', '.join(HEURISTICS)}")
-        self._fn = HEURISTICS[self.name]
+        if self.name not in RULES:
+            raise ValueError(f"unknown heuristic {self.name!r}: expected one of {', '.join(RULES)}")
+        self._fn = RULES[self.name]
 
     def values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
         return self._fn(nodes, pod, self.rng)
@@ -61,7 +61,7 @@ def to_node_scores(values: np.ndarray) -> np.ndarray:
     what the evaluation measures is what is served: rounding alone gave 100 to every node within
     half a point of the best, and the scheduler's random pick among them left the shipped EL x1.10
     of the best baseline on test1 at 10 nodes where its argmax is x1.035 (docs/training.md).
-    Non-finite values score 0, so a broken entry can never win. (Compiled: agent.kernels.node_scores;
+    Non-finite values score 0, so a broken entry can never win. (Compiled: rlscore.core.kernels.node_scores;
     `reference_node_scores` is the same in numpy.)
     """
     return node_scores(np.asarray(values, dtype=np.float64), MAX_NODE_SCORE)[0]

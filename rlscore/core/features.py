@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.state import NodeState, PodRequest
+from rlscore.core.state import NodeState, PodRequest
 
 FEATURE_SPEC_VERSION = 3
 
@@ -98,7 +98,7 @@ def input_columns(names: tuple[str, ...] | list[str]) -> list[int]:
         unknown = [m for m in members if m not in inputs]
         if unknown:
             raise ValueError(f"unknown input {name!r}: expected a group ({', '.join(INPUT_GROUPS)}) "
-                             "or a feature name of agent.features")
+                             "or a feature name of rlscore.core.features")
         columns.update(inputs.index(m) for m in members)
     return sorted(columns)
 
@@ -146,9 +146,9 @@ def node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.nda
 
     `nodes` must be exactly the candidate set (the feasible nodes at serving time): set-level
     features are computed over it. Training and serving use the compiled loop
-    (agent/kernels.py), equal bit for bit to `reference_node_features`.
+    (rlscore/core/kernels.py), equal bit for bit to `reference_node_features`.
     """
-    from agent.kernels import compiled_node_features  # it reads this module's constants
+    from rlscore.core.kernels import compiled_node_features  # it reads this module's constants
 
     return compiled_node_features(nodes, pod)
 

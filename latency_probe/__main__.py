@@ -1,0 +1,5 @@
+import sys
+
+from latency_probe.probe import main
+
+sys.exit(main())

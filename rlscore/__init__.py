@@ -1,0 +1,1 @@
+"""rlscore: a reinforcement-learning node scorer for Kubernetes."""
