@@ -27,6 +27,7 @@ def profile_world(profile: ClusterProfile) -> World:
                  churn=d.churn, churn_interval_s=d.churn_interval_s, metrics_interval_s=d.metrics_interval_s,
                  power_visible=d.power_visible, latency_drift=d.latency_drift,
                  hourly_rate=tuple(profile.workload.hourly_rate), start_hour=profile.workload.start_hour,
+                 burst_size=profile.workload.burst_size,
                  background_cpu=tuple(d.background_cpu), usage_onset_s=d.usage_onset_s,
                  usage_linger_s=d.usage_linger_s)
 
@@ -53,7 +54,7 @@ def world_profile(world: World, name: str) -> ClusterProfile:
         nodes=[NodeGroup(type=t, latencyMs=lat, powerHidden=unknown if world.power_hidden else [])
                for t, lat, unknown in groups],
         workload=Workload(arrivals=world.arrivals, load=world.load, meanLifetimeSeconds=world.mean_lifetime_s,
-                          hourlyRate=list(world.hourly_rate), startHour=world.start_hour,
+                          hourlyRate=list(world.hourly_rate), startHour=world.start_hour, burstSize=world.burst_size,
                           podClasses=[PodClassProfile(
                               name=c.name, weight=c.weight, cpuMillicores=list(c.cpu_millicores),
                               memoryPerCpuGiB=list(c.memory_per_cpu_gib), usage=list(c.usage),

@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from agent.sim import mixed
 from agent.sim.world import GEN_NEW, GEN_OLD, LARGE, MEDIUM, SIZES, SMALL, Hardware, NodeSpec, PodClass, World
 from rlscore.core.state import DEFAULT_LATENCY_HARD_MS, DEFAULT_LATENCY_SOFT_MS
 
@@ -42,16 +43,18 @@ class Family:
     draw: Callable[[np.random.Generator, int, bool, bool], World]
     eval_nodes: tuple[int, ...] | None = None  # fixed sizes for evaluation; None: drawn per seed
     evaluation_only: bool = False  # judged on, never trained or tuned on (families_for leaves it out)
+    node_range: tuple[int, int] | None = None  # sizes drawn when none is given (default TRAIN_NODES)
 
     def world(self, rng: np.random.Generator, nodes: int | None = None, limits: bool = False,
               training: bool = False) -> World:
         """A world of this family; `nodes` fixes the cluster size, `limits` gives the pods latency
         limits (EL), `training` widens the draws (jittered limits)."""
-        n = int(nodes) if nodes is not None else int(rng.integers(TRAIN_NODES[0], TRAIN_NODES[1] + 1))
+        low, high = self.node_range or TRAIN_NODES
+        n = int(nodes) if nodes is not None else int(rng.integers(low, high + 1))
         if n < 1:
             raise ValueError(f"a cluster needs at least one node, got {n}")
         world = self.draw(rng, n, limits, training)
-        if training and world.power_visible and rng.random() < PARTIAL_POWER_SHARE:
+        if training and world.power_visible and not world.power_hidden and rng.random() < PARTIAL_POWER_SHARE:
             hidden = rng.random(n) < rng.uniform(0.2, 0.8)
             world = replace(world, power_hidden=tuple(bool(h) for h in hidden))
         return world
@@ -221,6 +224,11 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("hardware", ("EE", "EL"), "two generations, equal capacity, 200/400 W vs 60/220 W", _hardware(True)),
     Family("hardware-unknown", ("EE",), "as hardware, but no power model is known", _hardware(False)),
     Family("churn", ("EE", "LB", "EL"), "poisson arrivals while nodes leave and come back", _churn),
+    Family(mixed.MIXED, ("EE", "LB", "EL"), "every difficulty at once, each trait drawn independently (agent/sim/mixed.py)",
+           lambda rng, n, limits, training: mixed.mixed_world(rng, n, mixed.TRAINING), node_range=mixed.TRAINING.nodes),
+    Family(mixed.MIXED_WIDE, ("EE", "LB", "EL"), "mixed worlds beyond the training ranges: larger, more extreme mixes",
+           lambda rng, n, limits, training: mixed.mixed_world(rng, n, mixed.WIDER, mixed.MIXED_WIDE),
+           evaluation_only=True, node_range=mixed.WIDER.nodes),
     # Training already draws one-pool clusters (POOL_SHARE, PARTIAL_POWER_SHARE); this family judges them.
     Family("one-pool", ("EE", "LB", "EL"), "identical machines, mixed pods, power known for some nodes only",
            _one_pool, evaluation_only=True),

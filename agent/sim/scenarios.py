@@ -48,11 +48,15 @@ class PodSampler:
         weights = np.array([c.weight for c in classes], dtype=float)
         self.cumulative = np.cumsum(weights / weights.sum())
 
-    def draw(self, pod_id: int, depart_at: float = float("inf")) -> tuple[SimPod, float]:
-        """A pod and its lifetime scale."""
+    def pick_class(self) -> int:
+        if len(self.classes) == 1:
+            return 0
+        return min(int(np.searchsorted(self.cumulative, self.rng.random(), side="right")), len(self.classes) - 1)
+
+    def draw(self, pod_id: int, depart_at: float = float("inf"), klass: int | None = None) -> tuple[SimPod, float]:
+        """A pod (of class number `klass`, or one drawn by weight) and its lifetime scale."""
         rng = self.rng
-        k = int(np.searchsorted(self.cumulative, rng.random(), side="right")) if len(self.classes) > 1 else 0
-        c = self.classes[min(k, len(self.classes) - 1)]
+        c = self.classes[self.pick_class() if klass is None else klass]
         cpu = float(c.cpu_millicores[int(rng.integers(len(c.cpu_millicores)))])
         memory = float(np.round(cpu / 1000.0 * rng.uniform(*c.memory_per_cpu_gib) * GIB / MIB) * MIB)
         usage = float(rng.uniform(*c.usage))
@@ -104,25 +108,37 @@ def test2(maker: _EventMaker, pods: PodSampler, alive: int = 30) -> Iterator[Eve
         t += 1.0
 
 
+BURST_GAP_S = 0.05  # between the pods of one burst (a Deployment's replicas created together)
+
+
 def poisson(maker: _EventMaker, pods: PodSampler, rng: np.random.Generator, rate: float,
-            mean_lifetime_s: float, hourly: tuple[float, ...] = (), start_hour: float = 0.0) -> Iterator[Event]:
+            mean_lifetime_s: float, hourly: tuple[float, ...] = (), start_hour: float = 0.0,
+            burst_size: float = 1.0, day_seconds: float = 86400.0) -> Iterator[Event]:
     """Poisson arrivals with exponential lifetimes (scaled per pod class). With `hourly` (24
-    multipliers by hour of day) the rate follows the day, drawn by thinning a process at the peak rate."""
+    multipliers by hour of day) the rate follows the day, drawn by thinning a process at the peak rate.
+    With `burst_size` > 1, pods come in bursts of 1 + Poisson(burst_size - 1) pods of one class (a
+    Deployment scaled up), the bursts at rate / burst_size, so the mean rate of pods stays `rate`."""
     t = 0.0
     departures: list[tuple[float, int]] = []
     peak = max(hourly) if hourly else 1.0
+    burst_rate = rate / burst_size
     while True:
-        t += float(rng.exponential(1.0 / (rate * peak)))
-        if hourly and rng.random() * peak >= hourly[int((start_hour + t / 3600.0) % 24.0)]:
+        t += float(rng.exponential(1.0 / (burst_rate * peak)))
+        if hourly and rng.random() * peak >= hourly[int((start_hour + t / (day_seconds / 24.0)) % 24.0)]:
             continue
-        while departures and departures[0][0] <= t:
-            when, pod_id = heapq.heappop(departures)
-            yield maker.event(when, "depart", pod_id=pod_id)
-        lifetime = float(rng.exponential(mean_lifetime_s))
-        pod, scale = pods.draw(maker.pod_id())
-        pod = replace(pod, depart_at=t + lifetime * scale)
-        heapq.heappush(departures, (pod.depart_at, pod.id))
-        yield maker.event(t, "arrive", pod=pod)
+        count = 1 if burst_size <= 1.0 else 1 + int(rng.poisson(burst_size - 1.0))
+        klass = pods.pick_class() if count > 1 else None
+        for k in range(count):
+            when = t + k * BURST_GAP_S
+            while departures and departures[0][0] <= when:
+                gone, pod_id = heapq.heappop(departures)
+                yield maker.event(gone, "depart", pod_id=pod_id)
+            lifetime = float(rng.exponential(mean_lifetime_s))
+            pod, scale = pods.draw(maker.pod_id(), klass=klass)
+            pod = replace(pod, depart_at=when + lifetime * scale)
+            heapq.heappush(departures, (pod.depart_at, pod.id))
+            yield maker.event(when, "arrive", pod=pod)
+        t += (count - 1) * BURST_GAP_S
 
 
 def node_churn(rng: np.random.Generator, nodes: int, mean_interval_s: float) -> Iterator[Event]:
@@ -151,7 +167,7 @@ def events(world: World, rng: np.random.Generator) -> Iterator[Event]:
         stream = test2(maker, pods)
     elif world.arrivals == "poisson":
         stream = poisson(maker, pods, rng, world.arrival_rate, world.mean_lifetime_s, world.hourly_rate,
-                         world.start_hour)
+                         world.start_hour, world.burst_size, world.day_seconds)
     else:
         raise ValueError(f"unknown arrival process {world.arrivals!r}: expected one of {', '.join(ARRIVALS)}")
     streams = [stream]

@@ -95,6 +95,8 @@ class World:
     latency_drift: bool = True
     hourly_rate: tuple[float, ...] = ()  # poisson: 24 multipliers of the arrival rate by hour of day (mean 1)
     start_hour: float = 0.0  # the hour of day at simulated time 0
+    day_seconds: float = 86400.0  # simulated seconds per day of `hourly_rate` (shorter: a compressed day)
+    burst_size: float = 1.0  # poisson: mean pods per arrival (a burst of one class); 1: single arrivals
     background_cpu: tuple[float, float] = DEFAULT_BACKGROUND_CPU  # share of each node's cpu its own daemons use, drawn per node
     # seconds from a pod's binding until its usage shows in the node's metrics (container start, and
     # a rate needs two scrapes); 0: at once

@@ -375,43 +375,68 @@ def _require(condition: bool, path: Path, message: str) -> None:
         raise ModelValidationError(f"{path.name}: {message}")
 
 
-def load_model(path: str | Path, expected_policy: str | None = None, allow_heuristic: bool = False) -> AnyModel:
-    """The validated model at `path` (see the module's docstring for the order of the checks). A file
-    naming a rule is taken only with `allow_heuristic`, otherwise refused with the rule named."""
-    from safetensors import SafetensorError, safe_open
-
-    path = Path(path)
+def _read_file(path: Path) -> tuple[bytes, dict[str, str], dict[str, tuple[str, tuple[int, ...]]]]:
+    """The file's bytes (read whole, not memory-mapped: a file truncated while it is read must not bring
+    the process down), its header's metadata, and each tensor's dtype and shape as the header declares
+    them. The header is read within bounds before anything else of the file."""
     _require(path.is_file(), path, "no such model file")
     size = path.stat().st_size
     _require(size <= MAX_MODEL_BYTES, path, f"file is {size} bytes, over the {MAX_MODEL_BYTES}-byte limit")
+    with open(path, "rb") as f:
+        data = f.read(MAX_MODEL_BYTES + 1)
+    _require(8 <= len(data) <= MAX_MODEL_BYTES, path, "not a readable model file (too short)")
+    header_size = int.from_bytes(data[:8], "little")
+    _require(header_size <= len(data) - 8, path, "not a readable model file (its header runs past the end)")
     try:
-        with safe_open(str(path), framework="numpy") as f:
-            header = f.metadata() or {}
-            declared = {k: (f.get_slice(k).get_dtype(), tuple(f.get_slice(k).get_shape())) for k in f.keys()}
-            model_format, policy = _check_header(path, header, expected_policy)
-            if model_format == HEURISTIC_FORMAT:
-                _require(not declared, path, "a rule's model file holds no tensors")
-                return _heuristic(path, header, policy, allow_heuristic)
-            spec = int(header["feature_spec_version"])
-            arch = _architecture(path, header, model_format, spec)
-            expected = arch.tensor_shapes(model_format)
-            params = parameter_count(expected)
-            _require(params <= MAX_PARAMETERS, path,
-                     f"the architecture has {params} parameters, over the limit of {MAX_PARAMETERS}")
-            _require(set(declared) == set(expected), path, "tensor names do not match the architecture "
-                     f"(missing {sorted(set(expected) - set(declared))[:3]}, unexpected "
-                     f"{sorted(set(declared) - set(expected))[:3]})")
-            for name, (dtype, shape) in declared.items():
-                _require(dtype in ("F32", "F64") and shape == expected[name], path,
-                         f"tensor {name} is {dtype} {list(shape)}, the architecture needs float {list(expected[name])}")
-            weights = {k: f.get_tensor(k).astype(np.float32) for k in expected}
+        header = bounded_json.loads(data[8:8 + header_size], header_size, what="the header")
+    except bounded_json.BoundedJSONError as exc:
+        raise ModelValidationError(f"{path.name}: not a readable model file ({exc})") from None
+    _require(isinstance(header, dict), path, "not a readable model file (its header is not an object)")
+    metadata = header.pop("__metadata__", None) or {}
+    _require(isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values()), path,
+             "not a readable model file (its metadata is not a map of strings)")
+    declared = {}
+    for name, info in header.items():
+        _require(isinstance(info, dict) and isinstance(info.get("shape"), list)
+                 and all(isinstance(d, int) and d >= 0 for d in info["shape"]), path,
+                 f"not a readable model file (tensor {name[:40]!r} is declared without a shape)")
+        declared[name] = (str(info.get("dtype")), tuple(info["shape"]))
+    return data, metadata, declared
+
+
+def load_model(path: str | Path, expected_policy: str | None = None, allow_heuristic: bool = False) -> AnyModel:
+    """The validated model at `path` (see the module's docstring for the order of the checks). A file
+    naming a rule is taken only with `allow_heuristic`, otherwise refused with the rule named."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load
+
+    path = Path(path)
+    data, header, declared = _read_file(path)
+    model_format, policy = _check_header(path, header, expected_policy)
+    if model_format == HEURISTIC_FORMAT:
+        _require(not declared, path, "a rule's model file holds no tensors")
+        return _heuristic(path, header, policy, allow_heuristic, hashlib.sha256(data).hexdigest())
+    spec = header.get("feature_spec_version", "")
+    _require(spec.isdigit(), path, f"feature spec version {spec[:10]!r} is not a number")
+    arch = _architecture(path, header, model_format, int(spec))
+    expected = arch.tensor_shapes(model_format)
+    params = parameter_count(expected)
+    _require(params <= MAX_PARAMETERS, path,
+             f"the architecture has {params} parameters, over the limit of {MAX_PARAMETERS}")
+    _require(set(declared) == set(expected), path, "tensor names do not match the architecture "
+             f"(missing {sorted(set(expected) - set(declared))[:3]}, unexpected {sorted(set(declared) - set(expected))[:3]})")
+    for name, (dtype, shape) in declared.items():
+        _require(dtype in ("F32", "F64") and shape == expected[name], path,
+                 f"tensor {name} is {dtype} {list(shape)}, the architecture needs float {list(expected[name])}")
+    try:
+        weights = {k: v.astype(np.float32) for k, v in load(data).items()}
     except SafetensorError as exc:
         raise ModelValidationError(f"{path.name}: not a readable model file ({str(exc)[:120]})") from None
     _require(all(bool(np.isfinite(w).all()) for w in weights.values()), path, "weights contain NaN or infinity")
     if model_format == MODEL_FORMAT:
         weights = upgrade_weights(weights, arch.node_features)
         arch = arch.model_copy(update={"node_features": NUM_NODE_FEATURES})
-    digest = sha256_of(path)
+    digest = hashlib.sha256(data).hexdigest()
     metadata = _sidecar(path, digest, policy, model_format)
     loaded = LoadedSelector if model_format == SELECTOR_FORMAT else LoadedModel
     model = loaded(policy=policy, version=f"{policy.lower()}-{digest[:7]}", architecture=arch, weights=weights,
@@ -493,12 +518,11 @@ def _sidecar(path: Path, digest: str, policy: str, model_format: str) -> dict[st
     return record
 
 
-def _heuristic(path: Path, header: dict[str, str], policy: str, allow: bool) -> HeuristicModel:
+def _heuristic(path: Path, header: dict[str, str], policy: str, allow: bool, digest: str) -> HeuristicModel:
     name = header.get("heuristic")
     _require(name in servable_rules(), path, f"names rule {str(name)[:40]!r}, expected one of "
                                              f"{', '.join(servable_rules())}")
     _require(allow, path, f"holds the rule {name}, not a trained network (nothing to fine-tune or export)")
-    digest = sha256_of(path)
     model = HeuristicModel(policy=policy, version=f"{policy.lower()}-{name}-{digest[:7]}", heuristic=name, path=path,
                            metadata=_sidecar(path, digest, policy, HEURISTIC_FORMAT))
     _probe(model, path)

@@ -125,6 +125,9 @@ class Workload(_Strict):
                                      description="poisson: 24 multipliers of the rate by hour of day; empty: flat")
     start_hour: float = Field(alias="startHour", default=0.0, ge=0, lt=24,
                               description="the hour of day (UTC) at which a replay starts")
+    burst_size: float = Field(alias="burstSize", default=1.0, ge=1, le=1000,
+                              description="poisson: mean pods per arrival, all of one class (a Deployment "
+                                          "scaled up); 1: pods arrive one at a time")
 
     @field_validator("hourly_rate")
     @classmethod

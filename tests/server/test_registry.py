@@ -3,6 +3,8 @@
 import os
 
 import torch
+from safetensors import safe_open
+from safetensors.numpy import save
 
 from rlscore.core.features import FEATURE_SPEC_VERSION
 from rlscore.core.model import sidecar_path
@@ -44,9 +46,9 @@ def test_corrupted_file_keeps_the_previous_model_and_is_reported(tmp_path, make_
 def test_wrong_spec_version_is_refused(tmp_path):
     net = NodeScorer((8,))
     path = save_model(tmp_path / "lb.safetensors", net, "LB", {})
-    payload = torch.load(path, weights_only=True)
-    payload["feature_spec_version"] = FEATURE_SPEC_VERSION + 1
-    torch.save(payload, path)
+    with safe_open(str(path), framework="numpy") as f:
+        header, tensors = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
+    path.write_bytes(save(tensors, metadata={**header, "feature_spec_version": str(FEATURE_SPEC_VERSION + 1)}))
     sidecar_path(path).unlink()
     registry = ModelRegistry(tmp_path)
     entry = registry.load("LB")
