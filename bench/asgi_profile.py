@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from suggestion_server.api import create_app
+from suggestion_server.app import create_app
 from suggestion_server.config import Settings
 
 
@@ -85,8 +85,8 @@ async def main_async(args) -> None:
         content_type = "application/json"
     async with app.router.lifespan_context(app):
         if args.names:
-            await app.state.collector.refresh()  # the server's own first refresh (no Prometheus here)
-            warm(app.state.table, nodes_with_state(args.nodes, rng))
+            await app.state.services.collector.refresh()  # the server's own first refresh (no Prometheus here)
+            warm(app.state.services.table, nodes_with_state(args.nodes, rng))
         for _ in range(50):
             status, out = await call(app, "POST", args.path, body, content_type)
             assert status == 200, out[:300]

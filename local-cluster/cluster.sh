@@ -121,9 +121,9 @@ server_start() {
   log "starting the suggestion server on 127.0.0.1:$SERVER_PORT"
   # The server serves (and a promoted candidate replaces) the cluster's own copy of the shipped
   # models, never the repository's; retraining hands candidates to $OURS/models/candidates.
-  [ -d "$OURS/models" ] || { mkdir -p "$OURS/models" && cp "$ROOT"/models/{ee,lb,el}.{pt,json} "$OURS/models/"; }
+  [ -d "$OURS/models" ] || { mkdir -p "$OURS/models" && cp "$ROOT"/models/{ee,lb,el}.{safetensors,json} "$OURS/models/"; }
   RLSCORE_PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT \
-  RLSCORE_KUBERNETES=kubeconfig RLSCORE_KUBECONFIG=$KUBECONFIG_FILE \
+  RLSCORE_KUBERNETES=kubeconfig RLSCORE_KUBECONFIG=$KUBECONFIG_FILE RLSCORE_ALLOW_UNAUTHENTICATED_CHANGES=true \
   RLSCORE_MODEL_DIR=$OURS/models RLSCORE_REFRESH_INTERVAL_S=$LOCAL_REFRESH_S \
   RLSCORE_USAGE_ONSET_S=$LOCAL_USAGE_ONSET_S RLSCORE_USAGE_LINGER_S=$LOCAL_USAGE_LINGER_S \
   RLSCORE_POWER_MAX_HISTORY_QUERY="${RLSCORE_POWER_MAX_HISTORY_QUERY:-$LOCAL_POWER_HISTORY}" \

@@ -29,12 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     import uvicorn
 
-    # Workers re-create the app from the same RLSCORE_* environment.
+    # Workers re-create the app (and the HTTP protocol its limits) from the same RLSCORE_* environment.
     os.environ.setdefault("RLSCORE_LOG_LEVEL", args.log_level)
-    from suggestion_server.http_protocol import NoDelayHTTPProtocol
+    os.environ.setdefault("RLSCORE_HEADER_TIMEOUT_S", str(settings.header_timeout_s))
+    os.environ.setdefault("RLSCORE_MAX_HEADER_BYTES", str(settings.max_header_bytes))
+    from suggestion_server.http.http_protocol import BoundedHTTPProtocol
 
     if settings.prometheus_url and settings.prometheus_ca_file is not None:
-        from suggestion_server.prometheus_source import certificate_check
+        from suggestion_server.node_state.prometheus_source import certificate_check
 
         try:  # the reason now, not a traceback from every worker
             certificate_check(settings.prometheus_ca_file)
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     tls = {}
     if settings.tls_cert_file is not None:
-        from suggestion_server.tls import ReloadingTLS, context_factory
+        from suggestion_server.http.tls import ReloadingTLS, context_factory
 
         try:  # fail here, with the reason, rather than in every worker
             ReloadingTLS(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
@@ -51,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rlscore-server: cannot serve TLS: {exc}", file=sys.stderr)
             return 2
         tls = {"ssl_context_factory": context_factory}
-    uvicorn.run("suggestion_server.api:create_app", factory=True, host=args.host, port=args.port,
+    uvicorn.run("suggestion_server.app:create_app", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level=args.log_level.lower(), access_log=False,
-                http=NoDelayHTTPProtocol, **tls)
+                http=BoundedHTTPProtocol, **tls)
     return 0
 
 

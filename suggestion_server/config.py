@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rlscore.core import node_metrics
-from rlscore.core.state import DEFAULT_LATENCY_HARD_MS, DEFAULT_LATENCY_SOFT_MS, normalize_policy
+from rlscore.core.state import normalize_policy
 
 
 class Settings(BaseSettings):
@@ -19,10 +19,12 @@ class Settings(BaseSettings):
     model_dir: Path = Field(Path("models"), description="directory holding ee.safetensors, lb.safetensors, el.safetensors")
     default_policy: str = Field("EE", description="policy when neither the request nor the pod names one")
     model_watch_interval_s: float = Field(5.0, ge=0, description="how often model files are checked for changes (0: never)")
-    el_default_soft_ms: float = Field(DEFAULT_LATENCY_SOFT_MS, gt=0, description="EL limits for pods without annotations")
-    el_default_hard_ms: float = Field(DEFAULT_LATENCY_HARD_MS, gt=0)
+    el_default_soft_ms: float | None = Field(
+        None, gt=0, description="EL: the soft latency limit (ms) of pods without annotations; unset: such pods have "
+                                "no limit (set both or neither)")
+    el_default_hard_ms: float | None = Field(None, gt=0, description="EL: the hard limit (ms) of pods without annotations")
 
-    # Staged rollout of retrained models (suggestion_server/rollout.py)
+    # Staged rollout of retrained models (suggestion_server/lifecycle/rollout.py)
     candidate_dir: Path | None = Field(
         None, description="where retrained candidates (<policy>.safetensors + sidecar with a gate verdict) arrive; "
                           "default <model_dir>/candidates")
@@ -34,7 +36,7 @@ class Settings(BaseSettings):
         0.0, ge=0, le=1, description="auto-advance while the candidate's mean placement cost is at most "
                                      "serving's x (1 + this); above it the candidate is rolled back")
 
-    # Drift (suggestion_server/drift.py)
+    # Drift (suggestion_server/lifecycle/drift.py)
     drift_profile: Path | None = Field(
         None, description="reference cluster profile for models without a training profile in their sidecar")
     drift_interval_s: float = Field(15.0, gt=0, description="how often drift is checked")
@@ -61,6 +63,16 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="larger bodies are a 413")
     api_token: str | None = Field(
         None, description="when set, every endpoint but /healthz and /readyz needs 'Authorization: Bearer <token>'")
+    allow_unauthenticated_changes: bool = Field(
+        False, description="without a token: open the routes that change what serves (POST /models/reload, the "
+                           "rollout API), e.g. on a trusted local cluster; closed by default")
+    ready_requires_models: bool = Field(
+        False, description="with true, /readyz is unready while a policy's model is refused or missing (it is served "
+                           "by its fallback rule meanwhile); /readyz names such policies either way")
+    header_timeout_s: float = Field(10.0, gt=0, le=300, description="a client must send a request's headers within "
+                                                                   "this long, and its body within this long after")
+    max_header_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024,
+                                  description="larger request headers close the connection")
     open_read_endpoints: bool = Field(
         False, description="with a token set: let GET /policies, /state, /metrics and the API docs through without it")
 
@@ -68,7 +80,15 @@ class Settings(BaseSettings):
     refresh_interval_s: float = Field(5.0, gt=0, description="background refresh period of the node snapshot")
     stale_after_s: float = Field(30.0, gt=0, description="a snapshot older than this is refreshed on demand and flagged")
     prometheus_url: str | None = Field(None, description="e.g. http://prometheus:9090; unset disables metrics")
-    prometheus_timeout_s: float = Field(2.0, gt=0)
+    prometheus_timeout_s: float = Field(2.0, gt=0, description="the whole of one query's answer must arrive "
+                                                               "within this (not just each read)")
+    prometheus_max_answer_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="a larger answer is refused "
+                                                                                   "(named in the snapshot's problems)")
+    node_forget_after_s: float = Field(
+        600.0, gt=0, description="a node that the Kubernetes API does not have and no metric named for this long is "
+                                 "forgotten")
+    max_known_nodes: int = Field(50_000, ge=1, description="nodes the server keeps state for; names beyond it "
+                                                           "are ignored and counted")
     prometheus_ca_file: Path | None = Field(
         None, description="CA bundle (PEM) that signs an https Prometheus's certificate; default: the system's CAs")
     prometheus_insecure_skip_verify: bool = Field(
@@ -149,6 +169,22 @@ class Settings(BaseSettings):
         if self.tls_client_ca_file is not None and self.tls_cert_file is None:
             raise ValueError("RLSCORE_TLS_CLIENT_CA_FILE (mutual TLS) needs RLSCORE_TLS_CERT_FILE and _KEY_FILE")
         return self
+
+    @model_validator(mode="after")
+    def _el_defaults(self) -> Settings:
+        soft, hard = self.el_default_soft_ms, self.el_default_hard_ms
+        if (soft is None) != (hard is None):
+            raise ValueError("set RLSCORE_EL_DEFAULT_SOFT_MS and RLSCORE_EL_DEFAULT_HARD_MS together, or neither")
+        if soft is not None and soft > hard:
+            raise ValueError(f"RLSCORE_EL_DEFAULT_SOFT_MS ({soft}) must not exceed RLSCORE_EL_DEFAULT_HARD_MS ({hard})")
+        return self
+
+    @property
+    def el_defaults(self) -> tuple[float, float] | None:
+        """EL's limits for pods without annotations, or None (no limit)."""
+        if self.el_default_soft_ms is None:
+            return None
+        return self.el_default_soft_ms, self.el_default_hard_ms
 
     @field_validator("default_policy")
     @classmethod

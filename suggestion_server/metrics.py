@@ -31,10 +31,13 @@ FALLBACKS = Counter("rlscore_fallbacks_total", "Answers from the heuristic inste
 DEGRADED = Counter("rlscore_degraded_total", "Answers made with missing or stale node state.", ["reason"])
 SNAPSHOT_AGE = Gauge("rlscore_snapshot_age_seconds", "Age of the node state snapshot.")
 SNAPSHOT_NODES = Gauge("rlscore_snapshot_nodes", "Nodes in the state snapshot.")
+KNOWN_NODES = Gauge("rlscore_known_nodes", "Nodes the server keeps state for (the node table's rows).")
+PROMETHEUS_ERRORS = Counter("rlscore_prometheus_errors_total", "Prometheus queries that failed, by field and reason "
+                            "(error, timeout, too_large, malformed).", ["field", "reason"])
 MODEL_INFO = Gauge("rlscore_model_info", "The serving model per policy (value 1).", ["policy", "version"])
 MODEL_LOAD_FAILURES = Counter("rlscore_model_load_failures_total", "Model files refused by validation.",
                               ["policy"])
-# Staged rollout (suggestion_server/rollout.py): mean placement cost = cost_total / compared_total.
+# Staged rollout (suggestion_server/lifecycle/rollout.py): mean placement cost = cost_total / compared_total.
 ROLLOUT_STAGE = Gauge("rlscore_rollout_stage", "1 for the rollout stage each policy is in (none, shadow, canary).",
                       ["policy", "stage"])
 ROLLOUT_COMPARED = Counter("rlscore_rollout_compared_total", "Requests scored by both the serving model and "
@@ -49,7 +52,7 @@ ROLLOUT_TRANSITIONS = Counter("rlscore_rollout_transitions_total", "Rollout stag
                               ["policy", "to", "trigger"])
 ROLLOUT_REFUSED = Counter("rlscore_rollout_refused_total", "Candidate files not staged (no passing gate verdict, "
                           "invalid file).", ["policy"])
-# Drift (suggestion_server/drift.py)
+# Drift (suggestion_server/lifecycle/drift.py)
 DRIFT_SCORE = Gauge("rlscore_drift_signal", "Each drift signal's value against the serving model's training "
                     "profile (usage: ratio; requests: PSI; latency: relative change).", ["policy", "signal"])
 DRIFT_FLAGGED = Gauge("rlscore_drift_flagged", "1 while drift is flagged for the policy.", ["policy"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from rlscore.core.state import PodRequest, as_served, normalize_policy
-from suggestion_server.schemas import PodIn
+from suggestion_server.http.schemas import PodIn
 
 ANNOTATION_POLICY = "rlscore.io/policy"
 ANNOTATION_SOFT = "rlscore.io/latency-soft-ms"
@@ -53,7 +53,7 @@ def _limit(pod: PodIn, primary: str, fallback: str) -> float | None:
     return value
 
 
-def pod_request(pod: PodIn, policy: str, el_defaults: tuple[float, float]) -> PodRequest:
+def pod_request(pod: PodIn, policy: str, el_defaults: tuple[float, float] | None) -> PodRequest:
     """The pod as the scorer sees it. Latency annotations are validated for every policy but only
     EL uses them (EE and LB were trained, and are measured, on pods without limits); EL pods
     without limits get the configured defaults."""

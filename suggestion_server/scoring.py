@@ -12,8 +12,8 @@ from rlscore.core.model import LoadedSelector
 from rlscore.core.scoring import HeuristicScorer, to_node_scores
 from rlscore.core.state import NodeState, PodRequest
 from suggestion_server import metrics
-from suggestion_server.registry import ModelRegistry
-from suggestion_server.snapshot import unknown_for
+from suggestion_server.lifecycle.registry import ModelRegistry
+from suggestion_server.node_state.snapshot import unknown_for
 
 
 # Rules served as a model (named by a model file, or picked by a rule selector) that read an optional

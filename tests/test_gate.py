@@ -15,7 +15,7 @@ from agent.evaluate.gate import main
 from rlscore.core.model import load_model, sidecar_path
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
-from rlscore.core.profile import ClusterProfile, save_profile
+from rlscore.core.profile import save_profile
 from agent.sim.cluster_profile import world_profile
 from agent.sim.families import family
 

@@ -1,15 +1,9 @@
-"""The scheduler plugin's in-process scorer (plugin-go/pkg/rlscore: features.go, model.go, rules.go,
-local.go) against the Python it ports, through Go's own tests:
-
-- TestParityWithPython: on random states (every policy, 1..5000 nodes, unknown values mixed in,
-  pods with and without latency limits) Go's features equal rlscore.core.features.node_features, its
-  forward pass the served model's (a node scorer's NumpyScorer, a rule selector's pick and logits,
-  for the shipped models and a selector over every servable rule), every hand-written rule's values
-  rlscore.core.rules', its integer scores to_node_scores;
-- TestLocalScorerMatchesServer: a real suggestion server on a socket, its node table filled with a
-  random cluster; the Go scorer fetches /v1/node-metrics and /v1/models/{policy}, builds the state
-  from the scheduler's own NodeInfos (the same sizes and requests) and must give the scores POST
-  /suggest gives for the same pods.
+"""The scheduler plugin's in-process scorer against a real suggestion server (Go's
+TestLocalScorerMatchesServer): the server on a socket, its node table filled with a random cluster;
+the Go scorer fetches /v1/node-metrics and /v1/models/{policy}, builds the state from the scheduler's
+own NodeInfos (the same sizes and requests) and must give the scores POST /suggest gives for the same
+pods. Features, rules and forward passes alone are checked by Go's TestGolden against committed
+fixtures (tests/golden.py), without Python.
 """
 
 from __future__ import annotations
@@ -23,19 +17,12 @@ import httpx
 import numpy as np
 import orjson
 import pytest
-import torch
 import uvicorn
 
-from rlscore.core.features import node_features
-from rlscore.core.rules import RULES
-from rlscore.core.model import LoadedSelector, load_model, servable_rules
-from agent.learn.model_io import save_model
-from agent.learn.network import RuleSelector
-from rlscore.core.scoring import to_node_scores
-from rlscore.core.state import NODE_ARRAYS, POLICIES, NodeState, PodRequest
-from suggestion_server.api import create_app
+from rlscore.core.state import POLICIES, PodRequest
+from suggestion_server.app import create_app
 from tests.helpers.processes import free_port, wait_for
-from tests.server.conftest import MODELS, settings
+from tests.server.conftest import settings
 from tests.server.test_exactness import random_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,64 +66,6 @@ def _run_go(test: str, env: dict) -> None:
     assert f"--- PASS: {test}" in result.stdout, "the Go test did not run (skipped?)"
 
 
-def _all_rules_selector(tmp_path) -> LoadedSelector:
-    """A selector over every servable rule, its weights drawn so that its pick changes with the state."""
-    torch.manual_seed(1)
-    selector = RuleSelector(servable_rules(), (16, 16))
-    with torch.no_grad():
-        for weights in selector.parameters():
-            weights.mul_(4.0)
-        selector.head[2].bias.zero_()
-    return load_model(save_model(tmp_path / "selector.safetensors", selector, "LB", {}))
-
-
-def _rules_of(nodes: NodeState, request: PodRequest) -> dict[str, list[float | None]]:
-    return {name: _list(RULES[name](nodes, request, np.random.default_rng(0))) for name in servable_rules()}
-
-
-def test_go_features_forward_and_scores_equal_python(tmp_path):
-    rng = np.random.default_rng(2026)
-    models = {p: load_model(MODELS / f"{p.lower()}.safetensors") for p in POLICIES}
-    models["selector"] = _all_rules_selector(tmp_path)
-    cases = []
-    picked = set()
-    for name, model in models.items():
-        for size_index, n in enumerate(SIZES):
-            # the selector over every rule meets the pods of every policy, latency limits included
-            policy = name if name in POLICIES else POLICIES[size_index % len(POLICIES)]
-            for _ in range(2):
-                arrays = _with_unknowns(random_state(n, rng), rng)
-                # the cluster's requests now (unknown, or beyond the candidates') and their recent peak
-                # (unknown, below what the candidates hold, or above it)
-                held = float(np.nansum(arrays["cpu_requested"]))
-                now, peak = (float(rng.choice([np.nan, 1.0, 1.2, 1.5])) * held for _ in range(2))
-                nodes = NodeState(names=[f"n{i}" for i in range(n)], cluster_cpu_requested=now,
-                                  recent_peak_cpu_requested=peak, **arrays)
-                for request in _pods(policy, rng)[: 2 if n >= 1000 else 4]:
-                    features, pod_vec = node_features(nodes, request)
-                    case = {"model": name}
-                    if isinstance(model, LoadedSelector):
-                        q, rule = model.decide(nodes, request)
-                        case.update(rule=rule, logits=model.logits(features, pod_vec).tolist())
-                        picked.add(rule)
-                    else:
-                        q = model.q_values_from_features(features, pod_vec)
-                    if n <= 100:
-                        case["rules"] = _rules_of(nodes, request)
-                    cases.append({**case, "policy": policy, "nodes": {k: _list(getattr(nodes, k)) for k in NODE_ARRAYS},
-                                  "cluster_requested": _list([nodes.cluster_cpu_requested])[0],
-                                  "recent_peak": _list([nodes.recent_peak_cpu_requested])[0],
-                                  "pod": {"cpu": request.cpu_millicores, "memory": request.memory_bytes,
-                                          "soft": request.latency_soft_ms or 0.0, "hard": request.latency_hard_ms or 0.0},
-                                  "features": features.astype(np.float64).ravel().tolist(),
-                                  "pod_features": pod_vec.astype(np.float64).tolist(),
-                                  "q": q.tolist(), "scores": to_node_scores(q).tolist()})
-    assert len(picked) >= 4, f"the selector picked {sorted(picked)} only: its pick would hardly be tested"
-    path = tmp_path / "parity.json"
-    path.write_bytes(orjson.dumps({"models": {p: m.export() for p, m in models.items()}, "cases": cases}))
-    _run_go("TestParityWithPython", {"RLSCORE_PARITY_FILE": str(path)})
-
-
 class _ThreadServer(uvicorn.Server):
     def install_signal_handlers(self) -> None:  # not the main thread
         pass
@@ -160,7 +89,7 @@ def live_server():
 
 def test_in_process_scorer_matches_the_server(live_server, tmp_path):
     app, url = live_server
-    table = app.state.table
+    table = app.state.services.table
     rng = np.random.default_rng(7)
     n = 300
     names = [f"node-{i}" for i in range(n)]
@@ -221,7 +150,7 @@ def test_node_metrics_and_model_endpoints(live_server):
     assert len(weights["layers"][0]["lambda"]) == 35 and len(weights["layers"][-1]["bias"]) == 1
     bad = httpx.get(f"{url}/v1/models/fast")
     assert bad.status_code == 422 and "unknown policy" in bad.text
-    app.state.registry.policies["LB"].model = None  # as after a model file failed to validate
+    app.state.services.registry.policies["LB"].model = None  # as after a model file failed to validate
     missing = httpx.get(f"{url}/v1/models/LB")
     assert missing.status_code == 404 and "heuristic" in missing.text
     assert httpx.get(f"{url}/v1/node-metrics").json()["model_versions"]["LB"] is None

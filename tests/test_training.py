@@ -104,7 +104,7 @@ def test_lb_clones_its_teacher_on_a_cluster_profile(tmp_path):
     """LB's default teachers override the usage-skew family, which a profile run does not have: that
     override is left out instead of refusing to start."""
     from agent.learn.train import main
-    from rlscore.core.profile import ClusterProfile, save_profile
+    from rlscore.core.profile import save_profile
     from agent.sim.cluster_profile import world_profile
     from agent.sim.families import family
 

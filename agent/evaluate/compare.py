@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm import tqdm
 
-from rlscore.core.features import latency_tiers
+from rlscore.core.state import latency_tiers
 from rlscore.core.rules import RULES
 from agent.parallel import fork_pool
 from rlscore.core.scoring import HeuristicScorer, Scorer, choose

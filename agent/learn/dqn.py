@@ -1,8 +1,25 @@
-"""Double DQN over the DeepSets scorer, with n-step returns, in one file you can read top to bottom
-(after cleanrl's dqn.py). Every hyper-parameter is in DQNConfig; `rlscore-train --help` lists them.
+"""DQN from demonstrations: the product trainer of rlscore's policies, in one file you can read top to
+bottom (after cleanrl's dqn.py; the idea is DQfD, Hester et al. 2018). Every hyper-parameter is in
+DQNConfig; `rlscore-train --help` lists them.
 
-Episodes draw a scenario family and a node count at random, so one policy learns clusters of every
-size and situation it will meet; the equivariant network carries it to larger ones.
+1. Worlds. Each episode is one simulated cluster: a mixed world (agent/sim/mixed.py: every difficulty
+   drawn at once) or a world of one of the policy's single-difficulty families.
+2. Teachers. Each world has a teacher: its family's (or size band's) best rule, measured on training
+   seeds (TEACHERS), or for a mixed world the rule whose runs on that world's machines cost least
+   over a few arrival streams of its own (agent.learn.teachers.world_teacher).
+3. Demonstrations. The teachers schedule `demo_worlds` worlds; every decision is kept with the
+   teacher's choice (all of its tied best nodes) and the outcome reward that followed.
+4. Pre-training on the demonstrations alone: n-step double-DQN TD on the outcome reward, plus a
+   large-margin loss that makes the teacher's choice worth `margin` more than any other node. The
+   network sees each node's standing under every rule (rlscore.core.features.RULE_FEATURES), so it
+   can follow any teacher exactly and learn where to depart from it.
+5. Interaction. `num_envs` environments placed by the network (epsilon-greedy) add their own
+   transitions; batches mix them with demonstrations (`demo_share`), the margin loss applied to the
+   demonstrations only, TD to all. The demonstrations stay in the replay for good.
+
+The served scores are the network's Q-values. `demonstrations_only` trains the same network on the
+same demonstrations with the margin loss alone, for as many gradient steps, and no interaction: the
+ablation that says what TD learning adds (`rlscore-eval` compares the two).
 """
 
 from __future__ import annotations
@@ -10,169 +27,422 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from agent.learn.common import TrainConfig, make_actor, make_env, seed_everything, tensorboard, training_record
+from agent.learn.common import TrainConfig, make_actor, seed_everything, training_record
+from agent.learn.env import SchedulingEnv
 from agent.learn.network import NodeScorer
+from agent.learn.teachers import teacher_for, teacher_targets, world_teacher
+from agent.learn.threads import ThreadBudget
+from agent.parallel import fork_pool
+from agent.sim.families import draw_node_count, families_for, family
+from agent.sim.mixed import MIXED
+from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
 from rlscore.core.state import normalize_policy
+
+# Each single-difficulty family's teacher: its best rule on training seeds (`rlscore-train --algo
+# selector` picks them, agent.learn.teachers.pick_teachers), per cluster-size band where the best rule
+# changes with size ([[max nodes, rule], ...]; a larger world takes the last band's).
+TEACHERS = {
+    "EE": {"test1": "most-allocated", "test2": "one-step-ee", "poisson": "efficient-first",
+           "two-d": "efficient-first", "fragmentation": "efficient-first", "hardware": "efficient-first",
+           "hardware-unknown": "most-allocated", "churn": "efficient-first"},
+    "LB": {"test1": "one-step-lb", "test2": "one-step-lb", "poisson": "one-step-lb", "usage-skew": "headroom-balance",
+           "two-d": "one-step-lb", "churn": "one-step-lb"},
+    "EL": {"test1": [[5, "latency-pack"], [64, "one-step-el"]], "test2": "one-step-el",
+           "latency-shift": [[5, "latency-fit"], [20, "one-step-el"], [64, "latency-pack"]],
+           "scarce-near": "latency-fit", "hardware": "one-step-el",
+           "churn": [[5, "latency-greedy"], [20, "latency-fit"], [64, "one-step-el"]]},
+}
+# A mixed world's teacher is the cheapest of these on its machines (the rules that lead some mixed
+# worlds on training seeds), the first unless another is cheaper by more than WORLD_MARGIN.
+MIXED_TEACHERS = {
+    "EE": ("efficient-first", "best-fit", "most-allocated", "one-step-ee"),
+    "LB": ("headroom-balance", "load-variation-risk-balancing", "target-load-packing", "one-step-lb"),
+    "EL": ("latency-fit", "latency-pack", "one-step-el"),
+}
 
 
 @dataclass
 class DQNConfig(TrainConfig):
-    learning_rate: float = 5e-4
-    """Adam step size"""
-    buffer_size: int = 50_000
-    """replay buffer capacity (transitions)"""
+    total_timesteps: int = 40_000
+    """environment steps of the interaction phase (0: pre-training on the demonstrations only)"""
+    max_nodes: int = 48
+    """largest cluster drawn (and observation slots)"""
+    node_draw: str = "log-uniform"
+    """how a family world's size is drawn within 2..max_nodes (a mixed world draws its own)"""
+    mixed_share: float = 0.5
+    """share of the worlds (demonstrations and interaction) that are mixed worlds"""
+    gamma: float = 0.99
+    """discount per decision"""
+    # demonstrations
+    demo_worlds: int = 96
+    """worlds the teachers schedule"""
+    demo_decisions: int = 256
+    """placements recorded per demonstration world"""
+    teacher_futures: int = 2
+    """arrival streams a mixed world's teacher is measured on"""
+    # losses
     n_step: int = 8
-    """rewards summed before bootstrapping: carries a consequence back 8 decisions per update"""
-    target_network_frequency: int = 500
-    """steps between copies of the online network into the target network"""
+    """rewards summed before bootstrapping"""
+    margin: float = 0.8
+    """how much more the teacher's choice must be worth than any other node (in normalized reward units)"""
+    margin_weight: float = 1.0
+    """weight of the large-margin loss beside TD"""
+    td_weight: float = 1.0
+    """weight of the TD loss (0 with demonstrations_only)"""
+    demonstrations_only: bool = False
+    """the ablation: the margin loss on the demonstrations alone, no TD, no interaction"""
+    # optimisation
+    pretrain_steps: int = 4000
+    """gradient steps on the demonstrations before interaction"""
+    learning_rate: float = 3e-4
+    """Adam step size"""
+    weight_decay: float = 1e-5
+    """L2 on the weights (DQfD's regulariser)"""
     batch_size: int = 128
     """transitions per gradient step"""
-    start_e: float = 1.0
-    """initial exploration rate"""
-    end_e: float = 0.03
-    """final exploration rate"""
-    exploration_fraction: float = 0.3
-    """share of total_timesteps over which epsilon decays linearly"""
-    learning_starts: int = 2_000
-    """random steps that fill the buffer before learning starts"""
-    train_frequency: int = 2
-    """environment steps per gradient step"""
+    demo_share: float = 0.25
+    """share of each batch drawn from the demonstrations during interaction"""
+    train_frequency: int = 4
+    """environment steps (over all environments) per gradient step"""
+    target_network_frequency: int = 1000
+    """gradient steps between copies of the online network into the target network"""
     max_grad_norm: float = 10.0
     """gradient clipping (global L2 norm)"""
-    reward_scale: float = 0.05
-    """rewards are multiplied by this before learning (shaped outcome rewards are large)"""
+    buffer_size: int = 100_000
+    """transitions the interaction replay keeps (the demonstrations are kept apart, all of them)"""
+    num_envs: int = 8
+    """environments placed side by side in the interaction phase"""
+    start_e: float = 0.1
+    """exploration rate when interaction starts (the network already follows the teachers)"""
+    end_e: float = 0.01
+    """final exploration rate"""
+    exploration_fraction: float = 0.5
+    """share of the interaction over which epsilon decays linearly"""
+    torch_threads: int = 2
+    """most torch threads; fewer while other work holds the cores (agent.learn.threads)"""
+    workers: int = 2
+    """processes measuring the mixed worlds' teachers"""
+    teachers: dict = field(default_factory=dict)
+    """family -> teacher (default: TEACHERS[policy]); a mixed world's is picked per world"""
 
+
+# --- worlds and teachers ----------------------------------------------------------------------------
+
+def world_plan(cfg: DQNConfig, count: int, seed: int) -> list[tuple[str, int, int]]:
+    """(family, nodes, env seed) of `count` worlds: mixed worlds in `mixed_share` of them, the others
+    spread evenly over the policy's families."""
+    rng = np.random.default_rng(seed)
+    families = cfg.families or families_for(cfg.policy)
+    singles = [f for f in families if f != MIXED]
+    plan = []
+    for k in range(count):
+        if MIXED in families and (not singles or rng.random() < cfg.mixed_share):
+            low, high = family(MIXED).node_range
+            name, nodes = MIXED, int(rng.integers(low, min(high, cfg.max_nodes) + 1))
+        else:
+            name = singles[k % len(singles)]
+            nodes = draw_node_count(rng, cfg.min_nodes, cfg.max_nodes, cfg.node_draw)
+        plan.append((name, nodes, int(rng.integers(2**31))))
+    return plan
+
+
+def make_env(cfg: DQNConfig) -> SchedulingEnv:
+    return SchedulingEnv(cfg.policy, max_nodes=cfg.max_nodes, min_nodes=cfg.min_nodes,
+                         families=cfg.families or families_for(cfg.policy), episode_decisions=cfg.demo_decisions,
+                         reward=cfg.reward, gamma=cfg.gamma, shaping=cfg.shaping, training=True, node_draw=cfg.node_draw)
+
+
+def _mixed_teacher(job: tuple) -> str:
+    """The teacher of one mixed world (run in a worker)."""
+    cfg, name, nodes, seed = job
+    env = make_env(cfg)
+    env.reset(seed=seed, options={"family": name, "nodes": nodes})
+    rules = MIXED_TEACHERS[cfg.policy]
+    teacher, _ = world_teacher(cfg.policy, env.sim.world, seed, rules[0], list(rules), cfg.demo_decisions,
+                               cfg.teacher_futures)
+    return teacher
+
+
+def assign_teachers(cfg: DQNConfig, plan: list[tuple[str, int, int]]) -> list[str]:
+    """Each planned world's teacher."""
+    teachers = cfg.teachers or TEACHERS[cfg.policy]
+    mixed = [(cfg, name, nodes, seed) for name, nodes, seed in plan if name == MIXED]
+    picked: list[str] = []
+    if mixed:
+        with fork_pool(max(1, cfg.workers)) as pool:
+            picked = pool.map(_mixed_teacher, mixed)
+    out, it = [], iter(picked)
+    for name, nodes, _ in plan:
+        out.append(next(it) if name == MIXED else teacher_for(teachers, name, nodes))
+    return out
+
+
+# --- replay -------------------------------------------------------------------------------------------
+
+class Replay:
+    """Transitions (s, a, n-step return, discount, s') with observations padded to `slots` nodes, and
+    for demonstrations the teacher's choices (every tied best node). A ring of `size` entries."""
+
+    def __init__(self, size: int, slots: int):
+        self.size, self.pos, self.full = size, 0, False
+        self.nodes = np.zeros((size, slots, NUM_NODE_FEATURES), np.float32)
+        self.pod = np.zeros((size, NUM_POD_FEATURES), np.float32)
+        self.width = np.zeros(size, np.int32)
+        self.next_nodes = np.zeros_like(self.nodes)
+        self.next_pod = np.zeros_like(self.pod)
+        self.next_width = np.zeros(size, np.int32)
+        self.action = np.zeros(size, np.int64)
+        self.ret = np.zeros(size, np.float32)
+        self.discount = np.zeros(size, np.float32)
+        self.expert = np.zeros((size, slots), bool)
+
+    def __len__(self) -> int:
+        return self.size if self.full else self.pos
+
+    def add(self, obs: dict, action: int, ret: float, discount: float, next_obs: dict,
+            expert: np.ndarray | None = None) -> None:
+        i = self.pos
+        self.nodes[i], self.pod[i], self.width[i] = obs["nodes"], obs["pod"], int(obs["action_mask"].sum())
+        self.next_nodes[i], self.next_pod[i] = next_obs["nodes"], next_obs["pod"]
+        self.next_width[i] = int(next_obs["action_mask"].sum())
+        self.action[i], self.ret[i], self.discount[i] = action, ret, discount
+        self.expert[i] = expert if expert is not None else False
+        self.pos = (i + 1) % self.size
+        self.full = self.full or self.pos == 0
+
+    def sample(self, count: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        """`count` transitions, trimmed to the widest candidate set among them."""
+        idx = rng.integers(0, len(self), count)
+        width = int(max(self.width[idx].max(), self.next_width[idx].max()))
+        slots = np.arange(width)
+        return {"nodes": torch.from_numpy(self.nodes[idx, :width]), "pod": torch.from_numpy(self.pod[idx]),
+                "mask": torch.from_numpy(slots < self.width[idx, None]),
+                "next_nodes": torch.from_numpy(self.next_nodes[idx, :width]),
+                "next_pod": torch.from_numpy(self.next_pod[idx]),
+                "next_mask": torch.from_numpy(slots < self.next_width[idx, None]),
+                "action": torch.from_numpy(self.action[idx]), "ret": torch.from_numpy(self.ret[idx]),
+                "discount": torch.from_numpy(self.discount[idx]),
+                "expert": torch.from_numpy(self.expert[idx, :width])}
+
+
+def _cat(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Two batches as one, padded to the wider."""
+    width = max(a["nodes"].shape[1], b["nodes"].shape[1])
+
+    def pad(t: torch.Tensor) -> torch.Tensor:
+        extra = width - t.shape[1]
+        if extra == 0:
+            return t
+        shape = (t.shape[0], extra, *t.shape[2:])
+        return torch.cat([t, torch.zeros(shape, dtype=t.dtype)], dim=1)
+
+    wide = ("nodes", "mask", "next_nodes", "next_mask", "expert")
+    return {k: torch.cat([pad(a[k]), pad(b[k])] if k in wide else [a[k], b[k]]) for k in a}
+
+
+class NStep:
+    """Per environment, the last `n` (obs, action, reward, expert) of its episode: n-step returns."""
+
+    def __init__(self, n: int, gamma: float):
+        self.n, self.gamma = n, gamma
+        self.pending: deque = deque()
+
+    def push(self, obs, action, reward, expert, next_obs, terminated: bool, ended: bool, replay: Replay) -> None:
+        """Record a step; flush the oldest when n are pending, all of them when the episode ended (a
+        terminal state is not bootstrapped, a time limit is)."""
+        self.pending.append((obs, action, reward, expert))
+        while self.pending and (len(self.pending) == self.n or ended):
+            ret = sum(r * self.gamma**k for k, (_, _, r, _) in enumerate(self.pending))
+            first_obs, first_action, _, first_expert = self.pending[0]
+            discount = 0.0 if terminated else self.gamma ** len(self.pending)
+            replay.add(first_obs, first_action, ret, discount, next_obs, first_expert)
+            self.pending.popleft()
+            if not ended:
+                break
+
+
+# --- the losses -----------------------------------------------------------------------------------
+
+def td_loss(q_network: NodeScorer, target_network: NodeScorer, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """n-step double DQN, per transition: the online network picks the next action, the target
+    network values it (Huber loss)."""
+    with torch.no_grad():
+        next_online = q_network(batch["next_nodes"], batch["next_pod"], batch["next_mask"])
+        next_action = next_online.argmax(dim=1, keepdim=True)
+        next_value = target_network(batch["next_nodes"], batch["next_pod"], batch["next_mask"]).gather(1, next_action)
+        next_value = torch.nan_to_num(next_value.squeeze(1), nan=0.0, posinf=0.0, neginf=0.0)
+        target = batch["ret"] + batch["discount"] * next_value
+    q = q_network(batch["nodes"], batch["pod"], batch["mask"]).gather(1, batch["action"].unsqueeze(1)).squeeze(1)
+    return F.smooth_l1_loss(q, target, reduction="none")
+
+
+def margin_loss(q: torch.Tensor, mask: torch.Tensor, expert: torch.Tensor, margin: float) -> torch.Tensor:
+    """Per decision: max over nodes of (Q + margin where the node is not among the teacher's choices)
+    minus the best Q among the teacher's choices. Zero once every teacher's choice is worth `margin`
+    more than every other node; the teacher's tied choices are all right."""
+    q = q.masked_fill(~mask, float("-inf"))
+    augmented = (q + margin * (~expert).float()).max(dim=1).values
+    best_expert = q.masked_fill(~expert, float("-inf")).max(dim=1).values
+    return augmented - best_expert
+
+
+# --- training -------------------------------------------------------------------------------------
 
 def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
     return max(end, start + (end - start) * t / max(duration, 1))
 
 
-class ReplayBuffer:
-    """Fixed-size ring buffer of padded observations; masks of next states are kept for the
-    double-DQN target, which may only pick a candidate node. `discount` is gamma^steps of the
-    n-step return stored with each transition."""
-
-    def __init__(self, size: int, max_nodes: int, node_features: int, pod_features: int):
-        self.size, self.pos, self.full = size, 0, False
-        self.nodes = np.zeros((size, max_nodes, node_features), np.float32)
-        self.pod = np.zeros((size, pod_features), np.float32)
-        self.mask = np.zeros((size, max_nodes), bool)
-        self.next_nodes = np.zeros_like(self.nodes)
-        self.next_pod = np.zeros_like(self.pod)
-        self.next_mask = np.zeros_like(self.mask)
-        self.action = np.zeros(size, np.int64)
-        self.reward = np.zeros(size, np.float32)
-        self.discount = np.zeros(size, np.float32)
-
-    def add(self, obs, action, reward, next_obs, discount) -> None:
-        i = self.pos
-        self.nodes[i], self.pod[i], self.mask[i] = obs["nodes"], obs["pod"], obs["action_mask"]
-        self.next_nodes[i], self.next_pod[i] = next_obs["nodes"], next_obs["pod"]
-        self.next_mask[i] = next_obs["action_mask"]
-        self.action[i], self.reward[i], self.discount[i] = action, reward, discount
-        self.pos = (i + 1) % self.size
-        self.full = self.full or self.pos == 0
-
-    def sample(self, batch: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        idx = rng.integers(0, self.size if self.full else self.pos, batch)
-        return {k: torch.from_numpy(getattr(self, k)[idx]) for k in
-                ("nodes", "pod", "mask", "next_nodes", "next_pod", "next_mask", "action", "reward", "discount")}
-
-
-def to_tensors(obs: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return (torch.from_numpy(obs["nodes"]).unsqueeze(0), torch.from_numpy(obs["pod"]).unsqueeze(0),
-            torch.from_numpy(obs["action_mask"].astype(bool)).unsqueeze(0))
+def record_demonstrations(cfg: DQNConfig, plan, teachers, rng: np.random.Generator, progress: bool) -> tuple[Replay, dict]:
+    """The teachers' decisions on the planned worlds, with n-step returns (raw rewards)."""
+    demos = Replay(len(plan) * cfg.demo_decisions, cfg.max_nodes)
+    env = make_env(cfg)
+    rewards = []
+    bar = tqdm(total=len(plan) * cfg.demo_decisions, desc="demonstrations", disable=not progress, mininterval=1.0,
+               file=sys.stderr)
+    for (name, nodes, seed), teacher in zip(plan, teachers):
+        obs, _ = env.reset(seed=seed, options={"family": name, "nodes": nodes})
+        nstep = NStep(cfg.n_step, cfg.gamma)
+        for k in range(cfg.demo_decisions):
+            target = teacher_targets(teacher, env._state, env._pod, cfg.max_nodes, rng)
+            expert = target > 0
+            action = int(rng.choice(np.flatnonzero(expert)))
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            rewards.append(reward)
+            ended = terminated or truncated or k == cfg.demo_decisions - 1
+            nstep.push(obs, action, reward, expert, next_obs, terminated, ended, demos)
+            obs = next_obs
+            bar.update()
+            if terminated or truncated:
+                break
+    bar.close()
+    return demos, {"decisions": len(demos), "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards))}
 
 
 def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, dict]:
     """Train one policy; returns the online network and the training record for the sidecar."""
     cfg.policy = normalize_policy(cfg.policy)
+    if cfg.demonstrations_only:
+        cfg.td_weight, cfg.total_timesteps = 0.0, 0
     rng = seed_everything(cfg)
-    env = make_env(cfg)
+    budget = ThreadBudget(cfg.torch_threads)
+    started = time.time()
+
+    # 1-3: worlds, teachers, demonstrations
+    plan = world_plan(cfg, cfg.demo_worlds, cfg.seed)
+    print(f"picking the teachers of {cfg.demo_worlds} worlds ...", file=sys.stderr)
+    teachers = assign_teachers(cfg, plan)
+    taught: dict[str, dict[str, int]] = {}
+    for (name, _, _), teacher in zip(plan, teachers):
+        taught.setdefault(name, {}).setdefault(teacher, 0)
+        taught[name][teacher] += 1
+    demos, demo_record = record_demonstrations(cfg, plan, teachers, rng, cfg.progress)
+    # rewards in units of the demonstrations' spread, so that `margin` means the same for every policy
+    scale = 1.0 / max(demo_record["reward_std"], 1e-6)
+    demos.ret[: len(demos)] *= scale
+    teacher_seconds = time.time() - started
+
     q_network = make_actor(cfg, init)
     target_network = NodeScorer(cfg.hidden)
     target_network.load_state_dict(q_network.state_dict())
-    optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate)
-    buffer = ReplayBuffer(cfg.buffer_size, cfg.max_nodes, q_network.node_features, q_network.pod_features)
-    writer = tensorboard(cfg, "dqn")
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    gradient_steps = 0
+    losses = {"td": deque(maxlen=500), "margin": deque(maxlen=500)}
 
-    start = time.time()
-    obs, _ = env.reset(seed=cfg.seed)
-    pending: deque = deque()  # the last n (obs, action, reward) of this episode, for n-step returns
-    episode_return, episode_returns, losses = 0.0, [], []
-    bar = tqdm(range(cfg.total_timesteps), desc=f"dqn {cfg.policy}", disable=not cfg.progress,
-               mininterval=1.0, file=sys.stderr)
-    for step in bar:
-        # Epsilon-greedy over the candidate nodes only.
-        epsilon = linear_schedule(cfg.start_e, cfg.end_e, int(cfg.exploration_fraction * cfg.total_timesteps), step)
-        valid = np.flatnonzero(obs["action_mask"])
-        if (init is None and step < cfg.learning_starts) or rng.random() < epsilon:
-            action = int(rng.choice(valid))
-        else:
-            with torch.no_grad():
-                action = int(q_network(*to_tensors(obs)).argmax(dim=1).item())
-
-        next_obs, reward, terminated, truncated, _ = env.step(action)
-        episode_return += reward
-        pending.append((obs, action, reward * cfg.reward_scale))
-        if len(pending) == cfg.n_step or terminated or truncated:
-            # Flush n-step transitions: all of them at an episode's end, else the oldest. A terminal
-            # state is not bootstrapped (discount 0); a truncated one is (time limit, not an end).
-            while pending:
-                ret = sum(r * cfg.gamma**k for k, (_, _, r) in enumerate(pending))
-                first_obs, first_action, _ = pending[0]
-                discount = 0.0 if terminated else cfg.gamma ** len(pending)
-                buffer.add(first_obs, first_action, ret, next_obs, discount)
-                pending.popleft()
-                if not (terminated or truncated):
-                    break
-        obs = next_obs
-        if terminated or truncated:
-            episode_returns.append(episode_return)
-            if writer:
-                writer.add_scalar("charts/episodic_return", episode_return, step)
-            episode_return = 0.0
-            obs, _ = env.reset()
-
-        if step >= cfg.learning_starts and step % cfg.train_frequency == 0:
-            batch = buffer.sample(cfg.batch_size, rng)
-            with torch.no_grad():
-                # Double DQN: the online network picks the next action, the target network values it.
-                next_online = q_network(batch["next_nodes"], batch["next_pod"], batch["next_mask"])
-                next_action = next_online.argmax(dim=1, keepdim=True)
-                next_target = target_network(batch["next_nodes"], batch["next_pod"], batch["next_mask"])
-                next_value = next_target.gather(1, next_action).squeeze(1)
-                next_value = torch.where(torch.isfinite(next_value), next_value, torch.zeros_like(next_value))
-                td_target = batch["reward"] + batch["discount"] * next_value
-            q = q_network(batch["nodes"], batch["pod"], batch["mask"]).gather(
-                1, batch["action"].unsqueeze(1)).squeeze(1)
-            loss = F.smooth_l1_loss(q, td_target)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(q_network.parameters(), cfg.max_grad_norm)
-            optimizer.step()
-            losses.append(loss.item())
-            if writer and step % 500 == 0:
-                writer.add_scalar("losses/td_loss", loss.item(), step)
-                writer.add_scalar("losses/q_values", q.mean().item(), step)
-                writer.add_scalar("charts/epsilon", epsilon, step)
-            if step % 1000 == 0 and episode_returns:
-                bar.set_postfix(loss=f"{np.mean(losses[-200:]):.4f}",
-                                ret=f"{np.mean(episode_returns[-10:]):.1f}", eps=f"{epsilon:.2f}")
-
-        if step % cfg.target_network_frequency == 0:
+    def learn(batch: dict[str, torch.Tensor], demo_rows: int) -> None:
+        nonlocal gradient_steps
+        budget.check()
+        q = q_network(batch["nodes"], batch["pod"], batch["mask"])
+        loss = torch.zeros(())
+        if demo_rows:
+            m = margin_loss(q[:demo_rows], batch["mask"][:demo_rows], batch["expert"][:demo_rows], cfg.margin)
+            loss = loss + cfg.margin_weight * m.mean()
+            losses["margin"].append(float(m.mean()))
+        if cfg.td_weight > 0:
+            td = td_loss(q_network, target_network, batch)
+            loss = loss + cfg.td_weight * td.mean()
+            losses["td"].append(float(td.mean()))
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(q_network.parameters(), cfg.max_grad_norm)
+        optimizer.step()
+        gradient_steps += 1
+        if gradient_steps % cfg.target_network_frequency == 0:
             target_network.load_state_dict(q_network.state_dict())
 
+    # 4: pre-training on the demonstrations (the ablation: as many steps as the whole run takes)
+    interaction_steps = cfg.total_timesteps // cfg.train_frequency
+    pretrain = cfg.pretrain_steps + (interaction_steps if cfg.demonstrations_only else 0)
+    bar = tqdm(range(pretrain), desc=f"pre-training {cfg.policy}", disable=not cfg.progress, mininterval=1.0,
+               file=sys.stderr)
+    for step in bar:
+        learn(demos.sample(cfg.batch_size, rng), cfg.batch_size)
+        if step % 500 == 0:
+            bar.set_postfix(margin=f"{np.mean(losses['margin'] or [0]):.3f}", td=f"{np.mean(losses['td'] or [0]):.3f}")
     bar.close()
-    if writer:
-        writer.close()
-    record = training_record(cfg, "double DQN, n-step returns, DeepSets scorer, action mask",
-                             time.time() - start, episode_returns)
+
+    # 5: interaction
+    episode_returns: list[float] = []
+    env_seconds = 0.0
+    if cfg.total_timesteps > 0:
+        replay = Replay(cfg.buffer_size, cfg.max_nodes)
+        envs = [make_env(cfg) for _ in range(cfg.num_envs)]
+        worlds = iter(world_plan(cfg, 10**6, cfg.seed + 1))
+        obs = [env.reset(seed=s, options={"family": f, "nodes": n})[0] for env, (f, n, s) in zip(envs, worlds)]
+        nsteps = [NStep(cfg.n_step, cfg.gamma) for _ in envs]
+        returns = np.zeros(cfg.num_envs)
+        demo_rows = int(round(cfg.demo_share * cfg.batch_size))
+        bar = tqdm(total=cfg.total_timesteps, desc=f"dqn {cfg.policy}", disable=not cfg.progress, mininterval=1.0,
+                   file=sys.stderr)
+        step = 0
+        while step < cfg.total_timesteps:
+            epsilon = linear_schedule(cfg.start_e, cfg.end_e, int(cfg.exploration_fraction * cfg.total_timesteps), step)
+            stacked = {k: torch.from_numpy(np.stack([o[k] for o in obs])) for k in ("nodes", "pod", "action_mask")}
+            with torch.no_grad():
+                greedy = q_network(stacked["nodes"], stacked["pod"], stacked["action_mask"].bool()).argmax(dim=1).numpy()
+            t0 = time.time()
+            for i, env in enumerate(envs):
+                valid = np.flatnonzero(obs[i]["action_mask"])
+                action = int(rng.choice(valid)) if rng.random() < epsilon else int(greedy[i])
+                next_obs, reward, terminated, truncated, _ = env.step(action)
+                returns[i] += reward
+                nsteps[i].push(obs[i], action, reward * scale, None, next_obs, terminated, terminated or truncated,
+                               replay)
+                if terminated or truncated:
+                    episode_returns.append(float(returns[i]))
+                    returns[i] = 0.0
+                    family_name, nodes, seed = next(worlds)
+                    next_obs, _ = env.reset(seed=seed, options={"family": family_name, "nodes": nodes})
+                    nsteps[i] = NStep(cfg.n_step, cfg.gamma)
+                obs[i] = next_obs
+                step += 1
+                bar.update()
+                if step % cfg.train_frequency == 0 and len(replay) >= cfg.batch_size:
+                    env_seconds += time.time() - t0
+                    learn(_cat(demos.sample(demo_rows, rng), replay.sample(cfg.batch_size - demo_rows, rng)), demo_rows)
+                    t0 = time.time()
+            env_seconds += time.time() - t0
+            if step % 2000 < cfg.num_envs:
+                bar.set_postfix(margin=f"{np.mean(losses['margin'] or [0]):.3f}",
+                                td=f"{np.mean(losses['td'] or [0]):.3f}", eps=f"{epsilon:.3f}",
+                                ret=f"{np.mean(episode_returns[-10:]) if episode_returns else 0:.1f}")
+        bar.close()
+
+    algorithm = ("demonstrations only: large-margin loss, no TD, DeepSets scorer" if cfg.demonstrations_only else
+                 "DQN from demonstrations: large-margin loss + n-step double-DQN TD, DeepSets scorer, action mask")
+    record = training_record(cfg, algorithm, time.time() - started, episode_returns)
+    record["training"].update({
+        "demonstrations": {**demo_record, "worlds": len(plan), "teachers": taught, "reward_scale": scale,
+                           "seconds": round(teacher_seconds, 1)},
+        "gradient_steps": gradient_steps, "td_steps": gradient_steps if cfg.td_weight > 0 else 0,
+        "interaction_steps": cfg.total_timesteps, "environment_seconds": round(env_seconds, 1),
+        "final_losses": {k: round(float(np.mean(v)), 5) if v else None for k, v in losses.items()},
+        "threads": budget.wanted, "threads_lowered": budget.lowered,
+    })
     return q_network.eval(), record

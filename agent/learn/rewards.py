@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlscore.core.features import LATENCY_TIER_HARD, LATENCY_TIER_SOFT, latency_tiers
+from rlscore.core.state import LATENCY_TIER_HARD, LATENCY_TIER_SOFT, latency_tiers
 from agent.sim.outcomes import Ledger, Units, cost
 from rlscore.core.state import NodeState, PodRequest
 

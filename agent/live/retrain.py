@@ -225,7 +225,6 @@ def heuristic_fallback(policy: str, refused, start_info: dict, serving: Path, pr
     from rlscore.core.rules import FALLBACK_RULE
     from rlscore.core.model import ModelValidationError, load_model, write_heuristic_model
     from rlscore.core.profile import load_profile
-    from agent.sim.cluster_profile import profile_world
 
     name = (start_info.get("best_heuristic") or {}).get("name") or refused.best_baseline
     info: dict = {"heuristic": name}
@@ -271,7 +270,7 @@ def choose_start(policy: str, models: list[Path], profile: Path, seeds: int | No
     from rlscore.core.model import LoadedSelector, ModelValidationError, load_model
     from rlscore.core.scoring import ModelScorer
     from rlscore.core.profile import load_profile
-    from agent.sim.cluster_profile import register_profile
+    from agent.sim.cluster_profile import profile_world, register_profile
 
     usable, refused = {}, {}
     for path in dict.fromkeys(models):

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlscore.core.profile import ClusterProfile, ProfileError, load_profile, save_profile
+from rlscore.core.profile import ProfileError, load_profile, save_profile
 from agent.sim.cluster_profile import profile_world, world_profile
 from agent.sim.families import FAMILIES
 from rlscore.core.state import POLICIES

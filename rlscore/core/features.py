@@ -15,17 +15,22 @@ Version 3 adds `recent_peak_to_come`: the part of the cluster's recent peak of c
 bound now, over each node's size. Which node to open decides EE's energy, and the right one
 depends on the load still to come, which the nodes do not show; a cluster that carried more load
 minutes ago shows it in its recent past.
+
+Version 4 adds each node's standing under the hand-written rules (`RULE_FEATURES`): 1 minus the share
+of the other candidates that the rule ranks strictly above it (1 for the rule's best nodes, ties
+included). The network can then represent any rule exactly (its greedy choice is the argmax of one
+column) and learn where to depart from it, instead of approximating the rule from raw state.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from rlscore.core.state import NodeState, PodRequest
+from rlscore.core.state import LATENCY_TIER_HARD, LATENCY_TIER_SOFT, NodeState, PodRequest, latency_tiers
 
-FEATURE_SPEC_VERSION = 3
+FEATURE_SPEC_VERSION = 4
 
-NODE_FEATURES = (
+STATE_FEATURES = (
     "cpu_share",  # requested / allocatable, before placing the pod
     "memory_share",
     "pods_share",  # bound pods / max pods
@@ -60,9 +65,18 @@ NODE_FEATURES = (
     # max(the cluster's recent peak of cpu requests - its requests now, the pod's) / allocatable
     "recent_peak_to_come",
 )
+# The rules whose standing is a column: every objective's rules that lead some situation (the
+# families' and the mixed worlds' best, measured on training seeds), and kube-scheduler's own two.
+RULE_FEATURES = (
+    "most-allocated", "least-allocated", "best-fit", "efficient-first", "one-step-ee",
+    "one-step-lb", "least-utilized", "headroom-balance", "target-load-packing", "load-variation-risk-balancing",
+    "latency-fit", "latency-pack", "one-step-el",
+)
+NODE_FEATURES = STATE_FEATURES + tuple(f"rule:{name}" for name in RULE_FEATURES)
+NUM_STATE_FEATURES = len(STATE_FEATURES)
 # node columns per feature spec version: a model of an earlier version is read with zero weight on
-# the columns added since (agent.learn.model_io.upgrade_state_dict), so it decides as it did
-NODE_FEATURES_OF_VERSION = {2: 31, 3: 32}
+# the columns added since (rlscore.core.model.upgrade_weights), so it decides as it did
+NODE_FEATURES_OF_VERSION = {2: 31, 3: 32, 4: len(NODE_FEATURES)}
 POD_FEATURES = (
     "has_latency_limits",
     "share_meeting_hard",  # share of candidates within the pod's hard limit (1 without limits)
@@ -86,6 +100,7 @@ INPUT_GROUPS = {
     "extra-metrics": ("network_receive_relative", "tcp_established_relative", "disk_utilization",
                       "extra_metrics_known"),
     "history": ("recent_peak_to_come",),
+    "rules": tuple(f"rule:{name}" for name in RULE_FEATURES),
 }
 
 
@@ -101,24 +116,6 @@ def input_columns(names: tuple[str, ...] | list[str]) -> list[int]:
                              "or a feature name of rlscore.core.features")
         columns.update(inputs.index(m) for m in members)
     return sorted(columns)
-
-
-LATENCY_TIER_SOFT = 2
-LATENCY_TIER_HARD = 1
-LATENCY_TIER_NONE = 0
-
-
-def latency_tiers(nodes: NodeState, pod: PodRequest) -> np.ndarray:
-    """2 where the node meets the pod's soft limit, 1 where only the hard one, 0 otherwise.
-
-    Unknown latency counts as meeting nothing; a pod without limits finds every known node in tier 2.
-    """
-    latency = nodes.latency_ms
-    known = np.isfinite(latency)
-    tiers = np.zeros(len(nodes), dtype=np.int8)
-    tiers[known & (latency <= pod.hard_limit)] = LATENCY_TIER_HARD
-    tiers[known & (latency <= pod.soft_limit)] = LATENCY_TIER_SOFT
-    return tiers
 
 
 def _share(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
@@ -150,14 +147,41 @@ def node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.nda
     """
     from rlscore.core.kernels import compiled_node_features  # it reads this module's constants
 
-    return compiled_node_features(nodes, pod)
+    features, pod_vec = compiled_node_features(nodes, pod)
+    features[:, NUM_STATE_FEATURES:] = rule_standings(nodes, pod)
+    return features, pod_vec
 
 
 def reference_node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.ndarray]:
     """The features as numpy expressions: the specification the compiled loop and the plugin's Go
     port are tested against."""
     with np.errstate(all="ignore"):
-        return _node_features(nodes, pod)
+        state, pod_vec = _node_features(nodes, pod)
+    return np.concatenate([state, rule_standings(nodes, pod).astype(np.float32)], axis=1), pod_vec
+
+
+def standing(values: np.ndarray) -> np.ndarray:
+    """1 - the share of the other candidates whose value is higher by more than TIE (NaN counts as
+    the lowest): 1 for the best and those tied with it, 0 for the worst of distinct values."""
+    from rlscore.core.kernels import TIE
+
+    v = np.where(np.isnan(values), -np.inf, np.asarray(values, dtype=np.float64))
+    n = v.size
+    if n == 0:
+        return np.zeros(0)
+    higher = n - np.searchsorted(np.sort(v), v + TIE, side="right")
+    return 1.0 - higher / max(n - 1, 1)
+
+
+def rule_standings(nodes: NodeState, pod: PodRequest) -> np.ndarray:
+    """[N, len(RULE_FEATURES)] float32: each node's standing under each rule of RULE_FEATURES."""
+    from rlscore.core.rules import rule_values
+
+    values = rule_values(RULE_FEATURES, nodes, pod)
+    out = np.empty((len(nodes), len(RULE_FEATURES)), dtype=np.float32)
+    for k, name in enumerate(RULE_FEATURES):
+        out[:, k] = standing(values[name])
+    return out
 
 
 def _to_come(nodes: NodeState, pod: PodRequest) -> float:
@@ -174,7 +198,7 @@ def _to_come(nodes: NodeState, pod: PodRequest) -> float:
 
 def _node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.ndarray]:
     n = len(nodes)
-    out = np.empty((NUM_NODE_FEATURES, n), dtype=np.float64)
+    out = np.empty((NUM_STATE_FEATURES, n), dtype=np.float64)
     cpu_cap, mem_cap = nodes.cpu_capacity, nodes.memory_capacity
     cpu_share = _share(nodes.cpu_requested, cpu_cap)
     mem_share = _share(nodes.memory_requested, mem_cap)

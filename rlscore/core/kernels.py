@@ -19,7 +19,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from rlscore.core.features import FEATURE_CLIP, NO_LIMIT_LATENCY_SCALE_MS, NUM_NODE_FEATURES, NUM_POD_FEATURES
+from rlscore.core.features import FEATURE_CLIP, NO_LIMIT_LATENCY_SCALE_MS, NUM_NODE_FEATURES, NUM_POD_FEATURES, \
+    NUM_STATE_FEATURES
 from rlscore.core.state import NodeState, PodRequest
 
 CLIP = FEATURE_CLIP
@@ -102,7 +103,7 @@ def _fill(cpu_cap, mem_cap, max_pods, cpu_req, mem_req, pods, cpu_util, mem_util
     scale = hard if np.isfinite(hard) else NO_LIMIT_LATENCY_SCALE_MS
 
     meeting_hard, meeting_soft = 0, 0
-    row = np.empty(NUM_NODE_FEATURES)
+    row = np.empty(NUM_STATE_FEATURES)
     for i in range(n):
         cpu_share, mem_share = _share(cpu_req[i], cpu_cap[i]), _share(mem_req[i], mem_cap[i])
         pod_cpu_share, pod_mem_share = _share(pod_cpu, cpu_cap[i]), _share(pod_mem, mem_cap[i])
@@ -147,7 +148,7 @@ def _fill(cpu_cap, mem_cap, max_pods, cpu_req, mem_req, pods, cpu_util, mem_util
         row[29] = disk[i] if disk_known else 0.0
         row[30] = 1.0 if (net_known and tcp_known and disk_known) else 0.0
         row[31] = _share(to_come, cpu_cap[i])
-        for j in range(NUM_NODE_FEATURES):  # NaN -> the clip value, then into [0, clip], then float32
+        for j in range(NUM_STATE_FEATURES):  # NaN -> the clip value, then into [0, clip], then float32
             value = row[j]
             out[i, j] = CLIP if np.isnan(value) else min(max(value, 0.0), CLIP)
     if limited and n:

@@ -433,9 +433,8 @@ def load_model(path: str | Path, expected_policy: str | None = None, allow_heuri
     except SafetensorError as exc:
         raise ModelValidationError(f"{path.name}: not a readable model file ({str(exc)[:120]})") from None
     _require(all(bool(np.isfinite(w).all()) for w in weights.values()), path, "weights contain NaN or infinity")
-    if model_format == MODEL_FORMAT:
-        weights = upgrade_weights(weights, arch.node_features)
-        arch = arch.model_copy(update={"node_features": NUM_NODE_FEATURES})
+    weights = upgrade_weights(weights, arch.node_features)
+    arch = arch.model_copy(update={"node_features": NUM_NODE_FEATURES})
     digest = hashlib.sha256(data).hexdigest()
     metadata = _sidecar(path, digest, policy, model_format)
     loaded = LoadedSelector if model_format == SELECTOR_FORMAT else LoadedModel
@@ -477,15 +476,13 @@ def _architecture(path: Path, header: dict[str, str], model_format: str, spec: i
         rules = arch.rules or []
         _require(1 <= len(rules) == len(set(rules)) and all(r in servable_rules() for r in rules), path,
                  f"a selector's rules must be 1..{MAX_SELECTOR_RULES} distinct rules of {', '.join(servable_rules())}")
-        _require(spec == FEATURE_SPEC_VERSION, path,
-                 f"a rule selector of feature spec version {spec}: this build serves version {FEATURE_SPEC_VERSION}")
     else:
         _require(arch.rules is None, path, "a node scorer names no rules")
     return arch
 
 
 def upgrade_weights(weights: dict[str, np.ndarray], node_features: int) -> dict[str, np.ndarray]:
-    """A node scorer's weights trained on the first `node_features` columns (an earlier feature spec
+    """A network's weights (a node scorer's or a selector's trunk) trained on the first `node_features` columns (an earlier feature spec
     version), widened to this version's with zero weight on the columns added since (they sit between
     the old node columns and the pod columns): the network reads the new inputs and decides exactly
     as it did."""

@@ -26,12 +26,25 @@ def cpu_stddev_query(cpu_query: str) -> str:
     return f"stddev_over_time(({cpu_query})[2m:15s])"
 
 
-# A node's power model from Kepler: idle watts, and the active watts at the current cpu usage
-# (max = idle + active / usage). Node labels/annotations rlscore.io/power-{idle,max}-watts win.
-POWER_IDLE_QUERY = "sum by (node_name) (kepler_node_cpu_idle_watts)"
-POWER_ACTIVE_QUERY = "sum by (node_name) (kepler_node_cpu_active_watts)"
+# A node's power model from Kepler (>= 0.10): idle watts, and the active watts at the current cpu usage
+# (max = idle + active / usage). Kepler labels each node's series by `zone` -- package (which already
+# holds core and uncore), core, uncore, dram, and psys (the platform) where RAPL has it -- and by
+# `path`, one per socket. A node's power is its platform zone where exported, else package + dram
+# summed over its sockets; summing every zone counts core and uncore twice. Node labels/annotations
+# rlscore.io/power-{idle,max}-watts win over Kepler.
+PLATFORM_ZONES = "psys|platform"
+NODE_ZONES = "package|dram"
+
+
+def kepler_node_watts(metric: str) -> str:
+    """Per node: `metric` of the platform zone where exported, else of package + dram."""
+    return (f'sum by (node_name) ({metric}{{zone=~"{PLATFORM_ZONES}"}}) or '
+            f'sum by (node_name) ({metric}{{zone=~"{NODE_ZONES}"}})')
+
+
+POWER_IDLE_QUERY = kepler_node_watts("kepler_node_cpu_idle_watts")
+POWER_ACTIVE_QUERY = kepler_node_watts("kepler_node_cpu_active_watts")
 POWER_USAGE_QUERY = "avg by (node_name) (kepler_node_cpu_usage_ratio)"
 # Full-load watts can only be estimated while a node is busy; the history keeps what was seen.
-POWER_MAX_HISTORY_QUERY = (
-    "avg_over_time((sum by (node_name) (kepler_node_cpu_idle_watts) + sum by (node_name) "
-    "(kepler_node_cpu_active_watts) / (avg by (node_name) (kepler_node_cpu_usage_ratio) >= 0.05))[6h:1m])")
+POWER_MAX_HISTORY_QUERY = (f"avg_over_time((({POWER_IDLE_QUERY}) + ({POWER_ACTIVE_QUERY}) / "
+                           f"({POWER_USAGE_QUERY} >= 0.05))[6h:1m])")

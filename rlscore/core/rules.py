@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from rlscore.core.features import latency_tiers
+from rlscore.core.state import latency_tiers
 from rlscore.core.objectives import placement_costs
 from rlscore.core.state import NodeState, PodRequest
 
@@ -260,3 +260,30 @@ RULES: dict[str, Rule] = {
 
 # The fallback of the same intent for each policy.
 FALLBACK_RULE = {"EE": "most-allocated", "LB": "least-allocated", "EL": "latency-pack"}
+
+
+_NO_RNG = np.random.default_rng(0)  # the rules rule_values computes are deterministic
+
+
+def rule_values(names: tuple[str, ...], nodes: NodeState, pod: PodRequest) -> dict[str, np.ndarray]:
+    """The values of several deterministic rules on one decision, each equal to RULES[name]'s, with
+    what they share (MostAllocated, the latency tiers, LB's one-step cost, TargetLoadPacking)
+    computed once: the feature columns of RULE_FEATURES read all of them at every decision."""
+    cache: dict[str, np.ndarray] = {}
+
+    def value(name: str) -> np.ndarray:
+        if name not in cache:
+            if name == "efficient-first":
+                cache[name] = efficiency_rank(nodes) * 1000.0 + value("most-allocated")
+            elif name == "latency-pack":
+                cache[name] = latency_tiers(nodes, pod) * 1000.0 + value("most-allocated")
+            elif name == "headroom-balance":
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    load = _measured_cpu(nodes, REQUESTS_MULTIPLIER) + HEADROOM_BURST * pod.cpu_millicores / nodes.cpu_capacity
+                cache[name] = np.where(load < HEADROOM_LIMIT, HEADROOM_OFFSET + value("one-step-lb"),
+                                       value("target-load-packing") - HEADROOM_OFFSET)
+            else:
+                cache[name] = np.asarray(RULES[name](nodes, pod, _NO_RNG), dtype=np.float64)
+        return cache[name]
+
+    return {name: value(name) for name in names}

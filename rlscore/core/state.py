@@ -13,7 +13,7 @@ import numpy as np
 
 POLICIES = ("EE", "LB", "EL")
 
-# Thesis defaults for pods of latency-aware scenarios (milliseconds).
+# The thesis's limits for the pods of its latency-aware test patterns (milliseconds).
 DEFAULT_LATENCY_SOFT_MS = 20.0
 DEFAULT_LATENCY_HARD_MS = 30.0
 
@@ -155,16 +155,35 @@ class NodeState:
                                  **{name: getattr(self, name)[index] for name in NODE_ARRAYS})
 
 
-def as_served(pod: PodRequest, policy: str,
-              el_defaults: tuple[float, float] = (DEFAULT_LATENCY_SOFT_MS, DEFAULT_LATENCY_HARD_MS)) -> PodRequest:
+def as_served(pod: PodRequest, policy: str, el_defaults: tuple[float, float] | None = None) -> PodRequest:
     """The pod as the suggestion server hands it to a policy's scorer: latency limits for EL only
-    (EE and LB were trained, and are measured, on pods without them), and EL's defaults for a pod
-    without any. The simulator shows its scorers the same, so that a replay decides as live."""
+    (EE and LB are trained, and measured, on pods without them). Under EL a pod without limits has
+    none (a batch job sent to a far node breaks nothing), unless the operator configured defaults
+    (`el_defaults`, RLSCORE_EL_DEFAULT_SOFT_MS / _HARD_MS). The simulator shows its scorers the same,
+    so that a replay decides as live."""
     soft, hard = pod.latency_soft_ms, pod.latency_hard_ms
     if policy != "EL":
         soft = hard = None
-    elif soft is None and hard is None:
+    elif soft is None and hard is None and el_defaults is not None:
         soft, hard = el_defaults
     if (soft, hard) == (pod.latency_soft_ms, pod.latency_hard_ms):
         return pod
     return PodRequest(pod.cpu_millicores, pod.memory_bytes, soft, hard)
+
+
+LATENCY_TIER_SOFT = 2
+LATENCY_TIER_HARD = 1
+LATENCY_TIER_NONE = 0
+
+
+def latency_tiers(nodes: NodeState, pod: PodRequest) -> np.ndarray:
+    """2 where the node meets the pod's soft limit, 1 where only the hard one, 0 otherwise.
+
+    Unknown latency counts as meeting nothing; a pod without limits finds every known node in tier 2.
+    """
+    latency = nodes.latency_ms
+    known = np.isfinite(latency)
+    tiers = np.zeros(len(nodes), dtype=np.int8)
+    tiers[known & (latency <= pod.hard_limit)] = LATENCY_TIER_HARD
+    tiers[known & (latency <= pod.soft_limit)] = LATENCY_TIER_SOFT
+    return tiers

@@ -286,7 +286,7 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
 def test_drift_makes_a_job_from_the_retraining_cronjob(cluster):
     """In a cluster, drift starts retraining as a Job made from the CronJob (owned by it, the policy
     and reason in its environment), through the real API server."""
-    from suggestion_server.drift import job_from_cronjob
+    from suggestion_server.lifecycle.drift import job_from_cronjob
 
     batch = client.BatchV1Api(cluster.live.core.api_client)
     ns = cluster.live.namespace

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from rlscore.core.features import NODE_FEATURES
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
-from suggestion_server.api import create_app
+from suggestion_server.app import create_app
 from suggestion_server.config import Settings
 
 MODELS = Path(__file__).resolve().parents[2] / "models"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from suggestion_server.schemas import SuggestResponse
+from suggestion_server.http.schemas import SuggestResponse
 from tests.server.conftest import MIB, node, pod, post
 
 
@@ -23,7 +23,11 @@ def test_scores_every_node_and_follows_each_policy(client):
         assert body["degraded"] is False and body["reasons"] == []
         SuggestResponse.model_validate(body)  # the hand-built payload matches the published schema
         by_policy[policy] = max(body["scores"], key=body["scores"].get)
-    assert by_policy == {"EE": "busy", "LB": "empty", "EL": "half"}  # pack / spread / pack within 20 ms
+    assert by_policy == {"EE": "busy", "LB": "empty", "EL": "busy"}  # pack / spread / pack (no limits: anywhere)
+    # with limits EL packs within them; without, a pod has none (unless the operator configured defaults)
+    limited = pod({"rlscore.io/latency-soft-ms": "20", "rlscore.io/latency-hard-ms": "30"})
+    scores = post(client, {"pod": limited, "nodes": nodes, "policy": "EL"}).json()["scores"]
+    assert max(scores, key=scores.get) == "half"
 
 
 def test_policy_precedence_request_then_annotation_then_default(make_client):
@@ -149,9 +153,18 @@ def test_every_endpoint_with_and_without_the_token(make_client, open_reads):
             else:
                 assert r.status_code == 401 and "authorization" in r.text, (method, path, headers, r.status_code)
                 assert r.headers["www-authenticate"] == "Bearer"
-    # without a token configured nothing asks for one
+    # without a token configured nothing asks for one, and the routes that change what serves are closed
+    # unless the operator opens them
     plain = make_client()
-    assert plain.post("/models/reload").status_code == 200
+    for path in ("/models/reload", "/v1/rollout/ee/promote"):
+        r = plain.post(path)
+        assert r.status_code == 403 and "RLSCORE_API_TOKEN" in r.text, (path, r.text)
+    opened = make_client(allow_unauthenticated_changes=True)
+    assert opened.post("/models/reload").status_code == 200
+    # a cross-site form or text/plain POST (which a browser sends without asking) changes nothing
+    r = client.post("/models/reload", content=b"x", headers={"authorization": "Bearer s3cret",
+                                                              "content-type": "text/plain"})
+    assert r.status_code == 415 and "application/json" in r.text
 
 
 def test_names_without_any_state_are_answered_degraded(client):
@@ -249,7 +262,7 @@ def test_health_readiness_metrics_and_openapi(client):
     r = client.get("/readyz")
     assert r.status_code == 503 and r.json()["models_loaded"] is True  # no snapshot attempted yet
     import asyncio
-    asyncio.run(client.app.state.collector.refresh())
+    asyncio.run(client.app.state.services.collector.refresh())
     assert client.get("/readyz").status_code == 200
     post(client, {"pod": pod(), "nodes": [node("a")], "policy": "LB"})
     text = client.get("/metrics").text
@@ -334,7 +347,7 @@ def test_the_clusters_cpu_requests_now_and_at_their_recent_peak_once_the_watch_r
         return pair
 
     assert sums() == (None, None)
-    table = client.app.state.table
+    table = client.app.state.services.table
     table.replace_usage({"a": (1000.0, 0.0, 1.0)})
     table.add_usage("b", 3000.0, 0.0, 1.0)
     table.add_usage("b", -3000.0, 0.0, -1.0)

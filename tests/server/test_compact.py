@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from suggestion_server.compact import MAX_REASONS_HEADER
+from suggestion_server.http.compact import MAX_REASONS_HEADER
 from tests.server.conftest import pod, post
 
 MIB = 2**20
@@ -24,7 +24,7 @@ def warm(client, n: int, seed: int = 0) -> list[str]:
     # settle the server's own first metrics refresh (no Prometheus here), which would replace them
     post(client, {"pod": pod(), "nodes": ["settle"]})
     rng = np.random.default_rng(seed)
-    table = client.app.state.table
+    table = client.app.state.services.table
     names = [f"node-{i:05d}" for i in range(n)]
     metrics = {}
     for name in names:

@@ -13,7 +13,7 @@ import pytest
 
 from rlscore.core.model import sidecar_path
 from rlscore.core.profile import ClusterProfile, NodeGroup, NodeType, PodClassProfile, Workload
-from suggestion_server.drift import PSI_THRESHOLD, REQUEST_BINS, Reference, psi
+from suggestion_server.lifecycle.drift import PSI_THRESHOLD, REQUEST_BINS, Reference, psi
 from tests.server.conftest import copy_models, node, pod, post
 
 
@@ -64,7 +64,7 @@ def test_a_new_request_mix_is_flagged_after_two_checks_and_starts_retraining(tra
     command = f"{sys.executable} -c \"import os, pathlib; pathlib.Path({str(marker)!r}).write_text(" \
               f"os.environ['RLSCORE_DRIFT_POLICY'] + ' ' + os.environ['RLSCORE_DRIFT_REASON'])\""
     client = make_client(model_dir=trained_on_shop, drift_retrain_command=command)
-    drift = client.app.state.drift
+    drift = client.app.state.services.drift
     nodes = [node("a", latency=10.0), node("b", latency=30.0)]
     for i in range(60):  # the mix it was trained on
         post(client, {"pod": pod(name=f"w{i}", cpu=MIX[i % 8]), "nodes": nodes, "policy": "EE"})
@@ -97,7 +97,7 @@ def test_a_reference_profile_file_that_is_invalid_is_reported_not_fatal(tmp_path
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: ClusterProfile\n")
     client = make_client(drift_profile=bad)
-    client.app.state.drift.check()
+    client.app.state.services.drift.check()
     assert client.get("/policies").json()["drift"]["policies"]["EE"]["reference"] is None
     assert "invalid cluster profile" in caplog.text
 
@@ -108,7 +108,7 @@ def test_a_cronjob_without_an_api_is_reported_and_a_bad_reference_refused(traine
     from tests.server.conftest import settings
 
     client = make_client(model_dir=trained_on_shop, drift_retrain_cronjob="rlscore-system/rlscore-retrain")
-    drift = client.app.state.drift
+    drift = client.app.state.services.drift
     nodes = [node("a", latency=10.0), node("b", latency=30.0)]
     for i in range(100):
         post(client, {"pod": pod(name=f"big{i}", cpu=4000), "nodes": nodes, "policy": "EE"})
@@ -127,7 +127,7 @@ def test_a_burst_of_new_pods_is_not_read_as_pods_using_less_than_their_requests(
     from tests.server.test_node_table import Clock
 
     client = make_client(model_dir=trained_on_shop, usage_onset_s=30.0, usage_linger_s=15.0)
-    drift = client.app.state.drift
+    drift = client.app.state.services.drift
     table = drift.table
     table.now = clock = Clock()
     table.set_node("a", cpu_capacity=8000.0, memory_capacity=16e9, max_pods=110.0)

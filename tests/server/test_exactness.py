@@ -69,7 +69,7 @@ def test_numpy_forward_equals_the_torch_reference(policy, n):
 
 def _fill_table(client, names: list[str], state: dict) -> None:
     post(client, {"pod": pod(), "nodes": ["settle"]})  # the server's own first (empty) refresh
-    table = client.app.state.table
+    table = client.app.state.services.table
     metrics = {}
     for i, name in enumerate(names):
         table.set_node(name, cpu_capacity=state["cpu_capacity"][i], memory_capacity=state["memory_capacity"][i],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from suggestion_server.node_table import COLUMNS, NodeTable
+from suggestion_server.node_state.node_table import COLUMNS, NodeTable
 
 
 def test_metrics_and_usage_for_more_nodes_than_the_table_holds():

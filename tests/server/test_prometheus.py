@@ -8,9 +8,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from suggestion_server.api import create_app
+from suggestion_server.app import create_app
 from suggestion_server.config import Settings
-from suggestion_server.prometheus_source import PrometheusSource, certificate_check
+from suggestion_server.node_state.prometheus_source import PrometheusSource, certificate_check
 from tests.helpers.certs import CA
 from tests.helpers.metrics import counter
 from tests.helpers.processes import FakeNodeExporter, PrometheusServer, free_port, wait_for

@@ -10,7 +10,7 @@ from rlscore.core.features import FEATURE_SPEC_VERSION
 from rlscore.core.model import sidecar_path
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
-from suggestion_server.registry import ModelRegistry
+from suggestion_server.lifecycle.registry import ModelRegistry
 from tests.server.conftest import copy_models, node, overflowing_el_model, pod, post
 
 
@@ -30,7 +30,7 @@ def test_good_models_load_with_versions(tmp_path):
 
 def test_corrupted_file_keeps_the_previous_model_and_is_reported(tmp_path, make_client):
     copy_models(tmp_path)
-    client = make_client(model_dir=tmp_path)
+    client = make_client(model_dir=tmp_path, allow_unauthenticated_changes=True)
     before = post(client, {"pod": pod(), "nodes": [node("a"), node("b", cpu_req=1000, pods=2)], "policy": "EE"}).json()
 
     (tmp_path / "ee.safetensors").write_bytes(b"\x80\x04 this is not a model")
@@ -78,7 +78,8 @@ def test_model_with_non_finite_output_at_serving_time_falls_back(tmp_path, make_
     copy_models(tmp_path)
     overflowing_el_model(tmp_path / "el.safetensors")
     client = make_client(model_dir=tmp_path)
-    body = {"pod": pod(), "nodes": [node("near", latency=10.0), node("far", latency=120.0)], "policy": "EL"}
+    limited = pod({"rlscore.io/latency-soft-ms": "20", "rlscore.io/latency-hard-ms": "30"})
+    body = {"pod": limited, "nodes": [node("near", latency=10.0), node("far", latency=120.0)], "policy": "EL"}
     r = post(client, body).json()
     assert r["source"] == "heuristic" and any("non-finite" in reason for reason in r["reasons"])
     assert r["scores"]["near"] == 100

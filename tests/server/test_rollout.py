@@ -15,7 +15,7 @@ from rlscore.core.features import NODE_FEATURES
 from rlscore.core.model import load_model, sha256_of
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
-from suggestion_server.rollout import canary_fraction
+from suggestion_server.lifecycle.rollout import canary_fraction
 from tests.server.conftest import copy_models, node, overflowing_el_model, pod, post
 
 TOKEN = "s3cret-rollout"

@@ -4,11 +4,11 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
-from suggestion_server.api import create_app
+from suggestion_server.app import create_app
 from tests.server.conftest import settings as server_settings
 
 app = create_app(server_settings(max_nodes=200), background=False)
-app.state.registry.load_all()  # the ASGI calls below do not run the lifespan; fuzz the model path too
+app.state.services.registry.load_all()  # the ASGI calls below do not run the lifespan; fuzz the model path too
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
 
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from suggestion_server import suggest_body
-from suggestion_server.schemas import NodeIn, SuggestRequest
-from suggestion_server.suggest_body import STATE_FIELDS
+from suggestion_server.http import suggest_body
+from suggestion_server.http.schemas import NodeIn, SuggestRequest
+from suggestion_server.http.suggest_body import STATE_FIELDS
 
 # raw JSON fragments per kind of field: valid values, edges, and what the contract refuses or coerces
 FRACTIONS = ["0", "-0.0", "1", "0.5", "1e-300", "0.999999"]

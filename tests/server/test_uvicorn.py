@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from suggestion_server.latency_source import ProbeLatencySource
+from suggestion_server.node_state.latency_source import ProbeLatencySource
 from latency_probe.probe import icmp_rtt_ms_blocking
 from tests.helpers.processes import free_port, wait_for
 from tests.server.conftest import MODELS, node, pod
@@ -115,7 +115,7 @@ def test_every_blas_of_a_started_server_runs_one_thread():
     code = ("import json\n"
             "from fastapi.testclient import TestClient\n"
             "from threadpoolctl import threadpool_info\n"
-            "from suggestion_server.api import create_app\n"
+            "from suggestion_server.app import create_app\n"
             "from tests.server.conftest import settings\n"
             "with TestClient(create_app(settings(), background=False)):\n"
             "    print(json.dumps([[i['internal_api'], i['filepath'], i['num_threads']] for i in threadpool_info()\n"

@@ -5,16 +5,24 @@ import (
 	"sort"
 )
 
-// The per-node features of rlscore/core/features.py (FEATURE_SPEC_VERSION 3), for the in-process scorer.
+// The per-node features of rlscore/core/features.py (FEATURE_SPEC_VERSION 4), for the in-process scorer.
 // This is a port, column for column, of the one function training and serving share; the parity
 // test (tests/test_go_scorer_parity.py, which drives TestParityWithPython) proves both give the
 // same features, Q-values and scores on random states. Change both together and bump the version.
 
 // FeatureSpecVersion is the feature layout this build computes; a model of another version is refused.
-const FeatureSpecVersion = 3
+const FeatureSpecVersion = 4
+
+// ruleFeatures are the rules whose standing on each node is a feature column (RULE_FEATURES), in order.
+var ruleFeatures = [...]string{
+	"most-allocated", "least-allocated", "best-fit", "efficient-first", "one-step-ee",
+	"one-step-lb", "least-utilized", "headroom-balance", "target-load-packing", "load-variation-risk-balancing",
+	"latency-fit", "latency-pack", "one-step-el",
+}
 
 const (
-	numNodeFeatures             = 32
+	numStateFeatures            = 32
+	numNodeFeatures             = numStateFeatures + len(ruleFeatures)
 	recentPeakToComeColumn      = 31
 	numPodFeatures              = 3
 	featureClip                 = 4.0
@@ -163,6 +171,9 @@ type Features struct {
 	known   []bool
 	tiers   []int8
 	sorted  []float64
+	// skipRules leaves the rule-standing columns at 0: for a model whose first layer reads none of
+	// them (one trained on an earlier feature version), which then decides the same without them.
+	skipRules bool
 }
 
 // NodeFeatures fills f with the features of placing pod on each node of s (all candidates): the
@@ -348,10 +359,58 @@ func NodeFeatures(s *NodeState, pod PodRequest, f *Features) {
 		}
 		out[i] = float64(float32(v))
 	}
+	if f.skipRules {
+		for i := 0; i < n; i++ {
+			clear(out[i*F+numStateFeatures : i*F+F])
+		}
+	} else {
+		ruleStandings(s, pod, f)
+	}
 	if limited && n > 0 {
 		f.Pod = [numPodFeatures]float64{1, float64(float32(float64(meetHard) / float64(n))),
 			float64(float32(float64(meetSoft) / float64(n)))}
 	} else {
 		f.Pod = [numPodFeatures]float64{0, 1, 1}
 	}
+}
+
+// ruleStandings fills the rule columns: per rule of ruleFeatures, 1 - the share of the other nodes
+// the rule values higher by more than scoreTie (NaN counts as the lowest), as float32, as
+// rlscore.core.features.standing computes it.
+func ruleStandings(s *NodeState, pod PodRequest, f *Features) {
+	n := s.Len()
+	if n == 0 {
+		return
+	}
+	const F = numNodeFeatures
+	values, sorted := f.scratch[:n], f.sorted[:n]
+	others := float64(max(n-1, 1))
+	for k, name := range ruleFeatures {
+		rules[name](s, pod, values)
+		for i, v := range values {
+			if math.IsNaN(v) {
+				values[i] = math.Inf(-1)
+			}
+		}
+		copy(sorted, values)
+		sort.Float64s(sorted)
+		for i, v := range values {
+			higher := n - upperBound(sorted, v+scoreTie)
+			f.Nodes[i*F+numStateFeatures+k] = float64(float32(1 - float64(higher)/others))
+		}
+	}
+}
+
+// upperBound is the number of entries of sorted (ascending) that are <= x.
+func upperBound(sorted []float64, x float64) int {
+	lo, hi := 0, len(sorted)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if sorted[mid] <= x {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }

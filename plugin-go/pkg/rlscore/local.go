@@ -87,15 +87,15 @@ func (f *nullFloats) UnmarshalJSON(data []byte) error {
 }
 
 type nodeMetricsResponse struct {
-	FeatureSpecVersion int                          `json:"feature_spec_version"`
-	DefaultPolicy      string                       `json:"default_policy"`
-	ELDefault          struct{ Soft, Hard float64 } `json:"el_default_latency_ms"`
-	StaleAfterS        float64                      `json:"stale_after_s"`
-	SnapshotAgeS       *float64                     `json:"snapshot_age_s"`
-	ModelVersions      map[string]*string           `json:"model_versions"`
-	RolloutStages      map[string]string            `json:"rollout_stages"` // absent from older servers: none
-	ClusterRequested   *float64                     `json:"cluster_cpu_requested_millicores"`
-	RecentPeak         *float64                     `json:"recent_peak_cpu_requested_millicores"`
+	FeatureSpecVersion int                           `json:"feature_spec_version"`
+	DefaultPolicy      string                        `json:"default_policy"`
+	ELDefault          *struct{ Soft, Hard float64 } `json:"el_default_latency_ms"` // null: no limit for EL pods without annotations
+	StaleAfterS        float64                       `json:"stale_after_s"`
+	SnapshotAgeS       *float64                      `json:"snapshot_age_s"`
+	ModelVersions      map[string]*string            `json:"model_versions"`
+	RolloutStages      map[string]string             `json:"rollout_stages"` // absent from older servers: none
+	ClusterRequested   *float64                      `json:"cluster_cpu_requested_millicores"`
+	RecentPeak         *float64                      `json:"recent_peak_cpu_requested_millicores"`
 	Nodes              struct {
 		Names []string `json:"names"`
 		nodeMetricColumns
@@ -214,7 +214,11 @@ func (ls *LocalScorer) Refresh(ctx context.Context) error {
 			return fmt.Errorf("GET %s: nodes.%s has %d entries for %d names", nodeMetricsPath, name, len(col), n)
 		}
 	}
-	if !isPolicy(r.DefaultPolicy) || !(r.ELDefault.Soft > 0) || !(r.ELDefault.Hard >= r.ELDefault.Soft) ||
+	var elSoft, elHard float64 // 0: no limit
+	if r.ELDefault != nil {
+		elSoft, elHard = r.ELDefault.Soft, r.ELDefault.Hard
+	}
+	if !isPolicy(r.DefaultPolicy) || (r.ELDefault != nil && (!(elSoft > 0) || !(elHard >= elSoft))) ||
 		!(r.StaleAfterS > 0) {
 		return fmt.Errorf("GET %s: invalid settings (default_policy %q, el_default_latency_ms %v, stale_after_s %v)",
 			nodeMetricsPath, r.DefaultPolicy, r.ELDefault, r.StaleAfterS)
@@ -230,7 +234,7 @@ func (ls *LocalScorer) Refresh(ctx context.Context) error {
 	}
 	st := &scoringState{fetchedAt: time.Now(), snapshotAge: math.NaN(),
 		staleAfter:    time.Duration(r.StaleAfterS * float64(time.Second)),
-		defaultPolicy: r.DefaultPolicy, elSoft: r.ELDefault.Soft, elHard: r.ELDefault.Hard,
+		defaultPolicy: r.DefaultPolicy, elSoft: elSoft, elHard: elHard,
 		index: make(map[string]int, n), metrics: m, models: map[string]*Model{}, inRollout: map[string]bool{}}
 	if r.SnapshotAgeS != nil {
 		st.snapshotAge = *r.SnapshotAgeS
@@ -382,6 +386,7 @@ func (ls *LocalScorer) Score(pod *v1.Pod, nodes []fwk.NodeInfo, requestedPolicy 
 	if model.readsRecentPeak {
 		s.ClusterCPURequested = ls.clusterRequested(st)
 	}
+	scratch.features.skipRules = !model.readsRules
 	NodeFeatures(s, request, &scratch.features)
 	scratch.values = grow(scratch.values, len(names))
 	model.Values(s, request, &scratch.features, scratch.values, &scratch.forward, ls.parallel)

@@ -39,6 +39,9 @@ type Model struct {
 	// the whole cluster's requests, a sum over every node per pod; a model of an earlier feature spec
 	// (zero weight on it) decides the same without them.
 	readsRecentPeak bool
+	// readsRules: some first-layer weight on a rule-standing column is not zero (false for a model
+	// of an earlier feature version, whose weights on those columns are 0).
+	readsRules bool
 }
 
 // readsInput says whether any first-layer weight on input column c is not zero.
@@ -149,6 +152,9 @@ func ParseModel(data []byte) (*Model, error) {
 		m.selector = head
 	}
 	m.readsRecentPeak = m.readsInput(recentPeakToComeColumn)
+	for c := numStateFeatures; c < numNodeFeatures; c++ {
+		m.readsRules = m.readsRules || m.readsInput(c)
+	}
 	return m, nil
 }
 

@@ -1,11 +1,13 @@
 package rlscore
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -18,27 +20,25 @@ import (
 	schedulermetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 )
 
-// The files these tests read are written by tests/test_go_scorer_parity.py, from the Python code
-// the in-process scorer ports; run that (it runs these), or set the variables by hand.
+// TestGolden checks the port against Python's core, the reference: testdata/golden.json.gz holds what
+// Python computes on random states (every feature column, every servable rule, each fixture model's
+// values, a selector's logits and pick, the integer scores). `python -m tests.golden` (make golden)
+// writes it; tests/test_golden.py fails when it is out of date with the Python code.
 
-type parityCase struct {
-	Policy string                `json:"policy"`
-	Model  string                `json:"model"` // the model that scores it: the policy's, or another by name
-	Nodes  map[string]nullFloats `json:"nodes"`
-	Now    *float64              `json:"cluster_requested"`
-	Peak   *float64              `json:"recent_peak"`
-	Pod    struct {
-		CPU, Memory, Soft, Hard float64
-	} `json:"pod"`
-	Features    []float64 `json:"features"`
-	PodFeatures []float64 `json:"pod_features"`
-	Q           []float64 `json:"q"`
-	Scores      []int64   `json:"scores"`
-	// a selector's: the rule it picks and its logits
-	Rule   string    `json:"rule"`
-	Logits []float64 `json:"logits"`
-	// every servable rule's values on the case (null: not finite)
-	Rules map[string]nullFloats `json:"rules"`
+type goldenCase struct {
+	Nodes       map[string]nullFloats                     `json:"nodes"`
+	Now         *float64                                  `json:"cluster_requested"`
+	Peak        *float64                                  `json:"recent_peak"`
+	Pod         struct{ CPU, Memory, Soft, Hard float64 } `json:"pod"`
+	Features    []float64                                 `json:"features"`
+	PodFeatures []float64                                 `json:"pod_features"`
+	Rules       map[string]nullFloats                     `json:"rules"` // every servable rule's values (null: not finite)
+	Models      map[string]struct {
+		Values nullFloats `json:"values"`
+		Scores []int64    `json:"scores"`
+		Rule   string     `json:"rule"` // a selector's pick, and its logits
+		Logits []float64  `json:"logits"`
+	} `json:"models"`
 }
 
 // closeTo: equal within 1e-9 (relative above 1), or both not finite.
@@ -49,37 +49,55 @@ func closeTo(got, want float64) bool {
 	return math.Abs(got-want) <= 1e-9*math.Max(1, math.Abs(want))
 }
 
-func TestParityWithPython(t *testing.T) {
-	path := os.Getenv("RLSCORE_PARITY_FILE")
-	if path == "" {
-		t.Skip("RLSCORE_PARITY_FILE unset: run tests/test_go_scorer_parity.py")
+func readGolden(t *testing.T) (map[string]*Model, []goldenCase, []string) {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", "golden.json.gz"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	data, err := os.ReadFile(path)
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var file struct {
-		Models map[string]json.RawMessage `json:"models"`
-		Cases  []parityCase               `json:"cases"`
+		NodeFeatures []string                   `json:"node_features"`
+		Models       map[string]json.RawMessage `json:"models"`
+		Cases        []goldenCase               `json:"cases"`
 	}
-	if err := json.Unmarshal(data, &file); err != nil {
+	if err := json.NewDecoder(zr).Decode(&file); err != nil {
 		t.Fatal(err)
 	}
 	models := map[string]*Model{}
-	for policy, raw := range file.Models {
+	for name, raw := range file.Models {
 		m, err := ParseModel(raw)
 		if err != nil {
-			t.Fatalf("%s: %v", policy, err)
+			t.Fatalf("golden model %s: %v (after a feature spec change: make golden)", name, err)
 		}
-		models[policy] = m
+		models[name] = m
+	}
+	if len(file.Cases) == 0 || len(models) == 0 {
+		t.Fatal("no golden cases or models")
+	}
+	return models, file.Cases, file.NodeFeatures
+}
+
+func TestGolden(t *testing.T) {
+	models, cases, names := readGolden(t)
+	if len(names) != numNodeFeatures {
+		t.Fatalf("golden fixtures have %d node features, the plugin computes %d", len(names), numNodeFeatures)
+	}
+	for k, name := range ruleFeatures {
+		if names[numStateFeatures+k] != "rule:"+name {
+			t.Fatalf("feature column %d is %s in the fixtures, rule:%s here", numStateFeatures+k, names[numStateFeatures+k], name)
+		}
 	}
 	parallel := schedulerParallel(4)
-	var worstQ float64
-	rulesChecked := 0
 	var features Features
 	var scratch forwardScratch
-	nodes := 0
-	for k, c := range file.Cases {
+	var worst float64
+	nodes, rulesChecked, picks := 0, 0, map[string]bool{}
+	for k, c := range cases {
 		s := nodeStateOf(t, c.Nodes)
 		s.ClusterCPURequested, s.RecentPeakCPURequested = math.NaN(), math.NaN()
 		if c.Now != nil {
@@ -92,11 +110,12 @@ func TestParityWithPython(t *testing.T) {
 		nodes += n
 		pod := PodRequest{CPUMillicores: c.Pod.CPU, MemoryBytes: c.Pod.Memory, LatencySoftMs: c.Pod.Soft,
 			LatencyHardMs: c.Pod.Hard}
+		features.skipRules = false
 		NodeFeatures(s, pod, &features)
 		for i, want := range c.Features {
 			if features.Nodes[i] != want {
-				t.Fatalf("case %d (%s, %d nodes): node %d feature %d: go %v, python %v", k, c.Policy, n,
-					i/numNodeFeatures, i%numNodeFeatures, features.Nodes[i], want)
+				t.Fatalf("case %d (%d nodes): node %d feature %s: go %v, python %v", k, n,
+					i/numNodeFeatures, names[i%numNodeFeatures], features.Nodes[i], want)
 			}
 		}
 		for i, want := range c.PodFeatures {
@@ -118,59 +137,62 @@ func TestParityWithPython(t *testing.T) {
 			}
 			rulesChecked++
 		}
-		name := c.Policy
-		if c.Model != "" {
-			name = c.Model
-		}
-		model, ok := models[name]
-		if !ok {
-			t.Fatalf("case %d: no model %q", k, name)
-		}
-		values := make([]float64, n)
-		picked := model.Values(s, pod, &features, values, &scratch, nil)
-		if c.Rule != "" {
-			if picked < 0 || model.Rules()[picked] != c.Rule {
-				t.Fatalf("case %d (%s, %d nodes): the selector picks %d of %v, python %s", k, c.Model, n, picked,
-					model.Rules(), c.Rule)
+		for name, answer := range c.Models {
+			model, ok := models[name]
+			if !ok {
+				t.Fatalf("case %d: no model %q", k, name)
 			}
-			for i, want := range c.Logits {
-				if !closeTo(scratch.logits[i], want) {
-					t.Fatalf("case %d: logit %d: go %v, python %v", k, i, scratch.logits[i], want)
+			values := make([]float64, n)
+			picked := model.Values(s, pod, &features, values, &scratch, nil)
+			if answer.Rule != "" {
+				if picked < 0 || model.Rules()[picked] != answer.Rule {
+					t.Fatalf("case %d (%s, %d nodes): the selector picks %d of %v, python %s", k, name, n, picked,
+						model.Rules(), answer.Rule)
+				}
+				picks[answer.Rule] = true
+				for i, want := range answer.Logits {
+					if !closeTo(scratch.logits[i], want) {
+						t.Fatalf("case %d (%s): logit %d: go %v, python %v", k, name, i, scratch.logits[i], want)
+					}
 				}
 			}
-		}
-		inParallel := make([]float64, n)
-		model.Values(s, pod, &features, inParallel, &forwardScratch{}, parallel.Until)
-		for i := range values {
-			if values[i] != inParallel[i] {
-				t.Fatalf("case %d: node %d: in parallel %v, serial %v", k, i, inParallel[i], values[i])
+			inParallel := make([]float64, n)
+			model.Values(s, pod, &features, inParallel, &forwardScratch{}, parallel.Until)
+			for i := range values {
+				if values[i] != inParallel[i] {
+					t.Fatalf("case %d (%s): node %d: in parallel %v, serial %v", k, name, i, inParallel[i], values[i])
+				}
 			}
-		}
-		low, high := math.Inf(1), math.Inf(-1)
-		for i, want := range c.Q {
-			diff := math.Abs(values[i] - want)
-			if diff > 1e-9*math.Max(1, math.Abs(want)) {
-				t.Fatalf("case %d (%s, %d nodes): node %d: q go %v, python %v", k, c.Policy, n, i, values[i], want)
+			low, high := math.Inf(1), math.Inf(-1)
+			for i, want := range answer.Values {
+				if !closeTo(values[i], want) {
+					t.Fatalf("case %d (%s, %d nodes): node %d: value go %v, python %v", k, name, n, i, values[i], want)
+				}
+				if finite(want) {
+					worst = math.Max(worst, math.Abs(values[i]-want))
+					low, high = math.Min(low, want), math.Max(high, want)
+				}
 			}
-			worstQ = math.Max(worstQ, diff)
-			low, high = math.Min(low, want), math.Max(high, want)
-		}
-		scores := make([]int64, n)
-		ToNodeScores(values, scores)
-		for i, want := range c.Scores {
-			if scores[i] != want {
-				// only where Python's scaled value sits on a rounding boundary, or on the tie's edge
-				// next to the best, may 1e-15 flip it
-				scaled := (c.Q[i] - low) / (high - low) * 100
-				onTieEdge := math.Abs(high-scoreTie-c.Q[i]) < 1e-12
-				if (math.Abs(scaled-math.Floor(scaled)-0.5) > 1e-6 && !onTieEdge) || absInt(scores[i]-want) > 1 {
-					t.Fatalf("case %d (%s, %d nodes): node %d: score go %d, python %d", k, c.Policy, n, i, scores[i], want)
+			scores := make([]int64, n)
+			ToNodeScores(values, scores)
+			for i, want := range answer.Scores {
+				if scores[i] != want {
+					// only where Python's scaled value sits on a rounding boundary, or on the tie's edge
+					// next to the best, may 1e-15 flip it
+					scaled := (answer.Values[i] - low) / (high - low) * 100
+					onTieEdge := math.Abs(high-scoreTie-answer.Values[i]) < 1e-12
+					if (math.Abs(scaled-math.Floor(scaled)-0.5) > 1e-6 && !onTieEdge) || absInt(scores[i]-want) > 1 {
+						t.Fatalf("case %d (%s, %d nodes): node %d: score go %d, python %d", k, name, n, i, scores[i], want)
+					}
 				}
 			}
 		}
 	}
-	t.Logf("parity: %d cases, %d nodes: features and scores equal, largest |q difference| %.2g; %d rule runs equal",
-		len(file.Cases), nodes, worstQ, rulesChecked)
+	if len(picks) < 4 {
+		t.Fatalf("the selectors picked %v only: their picks would hardly be tested", picks)
+	}
+	t.Logf("golden: %d cases, %d nodes: features and scores equal, largest |value difference| %.2g; %d rule runs equal; picks %d rules",
+		len(cases), nodes, worst, rulesChecked, len(picks))
 }
 
 // schedulerParallel runs pieces on the scheduler's own parallelizer.

@@ -16,10 +16,10 @@ import numpy as np
 
 from rlscore.core.kernels import compiled
 from rlscore.core.state import NodeState
-from suggestion_server.kube_state import KubeState
-from suggestion_server.latency_source import ProbeLatencySource
-from suggestion_server.node_table import COLUMNS, NodeTable
-from suggestion_server.prometheus_source import PrometheusSource
+from suggestion_server.node_state.kube_state import KubeState
+from suggestion_server.node_state.latency_source import ProbeLatencySource
+from suggestion_server.node_state.node_table import COLUMNS, NodeTable
+from suggestion_server.node_state.prometheus_source import PrometheusSource
 
 log = logging.getLogger("rlscore.snapshot")
 
@@ -97,7 +97,11 @@ class StateCollector:
                     log.warning("node state incomplete: %s", "; ".join(problems))
                 elif self.snapshot.taken_at:
                     log.info("node state complete again")
-            self.table.replace_metrics(nodes)
+            # with the Kubernetes API, it says which nodes exist; metrics of other names are dropped
+            self.table.replace_metrics(nodes, new_rows=self.kube is None)
+            if len(self._power_max) > len(self.table):  # estimates of nodes the table forgot
+                known = self.table.index
+                self._power_max = {name: w for name, w in self._power_max.items() if name in known}
             self.snapshot = Snapshot(time.monotonic(), len(nodes), problems)
             self.attempted.set()
             return self.snapshot

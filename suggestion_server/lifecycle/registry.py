@@ -12,18 +12,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlscore.core.rules import FALLBACK_RULE
-from rlscore.core.model import HeuristicModel, LoadedModel, ModelValidationError, load_model
+from rlscore.core.model import AnyModel, ModelValidationError, load_model, model_path
 from rlscore.core.state import POLICIES
 from suggestion_server import metrics
 
 log = logging.getLogger("rlscore.models")
+MAX_ERROR_CHARS = 300  # a refusal's message as reported (the loader's names the file, never its path or contents)
 
 
 @dataclass
 class PolicyModel:
     policy: str
     path: Path
-    model: LoadedModel | HeuristicModel | None = None
+    model: AnyModel | None = None
     error: str | None = None
     loaded_at: float | None = None
     file_stamp: tuple[float, int] | None = field(default=None, repr=False)
@@ -35,7 +36,15 @@ class PolicyModel:
                 # the heuristic a promoted model file names, else the fallback's (no valid model)
                 "heuristic": self.model.heuristic if self.model else FALLBACK_RULE[self.policy],
                 "loaded_at": self.loaded_at, "error": self.error,
-                "training": (self.model.metadata.get("training", {}).get("steps") if self.model else None)}
+                "training": _training_steps(self.model)}
+
+
+def _training_steps(model: AnyModel | None) -> int | None:
+    """The sidecar's training steps, where it records them as a number (the sidecar is checked as a
+    schema on load; this reads defensively all the same)."""
+    training = model.metadata.get("training") if model is not None else None
+    steps = training.get("steps") if isinstance(training, dict) else None
+    return steps if isinstance(steps, int) else None
 
 
 def file_stamp(path: Path) -> tuple[float, int] | None:
@@ -50,9 +59,9 @@ class ModelRegistry:
     def __init__(self, model_dir: Path):
         self.model_dir = Path(model_dir)
         self._lock = threading.Lock()
-        self.policies = {p: PolicyModel(p, self.model_dir / f"{p.lower()}.safetensors") for p in POLICIES}
+        self.policies = {p: PolicyModel(p, model_path(self.model_dir, p)) for p in POLICIES}
 
-    def get(self, policy: str) -> LoadedModel | HeuristicModel | None:
+    def get(self, policy: str) -> AnyModel | None:
         return self.policies[policy].model
 
     def load(self, policy: str) -> PolicyModel:
@@ -60,12 +69,15 @@ class ModelRegistry:
         stamp = file_stamp(entry.path)
         try:
             model = load_model(entry.path, expected_policy=policy, allow_heuristic=True)
-        except ModelValidationError as exc:
+        except Exception as exc:  # a refusal names the problem; anything else must not escape either
+            message = str(exc) if isinstance(exc, ModelValidationError) else \
+                f"{entry.path.name}: could not be loaded ({type(exc).__name__})"
             with self._lock:
-                entry.error = str(exc)
+                entry.error = message[:MAX_ERROR_CHARS]
                 entry.file_stamp = stamp
             keeping = f"keeping {entry.model.version}" if entry.model else "serving the heuristic"
-            log.error("model for %s refused (%s): %s", policy, keeping, exc)
+            log.error("model for %s refused (%s): %s", policy, keeping, entry.error,
+                      exc_info=not isinstance(exc, ModelValidationError))
             metrics.MODEL_LOAD_FAILURES.labels(policy).inc()
             return entry
         with self._lock:
@@ -91,6 +103,14 @@ class ModelRegistry:
     def ready(self) -> bool:
         """Every policy has had a load attempt (a refused file still serves the heuristic)."""
         return all(e.file_stamp is not None or e.error is not None for e in self.policies.values())
+
+    def degraded(self) -> list[str]:
+        """The policies without a valid model (missing or refused): their fallback rule serves them."""
+        return [p for p, e in self.policies.items() if e.model is None]
+
+    def refused(self) -> list[str]:
+        """The policies whose file was refused at the last attempt (the previous model, if any, serves)."""
+        return [p for p, e in self.policies.items() if e.error is not None]
 
     def status(self) -> list[dict]:
         return [e.status() for e in self.policies.values()]

@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.utils.quantity import parse_quantity
 from kubernetes.watch.watch import iter_resp_lines
 
-from suggestion_server.node_table import NodeTable
+from suggestion_server.node_state.node_table import NodeTable
 
 log = logging.getLogger("rlscore.kube")
 

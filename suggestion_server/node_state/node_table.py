@@ -6,7 +6,10 @@ A request only maps its node names to rows and reads them in one compiled pass o
 (snapshot.assemble), so its cost is a dictionary lookup per node, never per-field Python loops or I/O.
 
 Rows are created only for names the API or Prometheus report, so requests cannot grow the table; a
-name without a row reads as all-unknown (the spare last row, which stays NaN).
+name without a row reads as all-unknown (the spare last row, which stays NaN). The table forgets a row
+that the API does not have, that holds no pods and that no metric named within `forget_after_s`, and
+never holds more than `max_nodes` rows: a Prometheus that reports names the cluster does not have
+cannot grow it without bound.
 """
 
 from __future__ import annotations
@@ -46,16 +49,18 @@ class NodeTable:
     burst of new pods does not read as pods using less than they request."""
 
     def __init__(self, capacity: int = 256, usage_onset_s: float = 0.0, usage_linger_s: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, forget_after_s: float = 600.0,
+                 max_nodes: int = 50_000):
         if not (usage_onset_s >= 0 and usage_linger_s >= 0):
             raise ValueError(f"usage onset and linger must be >= 0 s, got {usage_onset_s} and {usage_linger_s}")
         self.usage_onset_s, self.usage_linger_s, self.now = usage_onset_s, usage_linger_s, clock
+        self.forget_after_s, self.max_nodes = forget_after_s, max_nodes
+        self.refused = 0  # names not given a row because the table was full
         # (when, row, cpu, bound at, gone): binds (when = bound at) and departures within the lags
         self._binds: deque[tuple[float, int, float, float, bool]] = deque(maxlen=BIND_LOG_MAX)
         self._lock = threading.Lock()
         self.index: dict[str, int] = {}
         self.names: list[str] = []
-        self.generation = 0  # bumped whenever a row is added
         # the sum of every node's cpu requests and its recent peak (self.now()); unknown
         # until the watch reported pods once
         self._cpu_total = math.nan
@@ -63,21 +68,29 @@ class NodeTable:
         self._alloc(max(capacity, 1))
 
     def _alloc(self, capacity: int) -> None:
-        old = getattr(self, "data", None)
+        old, old_seen = getattr(self, "data", None), getattr(self, "seen_at", None)
         # one block, a row per column (+1 node: the unknown row), so a request reads it in one pass
         self.data = np.full((len(COLUMNS), capacity + 1), np.nan)
+        self.seen_at = np.zeros(capacity + 1)  # when a metric or the API last named the node
         if old is not None:
             self.data[:, : len(self.names)] = old[:, : len(self.names)]
+            self.seen_at[: len(self.names)] = old_seen[: len(self.names)]
         self.columns = {name: self.data[i] for i, name in enumerate(COLUMNS)}  # views
 
     @property
     def unknown_row(self) -> int:
         return self.data.shape[1] - 1
 
-    def _row(self, name: str) -> int:
-        """The row of `name`, created when missing (call with the lock held)."""
+    def _row(self, name: str, create: bool = True) -> int | None:
+        """The row of `name`, created when missing (unless not `create`, or the table is full: None);
+        call with the lock held."""
         row = self.index.get(name)
         if row is None:
+            if not create:
+                return None
+            if len(self.names) >= self.max_nodes:
+                self.refused += 1
+                return None
             if len(self.names) >= self.unknown_row:
                 self._alloc(2 * self.unknown_row)
             row = len(self.names)
@@ -85,7 +98,7 @@ class NodeTable:
             self.names.append(name)
             for key in USAGE_COLUMNS:
                 self.columns[key][row] = 0.0
-            self.generation += 1
+            self.seen_at[row] = self.now()
         return row
 
     def __len__(self) -> int:
@@ -97,8 +110,11 @@ class NodeTable:
         """A node object's sizes and power annotations (None: unknown)."""
         with self._lock:
             row = self._row(name)
+            if row is None:
+                return
             cols = self.columns
             cols["in_api"][row] = 1.0
+            self.seen_at[row] = self.now()
             for key, value in values.items():
                 cols[key][row] = np.nan if value is None else value
 
@@ -116,6 +132,8 @@ class NodeTable:
         the metrics lag behind; without it the change counts as showing at once (a resize)."""
         with self._lock:
             row = self._row(name)
+            if row is None:
+                return
             cols = self.columns
             cols["cpu_requested"][row] += cpu
             cols["memory_requested"][row] += memory
@@ -144,25 +162,54 @@ class NodeTable:
                 cols[key][: self.unknown_row] = 0.0
             for name, (cpu, memory, pods) in usage.items():
                 row = rows[name]
-                cols["cpu_requested"][row], cols["memory_requested"][row], cols["pods"][row] = cpu, memory, pods
+                if row is not None:
+                    cols["cpu_requested"][row], cols["memory_requested"][row], cols["pods"][row] = cpu, memory, pods
             self._cpu_total = float(cols["cpu_requested"][: len(self.names)].sum())
             self._request_peak.record(self.now(), self._cpu_total)
             self._binds.clear()  # a relist's pods count as showing
 
-    def replace_metrics(self, metrics: dict[str, dict[str, float]]) -> None:
+    def replace_metrics(self, metrics: dict[str, dict[str, float]], new_rows: bool = True) -> None:
         """A refresh's metrics for every node; nodes it does not mention become unknown. Records
-        the current requests as `requested_at`."""
+        the current requests as `requested_at`. With `new_rows` False (the Kubernetes API is the
+        authority on which nodes exist) metrics of names without a row are dropped. Then forgets
+        what is stale."""
         with self._lock:
-            rows = {name: self._row(name) for name in metrics}  # first: a new row may grow the columns
+            now = self.now()
+            rows = {name: self._row(name, new_rows) for name in metrics}  # first: a new row may grow the columns
             cols = self.columns
             for key in METRIC_COLUMNS:
                 cols[key][: self.unknown_row] = np.nan
             for name, values in metrics.items():
                 row = rows[name]
+                if row is None:
+                    continue
+                self.seen_at[row] = now
                 for key, value in values.items():
                     cols[key][row] = value
+            self._forget(now)
+            cols = self.columns
             cols["requested_at"][: self.unknown_row] = cols["cpu_requested"][: self.unknown_row]
             cols["requested_showing"][: self.unknown_row] = self._requested_showing()
+
+    def _forget(self, now: float) -> None:
+        """Drop the rows the API does not have, that hold no pods and that nothing named within
+        `forget_after_s` (lock held): the table is rebuilt without them, and the bind log follows."""
+        n = len(self.names)
+        cols = self.columns
+        held = ((cols["in_api"][:n] == 1.0) | (cols["pods"][:n] > 0)
+                | (self.seen_at[:n] >= now - self.forget_after_s))
+        if held.all():
+            return
+        keep = np.flatnonzero(held)
+        new_row = np.full(n, -1)
+        new_row[keep] = np.arange(keep.size)
+        self.data[:, : keep.size] = self.data[:, keep]
+        self.data[:, keep.size: n] = np.nan
+        self.seen_at[: keep.size] = self.seen_at[keep]
+        self.names = [self.names[i] for i in keep]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self._binds = deque(((when, int(new_row[row]), cpu, bound_at, gone) for when, row, cpu, bound_at, gone
+                             in self._binds if new_row[row] >= 0), maxlen=BIND_LOG_MAX)
 
     def _requested_showing(self) -> np.ndarray:
         """Each row's cpu requests of the pods whose use the metrics can show now: bound at least

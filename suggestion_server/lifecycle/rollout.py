@@ -26,13 +26,15 @@ from pathlib import Path
 
 import numpy as np
 
+from rlscore.core import bounded_json
 from rlscore.core.model import HeuristicModel, LoadedModel, ModelValidationError, install_model, load_model, sha256_of, sidecar_path, write_atomically
 from rlscore.core.scoring import to_node_scores
 from rlscore.core.objectives import placement_costs
 from rlscore.core.state import POLICIES, NodeState, PodRequest
 from suggestion_server import metrics
-from suggestion_server.registry import file_stamp
+from suggestion_server.lifecycle.registry import file_stamp
 
+MAX_STATE_BYTES = 4 * 1024 * 1024
 log = logging.getLogger("rlscore.rollout")
 NONE, SHADOW, CANARY = "none", "shadow", "canary"
 STAGES = (NONE, SHADOW, CANARY)
@@ -114,11 +116,13 @@ class RolloutManager:
 
     def restore(self) -> None:
         """Pick up the stages saved before a restart; a candidate whose file is gone or changed is dropped."""
-        try:
-            saved = json.loads(self.state_file.read_text())
-        except FileNotFoundError:
+        if not self.state_file.exists():
             return
-        except (OSError, ValueError) as exc:
+        try:
+            saved = bounded_json.load_file(self.state_file, MAX_STATE_BYTES, what="rollout state")
+            if not isinstance(saved, dict):
+                raise bounded_json.BoundedJSONError("not a JSON object")
+        except bounded_json.BoundedJSONError as exc:
             log.error("rollout state %s unreadable (%s): every policy starts without a candidate", self.state_file, exc)
             return
         for policy, entry in (saved.get("policies") or {}).items():
@@ -162,6 +166,8 @@ class RolloutManager:
             model = load_model(path, expected_policy=policy, allow_heuristic=True)
         except (OSError, ModelValidationError) as exc:
             raise RolloutError(f"the candidate fails the loader's validation: {exc}") from None
+        except Exception as exc:  # nothing a candidate file holds may escape
+            raise RolloutError(f"the candidate could not be loaded ({type(exc).__name__})") from None
         verdict = model.metadata.get("gate")
         if not isinstance(verdict, dict):
             raise RolloutError(f"{sidecar_path(path)} has no gate verdict: run rlscore-gate on it first")

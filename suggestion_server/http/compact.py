@@ -17,7 +17,7 @@ import re
 
 from pydantic import ValidationError
 
-from suggestion_server.schemas import DNS_SUBDOMAIN, PATTERN_MESSAGES, ScoresHeader, first_duplicate
+from suggestion_server.http.schemas import DNS_SUBDOMAIN, PATTERN_MESSAGES, ScoresHeader, first_duplicate
 
 CONTENT_TYPE = "application/x-rlscore-names"
 SCORES_CONTENT_TYPE = "application/octet-stream"

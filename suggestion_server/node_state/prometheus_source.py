@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import msgspec
 
+from suggestion_server import metrics
+
 
 class _Labels(msgspec.Struct):
     """The labels that say which node a series belongs to; the others are skipped unread."""
@@ -73,8 +75,8 @@ def instant_vector(status: int, body: bytes) -> list[_Series]:
     """The series of an instant query's answer; QueryError for an error or another result type."""
     try:
         answer = _ANSWER.decode(body)
-    except msgspec.DecodeError:
-        raise QueryError(f"HTTP {status}, not a Prometheus API answer: {body[:120]!r}") from None
+    except (msgspec.DecodeError, RecursionError):
+        raise QueryError(f"HTTP {status}, not a Prometheus API answer ({len(body)} bytes)") from None
     if answer.status != "success" or answer.data is None:
         raise QueryError(f"HTTP {status}: {answer.errorType or 'error'}: {answer.error}")
     if answer.data.resultType != "vector":
@@ -82,7 +84,13 @@ def instant_vector(status: int, body: bytes) -> list[_Series]:
     try:
         return _VECTOR.decode(answer.data.result)
     except msgspec.DecodeError as exc:
-        raise QueryError(f"unexpected series in the answer: {exc}") from None
+        raise QueryError(f"unexpected series in the answer: {str(exc)[:120]}") from None
+    except RecursionError:
+        raise QueryError("unexpected series in the answer: nested too deep") from None
+
+
+class AnswerTooLarge(QueryError):
+    """An answer over the size limit (read no further)."""
 
 
 def certificate_check(ca_file: Path | None = None, insecure: bool = False) -> ssl.SSLContext | bool:
@@ -97,10 +105,15 @@ def certificate_check(ca_file: Path | None = None, insecure: bool = False) -> ss
 
 
 class PrometheusSource:
+    """`timeout_s` bounds the whole of each answer (a Prometheus that trickles a byte a second is cut
+    off, not waited for read by read); `max_answer_bytes` its size."""
+
     def __init__(self, url: str, timeout_s: float, queries: dict[str, str],
-                 history_queries: dict[str, str] | None = None, verify: ssl.SSLContext | bool = True):
+                 history_queries: dict[str, str] | None = None, verify: ssl.SSLContext | bool = True,
+                 max_answer_bytes: int = 16 * 1024 * 1024):
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.max_answer_bytes = max_answer_bytes
         self.verify = verify
         self.queries = {field: q for field, q in queries.items() if q}
         # run now and then rather than on every refresh: they look back hours
@@ -138,12 +151,16 @@ class PrometheusSource:
         client = self._http()
         for field, query in queries.items():
             try:
-                # PromQL durations take integers: "1500ms", not "1.5s"
-                response = await client.get("/api/v1/query", params={
-                    "query": query, "timeout": f"{int(self.timeout_s * 1000)}ms"})
-                vector = instant_vector(response.status_code, response.content)
-            except (httpx.HTTPError, QueryError) as exc:  # refused, timed out, PromQL error
-                problems.append(f"prometheus {field}: {type(exc).__name__}: {str(exc)[:200]}")
+                async with asyncio.timeout(self.timeout_s):
+                    status, body = await self._get(client, query)
+                vector = instant_vector(status, body)
+            except (httpx.HTTPError, QueryError, TimeoutError) as exc:  # refused, timed out, too large, PromQL error
+                reason = ("timeout" if isinstance(exc, (TimeoutError, httpx.TimeoutException)) else
+                          "too_large" if isinstance(exc, AnswerTooLarge) else
+                          "malformed" if isinstance(exc, QueryError) else "error")
+                metrics.PROMETHEUS_ERRORS.labels(field, reason).inc()
+                detail = f"no answer within {self.timeout_s:g} s" if reason == "timeout" else str(exc)[:200]
+                problems.append(f"prometheus {field}: {type(exc).__name__}: {detail}")
                 continue
             for series in vector:
                 node = series_node(series.metric, ip_to_node)
@@ -156,3 +173,19 @@ class PrometheusSource:
                 values.setdefault(node, {})[field] = value
             await asyncio.sleep(0)  # requests that arrived meanwhile go first
         return values, problems
+
+    async def _get(self, client: httpx.AsyncClient, query: str) -> tuple[int, bytes]:
+        """One instant query's status and body, read no further than `max_answer_bytes`."""
+        # PromQL durations take integers: "1500ms", not "1.5s"
+        params = {"query": query, "timeout": f"{int(self.timeout_s * 1000)}ms"}
+        async with client.stream("GET", "/api/v1/query", params=params) as response:
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self.max_answer_bytes:
+                raise AnswerTooLarge(f"an answer of {int(declared)} bytes, over the {self.max_answer_bytes}-byte limit")
+            chunks, size = [], 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > self.max_answer_bytes:
+                    raise AnswerTooLarge(f"an answer over the {self.max_answer_bytes}-byte limit")
+                chunks.append(chunk)
+            return response.status_code, b"".join(chunks)

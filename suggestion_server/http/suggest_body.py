@@ -21,9 +21,9 @@ from typing import Union
 import msgspec
 import numpy as np
 
-from suggestion_server.compact import MAX_NAME, valid_names
-from suggestion_server.schemas import PodIn, SuggestRequest, first_duplicate, policy_field
-from suggestion_server.snapshot import FIELDS, FRACTION_FIELDS
+from suggestion_server.http.compact import MAX_NAME, valid_names
+from suggestion_server.http.schemas import PodIn, SuggestRequest, first_duplicate, policy_field
+from suggestion_server.node_state.snapshot import FIELDS, FRACTION_FIELDS
 
 # the rows of `given`: the node objects' state fields, in snapshot.FIELDS's order
 STATE_FIELDS = tuple(key for key, _ in FIELDS)
@@ -75,7 +75,7 @@ def _fast(data: bytes) -> SuggestBody | None:
         body = _DECODER.decode(data)
         pod = PodIn.model_validate_json(bytes(body.pod))
         policy = policy_field(body.policy)
-    except (msgspec.DecodeError, ValueError):  # pydantic's ValidationError is a ValueError
+    except (msgspec.DecodeError, ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
         return None
     nodes = body.nodes
     if not nodes:

@@ -52,6 +52,9 @@ class DirectRoute(APIRoute):
             except ValidationError as exc:
                 raise RequestValidationError([{**error, "loc": ("body", *error["loc"])}
                                               for error in exc.errors(include_url=False)]) from None
+            except RecursionError:  # a decoder that recurses per level of nesting
+                raise RequestValidationError([{"loc": ("body",), "type": "json_invalid",
+                                               "msg": "the body is nested too deep"}]) from None
             return await endpoint(body)
 
         return handle
