@@ -19,7 +19,7 @@ SCHEDULER_LDFLAGS := $(call K8S_VERSION_FLAGS,$(K8S_VERSION)-rlscore)
 KWOK_VERSION := v0.8.0
 LOCAL_BINARIES := bin/etcd bin/kube-apiserver bin/kube-controller-manager bin/kubectl bin/kwok bin/kwokctl bin/kube-scheduler
 
-.PHONY: local-bin local-up local-down local-status e2e images kind-up kind-down check-docker help install deps test py-test go-test check-go scheduler train eval tuner tune-compare tune-examples retrain sim-to-real bench demo clean
+.PHONY: local-bin local-up local-down local-status e2e images kind-up kind-down check-docker help install deps test py-test go-test check-go scheduler train eval tuner tune-compare tune-examples retrain sim-to-real bench demo clean verify golden serve-venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help: ## list targets
@@ -35,18 +35,35 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed ## create .venv and install rlscore with its dev tools
 
+SERVE_VENV := .venv-serve
+SERVE_SOURCES := $(shell find rlscore suggestion_server latency_probe -name '*.py' 2>/dev/null)
+$(SERVE_VENV)/.installed: pyproject.toml $(SERVE_SOURCES)
+	@test -x $(SERVE_VENV)/bin/python || $(PYTHON) -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SERVE_VENV)/bin/python -m pip install --quiet '.[serve]' && $(SERVE_VENV)/bin/python -m pip install --quiet --no-deps --force-reinstall .
+	@touch $@
+
+serve-venv: $(SERVE_VENV)/.installed ## a venv with only rlscore[serve] (what the server image installs): no torch
+
 deps: ## Debian packages the tests use (Prometheus), installed with apt-get when missing
 	@command -v prometheus >/dev/null || { echo "installing Prometheus from Debian's packages"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	    --no-install-recommends prometheus >/dev/null; }
 
-test: py-test go-test e2e ## run the whole test suite: Python, Go, and end to end on a fresh local cluster
+test: py-test go-test e2e ## the test suite: unit, integration (real Prometheus, uvicorn, scheduler, Go) and end to end on a fresh local cluster
 
-py-test: install deps check-go bin/kubectl bin/helm ## Python tests (agent, server with a real Prometheus and uvicorn; the Go scorer's parity)
-	GO=$(GO) $(PY) -m pytest --ignore=tests/e2e
+py-test: install serve-venv deps check-go bin/kubectl bin/helm ## Python unit and integration tests
+	GO=$(GO) $(PY) -m pytest --ignore=tests/e2e -m "not reproduction"
 
 e2e: local-bin bin/helm install deps ## end-to-end tests on a fresh local cluster (builds the binaries first)
-	$(PY) -m pytest tests/e2e
+	$(PY) -m pytest tests/e2e -m "not reproduction"
+
+verify: install deps ## re-run the experiments behind the shipped models' figures (reproduction tier, ~1 h)
+	GO=$(GO) $(PY) -m pytest -m reproduction
+	@for p in ee lb el; do $(PY) -m agent.evaluate.shipped verify models/$$p.safetensors || exit 1; done
+
+golden: install ## rewrite the Go scorer's golden fixtures from the Python reference (after a feature, rule or model change)
+	$(PY) -m tests.golden
 
 check-go:
 	@command -v $(GO) >/dev/null || { echo "plugin-go needs Go 1.25 or newer on PATH (https://go.dev/dl/)"; exit 1; }

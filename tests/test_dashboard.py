@@ -56,7 +56,7 @@ def test_every_query_is_valid_promql_over_exported_metrics(tmp_path):
     finally:
         prometheus.stop()
     # every rlscore_* series a panel reads is one the server or the plugin exports
-    exported = (ROOT / "suggestion_server" / "metrics.py").read_text() + (ROOT / "suggestion_server" / "probe.py").read_text()
+    exported = (ROOT / "suggestion_server" / "metrics.py").read_text() + (ROOT / "rlscore" / "core" / "node_metrics.py").read_text()
     exported += " ".join(f"rlscore_{m}" for m in re.findall(r'Name:\s+"(\w+)"', (ROOT / "plugin-go" / "pkg" / "rlscore" / "metrics.go").read_text()))
     for name in set(re.findall(r"\b(rlscore_\w+?)(?:_bucket|_sum|_count)?\b", " ".join(queries))):
         assert name in exported, name

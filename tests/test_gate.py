@@ -295,7 +295,7 @@ def test_a_heuristic_is_not_promoted_over_a_model_that_beats_it(tmp_path, churn_
 
 
 @pytest.mark.parametrize("heuristic, exists, message", [
-    ("random", False, "--heuristic: unknown heuristic 'random'"),
+    ("random", False, "--heuristic: unknown rule 'random'"),
     ("best-fit", True, "--heuristic writes the candidate's file"),
 ])
 def test_gate_heuristic_refuses_a_bad_name_or_an_existing_file(tmp_path, churn_profile, capsys, heuristic, exists,

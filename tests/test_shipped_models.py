@@ -43,13 +43,14 @@ def _meta(policy: str) -> dict:
     return json.loads(sidecar_path(MODELS / f"{policy.lower()}.safetensors").read_text())
 
 
+@pytest.mark.reproduction
 @pytest.mark.parametrize("policy", ["EE", "LB", "EL"])
 def test_shipped_evaluation_reproduces_its_sidecar(policy):
     """The model's rows in the sidecar's table (and the README) are what it really does on those
     seeds; the baselines' rows come from the same seeded worlds and are not re-run here."""
     evaluation = _meta(policy)["evaluation"]
     model = load_model(MODELS / f"{policy.lower()}.safetensors", expected_policy=policy)
-    results, _ = evaluate(policy, [ModelScorer(model)], evaluation_families_for(policy), evaluation["seeds"],
+    results, _ = evaluate(policy, [ModelScorer(model)], tuple(evaluation["families"]), evaluation["seeds"],
                           evaluation["arrivals"], baselines=(), progress=False, workers=EVAL_WORKERS)
     rl = f"| rl-{policy.lower()} |"
     mine = [line for line in markdown_table(policy, summarize(results)).splitlines() if rl in line]

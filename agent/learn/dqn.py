@@ -35,7 +35,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from agent.learn.common import TrainConfig, make_actor, seed_everything, training_record
-from agent.learn.env import SchedulingEnv
+from agent.learn.env import MAX_EPISODE_DECISIONS, SchedulingEnv
 from agent.learn.network import NodeScorer
 from agent.learn.teachers import teacher_for, teacher_targets, world_teacher
 from agent.learn.threads import ThreadBudget
@@ -90,6 +90,15 @@ class DQNConfig(TrainConfig):
     # losses
     n_step: int = 8
     """rewards summed before bootstrapping"""
+    burn_in: int = 400
+    """at most this many placements by the world's teacher before an episode is recorded or played: the
+    steady state a cluster lives in (and evaluation measures), not the fill of an empty one"""
+    episode_decisions: int = 200
+    """placements the network makes per interaction episode (after the burn-in), so that the interaction
+    meets many worlds rather than a few long ones"""
+    reward_clip: float = 10.0
+    """normalized rewards beyond +-this are clipped: a pod that fits no node costs hundreds of units at
+    once, mostly whatever the placement (too big for any node), and such outliers drown the TD signal"""
     margin: float = 0.8
     """how much more the teacher's choice must be worth than any other node (in normalized reward units)"""
     margin_weight: float = 1.0
@@ -119,7 +128,7 @@ class DQNConfig(TrainConfig):
     """transitions the interaction replay keeps (the demonstrations are kept apart, all of them)"""
     num_envs: int = 8
     """environments placed side by side in the interaction phase"""
-    start_e: float = 0.1
+    start_e: float = 0.05
     """exploration rate when interaction starts (the network already follows the teachers)"""
     end_e: float = 0.01
     """final exploration rate"""
@@ -154,9 +163,25 @@ def world_plan(cfg: DQNConfig, count: int, seed: int) -> list[tuple[str, int, in
 
 
 def make_env(cfg: DQNConfig) -> SchedulingEnv:
+    """An environment whose episodes the trainer ends (never the environment's own time limit)."""
     return SchedulingEnv(cfg.policy, max_nodes=cfg.max_nodes, min_nodes=cfg.min_nodes,
-                         families=cfg.families or families_for(cfg.policy), episode_decisions=cfg.demo_decisions,
+                         families=cfg.families or families_for(cfg.policy), episode_decisions=MAX_EPISODE_DECISIONS,
                          reward=cfg.reward, gamma=cfg.gamma, shaping=cfg.shaping, training=True, node_draw=cfg.node_draw)
+
+
+def warm_start(env: SchedulingEnv, world: tuple[str, int, int], teacher: str, burn_in: int,
+               rng: np.random.Generator) -> dict:
+    """Reset to the world and let its teacher place pods for one fill of it (at most `burn_in`); the
+    observation the episode starts from."""
+    name, nodes, seed = world
+    obs, _ = env.reset(seed=seed, options={"family": name, "nodes": nodes})
+    for _ in range(min(int(np.ceil(env.sim.world.pods_alive)), burn_in)):
+        target = teacher_targets(teacher, env._state, env._pod, env.max_nodes, rng)
+        obs, _, terminated, truncated, _ = env.step(int(rng.choice(np.flatnonzero(target > 0))))
+        if terminated or truncated:
+            obs, _ = env.reset(seed=seed, options={"family": name, "nodes": nodes})
+            break
+    return obs
 
 
 def _mixed_teacher(job: tuple) -> str:
@@ -299,30 +324,40 @@ def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
     return max(end, start + (end - start) * t / max(duration, 1))
 
 
-def record_demonstrations(cfg: DQNConfig, plan, teachers, rng: np.random.Generator, progress: bool) -> tuple[Replay, dict]:
-    """The teachers' decisions on the planned worlds, with n-step returns (raw rewards)."""
-    demos = Replay(len(plan) * cfg.demo_decisions, cfg.max_nodes)
+def record_demonstrations(cfg: DQNConfig, plan, teachers, rng: np.random.Generator,
+                          progress: bool) -> tuple[Replay, float, dict]:
+    """The teachers' decisions on the planned worlds (after each world's burn-in), with n-step
+    returns of the rewards in units of their spread (clipped at `reward_clip`); and that unit."""
     env = make_env(cfg)
-    rewards = []
+    episodes, rewards = [], []
     bar = tqdm(total=len(plan) * cfg.demo_decisions, desc="demonstrations", disable=not progress, mininterval=1.0,
                file=sys.stderr)
-    for (name, nodes, seed), teacher in zip(plan, teachers):
-        obs, _ = env.reset(seed=seed, options={"family": name, "nodes": nodes})
-        nstep = NStep(cfg.n_step, cfg.gamma)
+    for world, teacher in zip(plan, teachers):
+        obs = warm_start(env, world, teacher, cfg.burn_in, rng)
+        steps = []
         for k in range(cfg.demo_decisions):
-            target = teacher_targets(teacher, env._state, env._pod, cfg.max_nodes, rng)
-            expert = target > 0
+            expert = teacher_targets(teacher, env._state, env._pod, cfg.max_nodes, rng) > 0
             action = int(rng.choice(np.flatnonzero(expert)))
             next_obs, reward, terminated, truncated, _ = env.step(action)
             rewards.append(reward)
-            ended = terminated or truncated or k == cfg.demo_decisions - 1
-            nstep.push(obs, action, reward, expert, next_obs, terminated, ended, demos)
+            steps.append((obs, action, reward, expert, next_obs, terminated,
+                          terminated or truncated or k == cfg.demo_decisions - 1))
             obs = next_obs
             bar.update()
             if terminated or truncated:
                 break
+        episodes.append(steps)
     bar.close()
-    return demos, {"decisions": len(demos), "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards))}
+    scale = 1.0 / max(float(np.std(rewards)), 1e-6)
+    demos = Replay(sum(map(len, episodes)), cfg.max_nodes)
+    for steps in episodes:
+        nstep = NStep(cfg.n_step, cfg.gamma)
+        for obs, action, reward, expert, next_obs, terminated, ended in steps:
+            clipped = float(np.clip(reward * scale, -cfg.reward_clip, cfg.reward_clip))
+            nstep.push(obs, action, clipped, expert, next_obs, terminated, ended, demos)
+    record = {"decisions": len(demos), "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards)),
+              "clipped_share": float(np.mean(np.abs(np.asarray(rewards) * scale) > cfg.reward_clip))}
+    return demos, scale, record
 
 
 def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, dict]:
@@ -342,10 +377,8 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     for (name, _, _), teacher in zip(plan, teachers):
         taught.setdefault(name, {}).setdefault(teacher, 0)
         taught[name][teacher] += 1
-    demos, demo_record = record_demonstrations(cfg, plan, teachers, rng, cfg.progress)
     # rewards in units of the demonstrations' spread, so that `margin` means the same for every policy
-    scale = 1.0 / max(demo_record["reward_std"], 1e-6)
-    demos.ret[: len(demos)] *= scale
+    demos, scale, demo_record = record_demonstrations(cfg, plan, teachers, rng, cfg.progress)
     teacher_seconds = time.time() - started
 
     q_network = make_actor(cfg, init)
@@ -394,7 +427,18 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         replay = Replay(cfg.buffer_size, cfg.max_nodes)
         envs = [make_env(cfg) for _ in range(cfg.num_envs)]
         worlds = iter(world_plan(cfg, 10**6, cfg.seed + 1))
-        obs = [env.reset(seed=s, options={"family": f, "nodes": n})[0] for env, (f, n, s) in zip(envs, worlds)]
+        default_teachers = cfg.teachers or TEACHERS[cfg.policy]
+
+        def burn_teacher(world: tuple[str, int, int]) -> str:
+            name, nodes, _ = world
+            return MIXED_TEACHERS[cfg.policy][0] if name == MIXED else teacher_for(default_teachers, name, nodes)
+
+        def begin(env: SchedulingEnv) -> dict:
+            world = next(worlds)
+            return warm_start(env, world, burn_teacher(world), cfg.burn_in, rng)
+
+        obs = [begin(env) for env in envs]
+        played = np.zeros(cfg.num_envs, dtype=int)
         nsteps = [NStep(cfg.n_step, cfg.gamma) for _ in envs]
         returns = np.zeros(cfg.num_envs)
         demo_rows = int(round(cfg.demo_share * cfg.batch_size))
@@ -412,13 +456,14 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 action = int(rng.choice(valid)) if rng.random() < epsilon else int(greedy[i])
                 next_obs, reward, terminated, truncated, _ = env.step(action)
                 returns[i] += reward
-                nsteps[i].push(obs[i], action, reward * scale, None, next_obs, terminated, terminated or truncated,
-                               replay)
-                if terminated or truncated:
+                played[i] += 1
+                ended = terminated or truncated or played[i] >= cfg.episode_decisions
+                clipped = float(np.clip(reward * scale, -cfg.reward_clip, cfg.reward_clip))
+                nsteps[i].push(obs[i], action, clipped, None, next_obs, terminated, ended, replay)
+                if ended:
                     episode_returns.append(float(returns[i]))
-                    returns[i] = 0.0
-                    family_name, nodes, seed = next(worlds)
-                    next_obs, _ = env.reset(seed=seed, options={"family": family_name, "nodes": nodes})
+                    returns[i], played[i] = 0.0, 0
+                    next_obs = begin(env)
                     nsteps[i] = NStep(cfg.n_step, cfg.gamma)
                 obs[i] = next_obs
                 step += 1
