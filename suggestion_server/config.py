@@ -132,15 +132,17 @@ class Settings(BaseSettings):
     kubernetes: Literal["auto", "off", "in-cluster", "kubeconfig"] = Field(
         "auto", description="where node and pod state comes from; auto tries in-cluster, then kubeconfig")
     kubeconfig: str | None = Field(None, description="path for kubernetes=kubeconfig (default: KUBECONFIG or ~/.kube/config)")
-    latency_source: Literal["prometheus", "probe", "none"] = Field("prometheus")
+    latency_source: Literal["prometheus", "probe", "none"] = Field(
+        "prometheus", description="where node-to-user latency comes from: latency_query in Prometheus, each node's "
+                                  "probe over HTTP, or nowhere (EL then scores without it and says so)")
     probe_port: int = Field(9102, ge=1, le=65535, description="port of the latency probe on each node")
-    probe_timeout_s: float = Field(0.5, gt=0)
+    probe_timeout_s: float = Field(0.5, gt=0, description="latency_source=probe: how long one probe may take")
 
     # Serving
-    host: str = "0.0.0.0"
-    port: int = Field(8000, ge=1, le=65535)
-    workers: int = Field(1, ge=1)
-    log_level: str = "info"
+    host: str = Field("0.0.0.0", description="address to listen on (rlscore-server --host)")
+    port: int = Field(8000, ge=1, le=65535, description="port to listen on (rlscore-server --port)")
+    workers: int = Field(1, ge=1, description="server processes (each loads the models and keeps its own state)")
+    log_level: str = Field("info", description="debug, info, warning or error; the decision log is rlscore.decisions at info")
     tls_cert_file: Path | None = Field(None, description="serve HTTPS with this certificate (PEM, chain first)")
     tls_key_file: Path | None = Field(None, description="the certificate's private key (PEM)")
     tls_client_ca_file: Path | None = Field(

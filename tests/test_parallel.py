@@ -22,17 +22,6 @@ with fork_pool(2) as pool:
     time.sleep(600)
 """
 
-ENV_WORKERS = """
-import time
-from functools import partial
-from agent.learn.common import TrainConfig, make_env
-from agent.learn.vector_env import EnvWorkers
-envs = EnvWorkers(partial(make_env, TrainConfig(policy="EE")), num_envs=2, seed=0, workers=2)
-envs.current()
-print("ready", flush=True)
-time.sleep(600)
-"""
-
 PLAIN_POOL = """
 import multiprocessing, time
 with multiprocessing.get_context("fork").Pool(2) as pool:
@@ -81,7 +70,7 @@ def _kill_parent_and_watch(script: str, wait_s: float = 10.0) -> tuple[set[int],
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
-@pytest.mark.parametrize("script", [POOL, ENV_WORKERS], ids=["pool", "env-workers"])
+@pytest.mark.parametrize("script", [POOL], ids=["pool"])
 def test_workers_end_with_a_killed_parent(script):
     _, left = _kill_parent_and_watch(script)
     assert not left, f"workers {sorted(left)} outlived their parent"

@@ -13,7 +13,6 @@ from agent.evaluate.report import markdown_table
 from rlscore.core.features import NODE_FEATURES_OF_VERSION
 from rlscore.core.model import load_model, sha256_of, sidecar_path
 from rlscore.core.scoring import ModelScorer
-from agent.sim.families import evaluation_families_for
 from agent.sim.simulator import Simulation
 from rlscore.core.state import NodeState, PodRequest
 

@@ -9,8 +9,6 @@ import time
 import pytest
 import torch
 
-from agent.learn.imitation import clone, demonstrations
-from agent.learn.network import NodeScorer
 from agent.learn.threads import (ThreadBudget, busy_cpu_seconds, cgroup_cpu_limit, own_cores, threads_for,
                                  usable_cpus)
 
@@ -110,18 +108,3 @@ def test_a_busy_process_beside_training_takes_a_thread_and_gives_it_back():
         torch.set_num_threads(wanted)
 
 
-@pytest.mark.skipif(usable_cpus() < 2, reason="one usable core: both runs would have one thread")
-def test_cloning_gives_the_same_weights_with_one_thread_or_two():
-    """Why the budget may change the threads mid-run: the clone comes out bit for bit the same."""
-    teachers = {"poisson": "one-step-lb", "test1": "one-step-lb"}
-    train = demonstrations("LB", teachers, worlds_per_family=2, decisions=64, min_nodes=2, max_nodes=64,
-                           seed=3, node_draw="log-uniform")
-    held_out = demonstrations("LB", teachers, worlds_per_family=1, decisions=64, min_nodes=2, max_nodes=64, seed=4)
-    weights = []
-    for threads in (1, 2):
-        torch.manual_seed(0)
-        actor = NodeScorer()
-        record = clone(actor, train, held_out, steps=60, batch_size=128, progress=False, threads=threads)
-        assert record["threads"] == threads
-        weights.append(actor.state_dict())
-    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])

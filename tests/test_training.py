@@ -1,31 +1,74 @@
-"""Short real training runs: the trainers learn what the outcome reward asks for."""
+"""DQN from demonstrations (agent/learn/dqn.py): its losses on hand-built batches, a short real run on a
+tiny world where the teacher is wrong half the time, and `rlscore-train` end to end."""
 
-from pathlib import Path
+import json
 
 import numpy as np
 import pytest
+import torch
 
 from agent.evaluate.compare import evaluate, summarize
-from rlscore.core.model import load_model
-from agent.learn.train import config_for, run, save_trained
-from rlscore.core.scoring import ModelScorer
+from agent.learn.dqn import DQNConfig, margin_loss, td_loss, train
+from agent.learn.model_io import save_model
+from agent.learn.network import NodeScorer
+from agent.learn.train import main as train_main
 from agent.sim import families
 from agent.sim.families import Family
 from agent.sim.world import GIB, LARGE, Hardware, NodeSpec, PodClass, World
+from rlscore.core.model import load_model
+from rlscore.core.scoring import ModelScorer
+
+# --- the losses --------------------------------------------------------------------------------------
 
 
-# One near node with room for four strict pods, two big far ones. Strict pods (half the cpu) meet
-# their limit only near; loose ones anywhere. A loose pod on the near node blocks it for the strict
-# pods that arrive during its lifetime.
+def test_the_margin_loss_is_zero_once_the_teachers_choice_leads_by_the_margin():
+    q = torch.tensor([[1.0, 0.5, 0.0, 9.0], [1.0, 0.5, 0.9, 9.0], [1.0, 1.0, 0.0, 9.0]])
+    mask = torch.tensor([[True, True, True, False]] * 3)  # the fourth slot is padding: its 9 never counts
+    expert = torch.tensor([[True, False, False, False], [True, False, False, False], [True, True, False, False]])
+    loss = margin_loss(q, mask, expert, margin=0.8)
+    # 1. the teacher's node leads by 0.5 < 0.8: max(1, 0.5 + 0.8, 0 + 0.8) - 1 = 0.3
+    # 2. the third node is 0.1 behind: 0.9 + 0.8 - 1 = 0.7
+    # 3. two tied teacher's choices, both right: the other node at 0 + 0.8 is below them, nothing to pay
+    np.testing.assert_allclose(loss.numpy(), [0.3, 0.7, 0.0], atol=1e-6)
+
+
+def _constant(value: float, hidden: int = 4) -> NodeScorer:
+    """A network whose every Q-value is `value` (all weights 0, the last bias `value`)."""
+    network = NodeScorer((hidden,))
+    with torch.no_grad():
+        for p in network.parameters():
+            p.zero_()
+        network.layers[-1].Lambda.bias.fill_(value)
+    return network
+
+
+def test_the_td_loss_is_the_huber_loss_to_the_n_step_double_dqn_target():
+    online, target = _constant(2.0), _constant(5.0)
+    n = 3
+    batch = {"nodes": torch.rand(2, n, 45), "pod": torch.rand(2, 3), "mask": torch.ones(2, n, dtype=torch.bool),
+             "next_nodes": torch.rand(2, n, 45), "next_pod": torch.rand(2, 3), "next_mask": torch.ones(2, n, dtype=torch.bool),
+             "action": torch.tensor([0, 2]), "ret": torch.tensor([1.0, -0.5]), "discount": torch.tensor([0.9, 0.0])}
+    loss = td_loss(online, target, batch)
+    # targets: 1 + 0.9 x 5 = 5.5 (bootstrapped from the target network), -0.5 (terminal); Q = 2
+    expected = [abs(2.0 - 5.5) - 0.5, 0.5 * (2.0 + 0.5) ** 2 if abs(2.0 + 0.5) < 1 else abs(2.0 + 0.5) - 0.5]
+    np.testing.assert_allclose(loss.detach().numpy(), expected, atol=1e-6)
+
+
+# --- a tiny world where the teacher is wrong half the time ------------------------------------------
+
+# One small node near the users, two big far ones. Strict pods (half of them) meet their limit only on
+# the near node; loose pods (the other half) anywhere. latency-pack, the teacher, sends every pod to the
+# best latency tier it can get and packs there, so it fills the near node with loose pods and the strict
+# pods that come next break their limits: wrong on every loose pod, right on every strict one.
 NEAR = Hardware("near", 1000.0, 4.0 * GIB, 110, 30.0, 80.0, 50.0 * GIB)
 
 
 def _tiny_scarce_near(rng, n, limits, training):
     nodes = (NodeSpec(NEAR, 3.0), NodeSpec(LARGE, 40.0), NodeSpec(LARGE, 45.0))
-    strict = PodClass("strict", 2.0, (250.0,), (0.5, 1.0), (0.5, 0.5), ((10.0, 15.0),))
-    loose = PodClass("loose", 1.0, (1000.0,), (0.5, 1.0), (0.5, 0.5), ((100.0, 150.0),))
+    strict = PodClass("strict", 1.0, (250.0,), (0.5, 1.0), (0.5, 0.5), ((10.0, 15.0),))
+    loose = PodClass("loose", 1.0, (250.0,), (0.5, 1.0), (0.5, 0.5), ((100.0, 150.0),))
     order = tuple(nodes[i] for i in rng.permutation(3))
-    return World("tiny-scarce-near", order, (strict, loose), load=0.05, mean_lifetime_s=20.0,
+    return World("tiny-scarce-near", order, (strict, loose), load=0.03, mean_lifetime_s=30.0,
                  metrics_interval_s=0.0, latency_drift=False)
 
 
@@ -36,37 +79,55 @@ def tiny_family(monkeypatch):
     return "tiny-scarce-near"
 
 
-def test_ppo_from_scratch_learns_to_keep_the_near_node_free_for_strict_pods(tiny_family, tmp_path):
-    """From the outcome reward alone (no teacher): measured 0.074 hard violations per limited pod
-    against latency-pack's 0.16 (latency-fit, the hand-written answer, also 0.074)."""
-    cfg = config_for("ppo", policy="EL", total_timesteps=32_768, seed=2, families=(tiny_family,), min_nodes=3,
-                     max_nodes=3, log_dir="", progress=False, out=str(tmp_path), kickstart=0.0,
-                     learning_rate=1e-3, gamma=0.95, gae_lambda=0.9, env_workers=1)
-    network, record = run(cfg, "ppo")
-    model = load_model(save_trained(cfg, network, record), expected_policy="EL")
+def _tiny_config(family: str, **overrides) -> DQNConfig:
+    values = dict(policy="EL", families=(family,), min_nodes=3, max_nodes=3, seed=3, log_dir="", progress=False,
+                  teachers={family: "latency-pack"}, demo_worlds=8, demo_decisions=128, burn_in=0, pretrain_steps=300,
+                  total_timesteps=12_000, num_envs=4, episode_decisions=128, gamma=0.95, n_step=4,
+                  start_e=0.2, end_e=0.05, batch_size=64, train_frequency=2, target_network_frequency=250,
+                  learning_rate=1e-3, hidden=(32, 32), torch_threads=1, workers=1)
+    values.update(overrides)
+    return DQNConfig(**values)
 
-    results, _ = evaluate("EL", [ModelScorer(model)], (tiny_family,), seeds=3, arrivals=300, progress=False,
+
+def test_td_learning_beats_a_teacher_that_is_wrong_half_the_time(tiny_family, tmp_path):
+    """The demonstrations alone copy latency-pack, loose pods on the near node and all; TD on the outcome
+    reward learns to leave the near node to the strict pods."""
+    full, _ = train(_tiny_config(tiny_family))
+    copy, record = train(_tiny_config(tiny_family, demonstrations_only=True))
+    assert record["training"]["td_steps"] == 0 and record["training"]["interaction_steps"] == 0
+    assert record["training"]["gradient_steps"] == 300 + 12_000 // 2  # as many as the whole run takes
+    models = [ModelScorer(load_model(save_model(tmp_path / f"{name}.safetensors", net, "EL", {})), name=name)
+              for name, net in (("dqn", full), ("demonstrations-only", copy))]
+    results, _ = evaluate("EL", models, (tiny_family,), seeds=4, arrivals=300, progress=False,
                           baselines=("latency-pack", "latency-fit"))
     rows = {r["scorer"]: r for r in summarize(results)}
-    learned, pack = rows["rl-el"], rows["latency-pack"]
-    # "best tier, then pack" fills the near node with loose pods and strands strict ones ...
-    assert pack["hard_violation_rate"] > 0.1
-    # ... the policy learned from outcomes leaves it for them
-    assert learned["hard_violation_rate"] < 0.6 * pack["hard_violation_rate"], (learned, pack)
-    assert learned["objective"] < 0.7 * pack["objective"]
-    assert np.isfinite(model.q_values(*_probe())).all()
+    teacher, dqn, imitation = rows["latency-pack"], rows["dqn"], rows["demonstrations-only"]
+    assert teacher["hard_violation_rate"] > 0.1  # the teacher's mistake costs the strict pods
+    assert imitation["hard_violation_rate"] > 0.6 * teacher["hard_violation_rate"], (imitation, teacher)
+    assert dqn["hard_violation_rate"] < 0.5 * teacher["hard_violation_rate"], (dqn, teacher)
+    assert dqn["objective"] < 0.7 * teacher["objective"]
 
 
-def test_every_algorithm_trains_and_saves_a_servable_model(tmp_path):
-    for algo in ("dqn", "a2c", "ppo"):
-        cfg = config_for(algo, policy="LB", total_timesteps=1500, seed=1, families=("test2",), log_dir="",
-                         progress=False, out=str(tmp_path), **({"learning_starts": 300} if algo == "dqn" else {}))
-        network, record = run(cfg, algo)
-        path = save_trained(cfg, network, record, tmp_path / f"lb-{algo}.safetensors")
-        model = load_model(path, expected_policy="LB")
-        assert model.metadata["training"]["algorithm"].lower().startswith({"dqn": "double dqn", "a2c": "a2c",
-                                                                            "ppo": "ppo"}[algo])
-        assert np.isfinite(model.q_values(*_probe())).all()
+# --- rlscore-train ----------------------------------------------------------------------------------
+
+TINY = ["--demo-worlds", "3", "--demo-decisions", "32", "--burn-in", "20", "--pretrain-steps", "20",
+        "--total-timesteps", "200", "--num-envs", "2", "--episode-decisions", "40", "--batch-size", "32",
+        "--teacher-futures", "1", "--workers", "1", "--log-dir", "", "--no-eval", "--no-progress"]
+
+
+@pytest.mark.parametrize("demonstrations_only", [False, True])
+def test_rlscore_train_writes_a_servable_model_that_records_how_it_was_trained(tmp_path, demonstrations_only):
+    args = ["--policy", "lb", "--families", "mixed,test2", "--out", str(tmp_path), *TINY]
+    assert train_main(args + (["--demonstrations-only"] if demonstrations_only else [])) == 0
+    model = load_model(tmp_path / "lb.safetensors", expected_policy="LB")
+    training = model.metadata["training"]
+    assert training["algorithm"].startswith("demonstrations only" if demonstrations_only else "DQN from demonstrations")
+    assert training["demonstrations"]["worlds"] == 3 and training["demonstrations"]["decisions"] > 0
+    assert (training["td_steps"] == 0) == demonstrations_only
+    assert training["hyperparameters"]["families"] == ["mixed", "test2"]
+    assert training["command"].startswith("rlscore-train --policy lb")
+    nodes, pod = _probe()
+    assert np.isfinite(model.q_values(nodes, pod)).all()
 
 
 def _probe():
@@ -76,89 +137,33 @@ def _probe():
     return sim.candidate_state()
 
 
-def test_fine_tuning_on_a_cluster_profile_records_it_and_evaluates_on_it(tmp_path, capsys):
-    """rlscore-train --profile --init: the serving model fine-tuned on one cluster; the sidecar keeps
-    the profile (the server's drift reference) and the evaluation of that cluster."""
-    from agent.learn.train import main
-    from rlscore.core.profile import ClusterProfile, save_profile
+def test_fine_tuning_on_a_cluster_profile_records_it(tmp_path):
+    """rlscore-train --profile --init: a model fine-tuned on one cluster, taught by the profile's best
+    rule; the sidecar keeps the profile (the server's drift check reads it)."""
     from agent.sim.cluster_profile import profile_world, world_profile
+    from rlscore.core.profile import ClusterProfile, save_profile
 
-    world = _tiny_scarce_near(np.random.default_rng(0), 3, True, False)
+    world = families.family("churn").world(np.random.default_rng(0), 5)
     profile = save_profile(world_profile(world, "tiny-shop"), tmp_path / "cluster.yaml")
-    shipped = __import__("pathlib").Path(__file__).resolve().parents[1] / "models" / "el.safetensors"
-    args = ["--policy", "EL", "--profile", str(profile), "--init", str(shipped), "--timesteps", "600",
-            "--out", str(tmp_path), "--name", "el-shop.safetensors", "--log-dir", "", "--no-progress"]
-    assert main(args) == 0
-    model = load_model(tmp_path / "el-shop.safetensors", expected_policy="EL")
-    meta = model.metadata
-    assert meta["training_profile"]["name"] == "tiny-shop"
+    start = tmp_path / "start.safetensors"
+    torch.manual_seed(0)
+    save_model(start, NodeScorer((16, 16)), "EE", {})
+    args = ["--policy", "EE", "--profile", str(profile), "--init", str(start), "--out", str(tmp_path / "out"), *TINY]
+    assert train_main(args) == 0
+    meta = json.loads((tmp_path / "out" / "ee.json").read_text())
     assert profile_world(ClusterProfile.model_validate(meta["training_profile"])).nodes == world.nodes
-    assert meta["training"]["hyperparameters"]["profile"] == str(profile)
-    assert meta["training"]["hyperparameters"]["init"] == str(shipped)
-    assert meta["training"]["hyperparameters"]["kickstart"] == 0.0  # no teacher when fine-tuning
-    assert meta["evaluation"]["families"] == ["profile:tiny-shop"]
-    assert any(g["goal"].startswith("objective <= best baseline") for g in meta["evaluation"]["goals"])
-
-
-def test_lb_clones_its_teacher_on_a_cluster_profile(tmp_path):
-    """LB's default teachers override the usage-skew family, which a profile run does not have: that
-    override is left out instead of refusing to start."""
-    from agent.learn.train import main
-    from rlscore.core.profile import save_profile
-    from agent.sim.cluster_profile import world_profile
-    from agent.sim.families import family
-
-    world = family("usage-skew").world(np.random.default_rng(0), 4)
-    profile = save_profile(world_profile(world, "skewed-4"), tmp_path / "cluster.yaml")
-    assert main(["--policy", "LB", "--profile", str(profile), "--kickstart", "1", "--timesteps", "0",
-                 "--imitation-steps", "50", "--out", str(tmp_path), "--name", "lb.safetensors", "--log-dir", "",
-                 "--no-eval", "--no-progress"]) == 0
-    teachers = load_model(tmp_path / "lb.safetensors", expected_policy="LB").metadata["training"]["teachers"]
-    assert list(teachers) == ["profile:skewed-4"]
+    assert meta["training"]["hyperparameters"]["init"] == str(start)
+    assert meta["training"]["hyperparameters"]["hidden"] == [16, 16]
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--families", "poisson"], "--profile and --families exclude each other"),
-    ([], "invalid cluster profile"),
+    (["--families", "test9"], "unknown scenario family 'test9'"),
+    (["--gamma", "1.5"], "--gamma must be within (0, 1]"),
+    (["--demo-worlds", "0"], "--demo-worlds must be >= 1"),
+    (["--start-e", "0.01", "--end-e", "0.5"], "--end-e <= --start-e"),
+    (["--profile", "/nonexistent.yaml"], "--profile"),
+    (["--init", "/nonexistent.safetensors"], "--init"),
 ])
-def test_profile_training_refuses_bad_input(tmp_path, capsys, extra, message):
-    from agent.learn.train import main
-
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("kind: ClusterProfile\nname: x\n")
-    assert main(["--policy", "EE", "--profile", str(bad), "--out", str(tmp_path), *extra]) == 2
+def test_rlscore_train_refuses_bad_options_by_name(tmp_path, capsys, extra, message):
+    assert train_main(["--policy", "EE", "--out", str(tmp_path), *TINY, *extra]) == 2
     assert message in capsys.readouterr().err
-
-
-def test_hidden_widths_reach_the_saved_model(tmp_path):
-    """--hidden sets the actor's layer widths; the loader rebuilds that architecture and it serves."""
-    from agent.learn.train import main
-
-    assert main(["--policy", "LB", "--algo", "ppo", "--families", "test2", "--hidden", "32,16,8", "--timesteps", "256",
-                 "--kickstart", "0", "--out", str(tmp_path), "--log-dir", "", "--no-eval", "--no-progress"]) == 0
-    model = load_model(tmp_path / "lb.safetensors", expected_policy="LB")
-    assert tuple(model.architecture.hidden) == (32, 16, 8)
-    assert model.metadata["training"]["hyperparameters"]["hidden"] == [32, 16, 8]
-    assert np.isfinite(model.q_values(*_probe())).all()
-
-
-@pytest.mark.parametrize("widths, message", [
-    ("0,64", "expected comma-separated layer widths"),
-    ("64,x", "expected comma-separated layer widths"),
-    ("5000", "each 1-4096"),
-    (",".join(["8"] * 9), "at most 8 layers"),
-])
-def test_hidden_refuses_bad_widths(widths, message, tmp_path, capsys):
-    from agent.learn.train import main
-
-    with pytest.raises(SystemExit):
-        main(["--policy", "LB", "--hidden", widths, "--out", str(tmp_path)])
-    assert message in capsys.readouterr().err
-
-
-def test_hidden_and_init_exclude_each_other(tmp_path, capsys):
-    from agent.learn.train import main
-
-    shipped = Path(__file__).resolve().parents[1] / "models" / "lb.safetensors"
-    assert main(["--policy", "LB", "--hidden", "128,128", "--init", str(shipped), "--out", str(tmp_path)]) == 2
-    assert "--hidden and --init exclude each other" in capsys.readouterr().err

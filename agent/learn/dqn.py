@@ -59,9 +59,10 @@ TEACHERS = {
            "scarce-near": "latency-fit", "hardware": "one-step-el",
            "churn": [[5, "latency-greedy"], [20, "latency-fit"], [64, "one-step-el"]]},
 }
-# A mixed world's teacher is the cheapest of these on its machines (the rules that lead some mixed
-# worlds on training seeds), the first unless another is cheaper by more than WORLD_MARGIN.
-MIXED_TEACHERS = {
+# A world whose family has no teacher above (a mixed world, a cluster profile) is taught by the cheapest of
+# these on its own machines (the rules that lead some mixed worlds on training seeds), the first unless
+# another is cheaper by more than agent.learn.teachers.WORLD_MARGIN.
+CANDIDATE_TEACHERS = {
     "EE": ("efficient-first", "best-fit", "most-allocated", "one-step-ee"),
     "LB": ("headroom-balance", "load-variation-risk-balancing", "target-load-packing", "one-step-lb"),
     "EL": ("latency-fit", "latency-pack", "one-step-el"),
@@ -103,6 +104,16 @@ class DQNConfig(TrainConfig):
     """how much more the teacher's choice must be worth than any other node (in normalized reward units)"""
     margin_weight: float = 1.0
     """weight of the large-margin loss beside TD"""
+    margin_floor: float = 0.02
+    """the margin loss's weight decays linearly from margin_weight to this over the first
+    `margin_decay` of the interaction: the teachers start the network, the outcome reward decides
+    where it departs from them"""
+    margin_decay: float = 0.2
+    """share of the interaction over which the margin loss's weight decays to margin_floor"""
+    q_filter: bool = False
+    """apply the margin loss only on decisions where the target network does not rate another node above
+    the teacher's choice by more than the margin (Nair et al. 2018's Q-filter): a teacher's mistake,
+    once TD has found it, stops being taught"""
     td_weight: float = 1.0
     """weight of the TD loss (0 with demonstrations_only)"""
     demonstrations_only: bool = False
@@ -139,7 +150,37 @@ class DQNConfig(TrainConfig):
     workers: int = 2
     """processes measuring the mixed worlds' teachers"""
     teachers: dict = field(default_factory=dict)
-    """family -> teacher (default: TEACHERS[policy]); a mixed world's is picked per world"""
+    """family -> teacher (default: TEACHERS[policy]); a world of another family has its own picked"""
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("total_timesteps", "demo_worlds", "demo_decisions", "pretrain_steps", "batch_size", "buffer_size",
+                     "num_envs", "n_step", "train_frequency", "target_network_frequency", "episode_decisions",
+                     "teacher_futures", "workers", "burn_in"):
+            minimum = 0 if name in ("total_timesteps", "pretrain_steps", "burn_in") else 1
+            if getattr(self, name) < minimum:
+                problems.append(f"--{name.replace('_', '-')} must be >= {minimum}")
+        for name in ("mixed_share", "demo_share", "margin_decay"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                problems.append(f"--{name.replace('_', '-')} must be within 0..1")
+        if not 0.0 < self.gamma <= 1.0:
+            problems.append("--gamma must be within (0, 1]")
+        for name in ("margin", "margin_weight", "td_weight", "weight_decay", "reward_clip"):
+            if not getattr(self, name) >= 0:
+                problems.append(f"--{name.replace('_', '-')} must be >= 0")
+        if not self.learning_rate > 0:
+            problems.append("--learning-rate must be > 0")
+        if not 1 <= self.min_nodes <= self.max_nodes:
+            problems.append("need 1 <= --min-nodes <= --max-nodes")
+        if not 0.0 <= self.end_e <= self.start_e <= 1.0:
+            problems.append("need 0 <= --end-e <= --start-e <= 1")
+        for name in self.families:
+            try:
+                family(name)
+            except ValueError as exc:
+                problems.append(f"--families: {exc}")
+        if problems:
+            raise ValueError("; ".join(problems))
 
 
 # --- worlds and teachers ----------------------------------------------------------------------------
@@ -184,28 +225,28 @@ def warm_start(env: SchedulingEnv, world: tuple[str, int, int], teacher: str, bu
     return obs
 
 
-def _mixed_teacher(job: tuple) -> str:
-    """The teacher of one mixed world (run in a worker)."""
+def _world_teacher(job: tuple) -> str:
+    """The teacher of one world of a family without one (run in a worker)."""
     cfg, name, nodes, seed = job
     env = make_env(cfg)
     env.reset(seed=seed, options={"family": name, "nodes": nodes})
-    rules = MIXED_TEACHERS[cfg.policy]
+    rules = CANDIDATE_TEACHERS[cfg.policy]
     teacher, _ = world_teacher(cfg.policy, env.sim.world, seed, rules[0], list(rules), cfg.demo_decisions,
                                cfg.teacher_futures)
     return teacher
 
 
 def assign_teachers(cfg: DQNConfig, plan: list[tuple[str, int, int]]) -> list[str]:
-    """Each planned world's teacher."""
+    """Each planned world's teacher: its family's, or picked on its own machines."""
     teachers = cfg.teachers or TEACHERS[cfg.policy]
-    mixed = [(cfg, name, nodes, seed) for name, nodes, seed in plan if name == MIXED]
+    unknown = [(cfg, name, nodes, seed) for name, nodes, seed in plan if name not in teachers]
     picked: list[str] = []
-    if mixed:
+    if unknown:
         with fork_pool(max(1, cfg.workers)) as pool:
-            picked = pool.map(_mixed_teacher, mixed)
+            picked = pool.map(_world_teacher, unknown)
     out, it = [], iter(picked)
     for name, nodes, _ in plan:
-        out.append(next(it) if name == MIXED else teacher_for(teachers, name, nodes))
+        out.append(next(it) if name not in teachers else teacher_for(teachers, name, nodes))
     return out
 
 
@@ -308,6 +349,14 @@ def td_loss(q_network: NodeScorer, target_network: NodeScorer, batch: dict[str, 
     return F.smooth_l1_loss(q, target, reduction="none")
 
 
+def q_filtered(q_target: torch.Tensor, mask: torch.Tensor, expert: torch.Tensor, margin: float) -> torch.Tensor:
+    """Per decision: whether the teacher's best choice is within `margin` of the best node by `q_target`."""
+    q_target = q_target.masked_fill(~mask, float("-inf"))
+    best = q_target.max(dim=1).values
+    best_expert = q_target.masked_fill(~expert, float("-inf")).max(dim=1).values
+    return best_expert >= best - margin
+
+
 def margin_loss(q: torch.Tensor, mask: torch.Tensor, expert: torch.Tensor, margin: float) -> torch.Tensor:
     """Per decision: max over nodes of (Q + margin where the node is not among the teacher's choices)
     minus the best Q among the teacher's choices. Zero once every teacher's choice is worth `margin`
@@ -363,6 +412,8 @@ def record_demonstrations(cfg: DQNConfig, plan, teachers, rng: np.random.Generat
 def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, dict]:
     """Train one policy; returns the online network and the training record for the sidecar."""
     cfg.policy = normalize_policy(cfg.policy)
+    # the ablation takes as many gradient steps as the whole run does, all of them on the demonstrations
+    interaction_steps = cfg.total_timesteps // cfg.train_frequency
     if cfg.demonstrations_only:
         cfg.td_weight, cfg.total_timesteps = 0.0, 0
     rng = seed_everything(cfg)
@@ -388,19 +439,25 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     gradient_steps = 0
     losses = {"td": deque(maxlen=500), "margin": deque(maxlen=500)}
 
-    def learn(batch: dict[str, torch.Tensor], demo_rows: int) -> None:
+    def learn(batch: dict[str, torch.Tensor], demo_rows: int, margin_weight: float) -> None:
         nonlocal gradient_steps
         budget.check()
         q = q_network(batch["nodes"], batch["pod"], batch["mask"])
         loss = torch.zeros(())
-        if demo_rows:
-            m = margin_loss(q[:demo_rows], batch["mask"][:demo_rows], batch["expert"][:demo_rows], cfg.margin)
-            loss = loss + cfg.margin_weight * m.mean()
-            losses["margin"].append(float(m.mean()))
+        if demo_rows and margin_weight > 0:
+            mask, expert = batch["mask"][:demo_rows], batch["expert"][:demo_rows]
+            m = margin_loss(q[:demo_rows], mask, expert, cfg.margin)
+            if cfg.q_filter:
+                with torch.no_grad():
+                    keep = q_filtered(target_network(batch["nodes"][:demo_rows], batch["pod"][:demo_rows], mask),
+                                      mask, expert, cfg.margin)
+                m = m * keep.float()
+            loss = loss + margin_weight * m.mean()
+            losses["margin"].append(float(m.detach().mean()))
         if cfg.td_weight > 0:
             td = td_loss(q_network, target_network, batch)
             loss = loss + cfg.td_weight * td.mean()
-            losses["td"].append(float(td.mean()))
+            losses["td"].append(float(td.detach().mean()))
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(q_network.parameters(), cfg.max_grad_norm)
@@ -410,12 +467,11 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
             target_network.load_state_dict(q_network.state_dict())
 
     # 4: pre-training on the demonstrations (the ablation: as many steps as the whole run takes)
-    interaction_steps = cfg.total_timesteps // cfg.train_frequency
     pretrain = cfg.pretrain_steps + (interaction_steps if cfg.demonstrations_only else 0)
     bar = tqdm(range(pretrain), desc=f"pre-training {cfg.policy}", disable=not cfg.progress, mininterval=1.0,
                file=sys.stderr)
     for step in bar:
-        learn(demos.sample(cfg.batch_size, rng), cfg.batch_size)
+        learn(demos.sample(cfg.batch_size, rng), cfg.batch_size, cfg.margin_weight)
         if step % 500 == 0:
             bar.set_postfix(margin=f"{np.mean(losses['margin'] or [0]):.3f}", td=f"{np.mean(losses['td'] or [0]):.3f}")
     bar.close()
@@ -431,7 +487,9 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
 
         def burn_teacher(world: tuple[str, int, int]) -> str:
             name, nodes, _ = world
-            return MIXED_TEACHERS[cfg.policy][0] if name == MIXED else teacher_for(default_teachers, name, nodes)
+            if name not in default_teachers:
+                return CANDIDATE_TEACHERS[cfg.policy][0]
+            return teacher_for(default_teachers, name, nodes)
 
         def begin(env: SchedulingEnv) -> dict:
             world = next(worlds)
@@ -470,7 +528,10 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 bar.update()
                 if step % cfg.train_frequency == 0 and len(replay) >= cfg.batch_size:
                     env_seconds += time.time() - t0
-                    learn(_cat(demos.sample(demo_rows, rng), replay.sample(cfg.batch_size - demo_rows, rng)), demo_rows)
+                    pull = linear_schedule(cfg.margin_weight, min(cfg.margin_floor, cfg.margin_weight),
+                                           int(cfg.margin_decay * cfg.total_timesteps), step)
+                    learn(_cat(demos.sample(demo_rows, rng), replay.sample(cfg.batch_size - demo_rows, rng)), demo_rows,
+                          pull)
                     t0 = time.time()
             env_seconds += time.time() - t0
             if step % 2000 < cfg.num_envs:
