@@ -19,7 +19,7 @@ SCHEDULER_LDFLAGS := $(call K8S_VERSION_FLAGS,$(K8S_VERSION)-rlscore)
 KWOK_VERSION := v0.8.0
 LOCAL_BINARIES := bin/etcd bin/kube-apiserver bin/kube-controller-manager bin/kubectl bin/kwok bin/kwokctl bin/kube-scheduler
 
-.PHONY: local-bin local-up local-down local-status e2e images kind-up kind-down check-docker help install deps test py-test go-test check-go scheduler train eval tuner tune-compare tune-examples retrain sim-to-real bench demo clean verify golden serve-venv
+.PHONY: local-bin local-up local-down local-status e2e images kind-up kind-down check-docker help install deps test py-test go-test check-go scheduler train eval tuner tune-compare tune-examples retrain sim-to-real bench demo clean verify golden serve-venv docs deps-containers
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help: ## list targets
@@ -62,6 +62,10 @@ verify: install deps ## re-run the experiments behind the shipped models' figure
 	GO=$(GO) $(PY) -m pytest -m reproduction
 	@for p in ee lb el; do $(PY) -m agent.evaluate.shipped verify models/$$p.safetensors || exit 1; done
 
+docs: install ## rewrite the generated sections of README and docs/operations.md (policies from the sidecars, settings, metrics)
+	$(PY) -m suggestion_server.reference --write
+	$(PY) -m agent.evaluate.report readme --write
+
 golden: install ## rewrite the Go scorer's golden fixtures from the Python reference (after a feature, rule or model change)
 	$(PY) -m tests.golden
 
@@ -74,8 +78,9 @@ go-test: check-go ## Go tests only (gofmt, go vet, go test, including the real s
 
 scheduler: bin/kube-scheduler ## build our kube-scheduler (upstream + RLScore) into bin/
 
+# static (CGO off): the same binary runs on the host and, copied, in the scheduler image
 bin/kube-scheduler: $(GO_SOURCES) | check-go
-	cd plugin-go && $(GO) build -trimpath -ldflags "$(SCHEDULER_LDFLAGS)" -o ../bin/kube-scheduler ./cmd/kube-scheduler
+	cd plugin-go && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(SCHEDULER_LDFLAGS)" -o ../bin/kube-scheduler ./cmd/kube-scheduler
 
 local-bin: $(LOCAL_BINARIES) ## build etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, kwokctl, kube-scheduler into bin/
 
@@ -103,18 +108,82 @@ local-status: ## ports, kubeconfig and logs of the local cluster
 
 KIND_VERSION := v0.31.0
 REGISTRY ?= rlscore
+VERSION := 0.1.0
 SCHEDULER_IMAGE := $(REGISTRY)/kube-scheduler:$(K8S_VERSION)-rlscore.0
-SERVER_IMAGE := $(REGISTRY)/suggestion-server:0.1.0
-PROBE_IMAGE := $(REGISTRY)/latency-probe:0.1.0
+SERVER_IMAGE := $(REGISTRY)/suggestion-server:$(VERSION)
+PROBE_IMAGE := $(REGISTRY)/latency-probe:$(VERSION)
 
 check-docker:
-	@command -v docker >/dev/null || { echo "docker not found: images and kind need Docker (make local-up needs none)"; exit 1; }
+	@command -v docker >/dev/null || { echo "docker not found: kind needs Docker (make local-up and make images need none)"; exit 1; }
 	@docker info >/dev/null 2>&1 || { echo "no Docker engine is running ('docker info' failed): start one, or use make local-up, which needs none"; exit 1; }
 
-images: check-docker ## build the scheduler, suggestion server and probe images (REGISTRY=rlscore)
-	docker build -t $(SCHEDULER_IMAGE) plugin-go
-	docker build -f deploy/images/suggestion-server.Dockerfile -t $(SERVER_IMAGE) .
-	docker build -f deploy/images/latency-probe.Dockerfile -t $(PROBE_IMAGE) .
+# Images are built with docker where a daemon runs, else with buildah (and run with podman), from Debian's
+# packages. CONTAINERS_CONF: this machine's sandbox refuses podman's default ulimits.
+export CONTAINERS_CONF := $(CURDIR)/deploy/images/containers.conf
+PODMAN := podman --storage-driver vfs --runtime runc --cgroup-manager cgroupfs
+BUILDAH := buildah --storage-driver vfs
+IMAGE_TOOL ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo buildah)
+DEBIAN_MIRROR ?= $(shell sed -n 's/^URIs: *\(http[^ ]*debian\)$$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)
+# Base images: a slim Python and distroless/static from their registries, as users pull them; where no
+# registry answers (BASE_FROM=debootstrap, chosen by itself then), a Debian base built with debootstrap
+# and scratch.
+BASE_FROM ?= $(shell curl -sf -o /dev/null --max-time 5 https://registry-1.docker.io/v2/ || [ $$? = 22 ] && echo registry || echo debootstrap)
+ifeq ($(BASE_FROM),debootstrap)
+BASE := localhost/rlscore/debian-python:bookworm
+STATIC_BASE := scratch
+else
+BASE := docker.io/library/python:3.11-slim
+STATIC_BASE := gcr.io/distroless/static-debian12:nonroot
+endif
+ifeq ($(IMAGE_TOOL),docker)
+BUILD_IMAGE = docker build
+LIST_IMAGE = docker image inspect --format '{{.Size}}'
+else
+BUILD_IMAGE = $(BUILDAH) bud --isolation chroot --layers=false
+LIST_IMAGE = $(PODMAN) image inspect --format '{{.Size}}'
+endif
+
+deps-containers: ## buildah, podman, runc, uidmap and debootstrap from Debian's packages, when missing
+	@command -v buildah >/dev/null && command -v podman >/dev/null && command -v runc >/dev/null \
+	  && command -v debootstrap >/dev/null || { echo "installing buildah, podman, runc, uidmap, debootstrap"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	    --no-install-recommends buildah podman runc uidmap debootstrap >/dev/null; }
+
+build/images/debian-python.stamp: | deps-containers
+	@echo "building a Debian base with Python (debootstrap, $(DEBIAN_MIRROR))"
+	@rm -rf build/images/rootfs && mkdir -p build/images
+	$(SUDO) debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm \
+	  build/images/rootfs $(DEBIAN_MIRROR) >build/images/debootstrap.log 2>&1
+	$(SUDO) rm -rf build/images/rootfs/var/cache/apt/archives/*.deb build/images/rootfs/var/lib/apt/lists/*
+	$(SUDO) tar -C build/images/rootfs -c . | $(PODMAN) import - $(BASE) >/dev/null
+	$(SUDO) rm -rf build/images/rootfs
+	@touch $@
+
+build/images/kube-scheduler: bin/kube-scheduler
+	@mkdir -p build/images
+	cp bin/kube-scheduler $@
+
+# wheels built on the host, where pip reaches the package index: the image builds need no network
+build/wheels/serve.stamp: pyproject.toml $(SERVE_SOURCES) | $(VENV)/.installed
+	@rm -rf build/wheels/serve && mkdir -p build/wheels/serve
+	$(PY) -m pip wheel --quiet --wheel-dir build/wheels/serve '.[serve]'
+	@touch $@
+
+build/wheels/probe.stamp: pyproject.toml $(SERVE_SOURCES) | $(VENV)/.installed
+	@rm -rf build/wheels/probe && mkdir -p build/wheels/probe
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir build/wheels/probe .
+	$(PY) -m pip wheel --quiet --wheel-dir build/wheels/probe "fastapi>=0.110" "uvicorn>=0.29" "prometheus-client>=0.20"
+	@touch $@
+
+images: deps-containers build/images/kube-scheduler build/wheels/serve.stamp build/wheels/probe.stamp $(if $(filter debootstrap,$(BASE_FROM)),build/images/debian-python.stamp) ## build the scheduler, server and probe images (REGISTRY=rlscore) and print their sizes
+	$(BUILD_IMAGE) -f deploy/images/kube-scheduler.Containerfile --build-arg STATIC_BASE=$(STATIC_BASE) \
+	  --build-arg VERSION=$(K8S_VERSION)-rlscore.0 -t $(SCHEDULER_IMAGE) .
+	$(BUILD_IMAGE) -f deploy/images/suggestion-server.Containerfile --build-arg BASE=$(BASE) \
+	  --build-arg VERSION=$(VERSION) -t $(SERVER_IMAGE) .
+	$(BUILD_IMAGE) -f deploy/images/latency-probe.Containerfile --build-arg BASE=$(BASE) \
+	  --build-arg VERSION=$(VERSION) -t $(PROBE_IMAGE) .
+	@for image in $(SCHEDULER_IMAGE) $(SERVER_IMAGE) $(PROBE_IMAGE); do \
+	  printf '%-48s %6d MB\n' $$image $$(( $$($(LIST_IMAGE) $$image) / 1000000 )); done
 
 HELM_VERSION := v3.22.0
 bin/helm: | check-go
@@ -124,7 +193,7 @@ bin/helm: | check-go
 bin/kind: | check-go
 	GOBIN=$(CURDIR)/bin $(GO) install sigs.k8s.io/kind@$(KIND_VERSION)
 
-kind-up: check-docker bin/kind bin/kubectl images ## kind cluster (1 control plane + 3 workers) with rlscore deployed
+kind-up: check-docker bin/kind bin/kubectl images ## kind cluster (1 control plane + 3 workers) with rlscore deployed, the images make images built loaded into it
 	@bin/kind get clusters 2>/dev/null | grep -qx rlscore || bin/kind create cluster --config kind-config.yaml
 	bin/kind load docker-image --name rlscore $(SCHEDULER_IMAGE) $(SERVER_IMAGE) $(PROBE_IMAGE)
 	bin/kubectl --context kind-rlscore apply -k deploy/overlays/kind
@@ -136,27 +205,17 @@ kind-down: bin/kind ## delete the kind cluster
 	bin/kind delete cluster --name rlscore
 
 CANDIDATES := build/candidates
-train: install ## per policy: PPO, the teachers' clone (uniform and log-uniform cluster sizes), DQN and rule-selector candidates (~30 min per policy), the best shipped into models/
+train: install ## per policy: the DQN and its demonstrations-only twin (~15 min each on 2 cores), both evaluated; the DQN shipped into models/ with the ablation in its sidecar
 	@mkdir -p $(CANDIDATES)
 	@for p in EE LB EL; do \
-	  lower=$$(echo $$p | tr A-Z a-z); gamma=0.99; [ $$p = LB ] && gamma=0.95; \
-	  for algo in ppo dqn; do \
-	    echo "== $$p $$algo"; \
-	    $(VENV)/bin/rlscore-train --policy $$p --algo $$algo --gamma $$gamma --seed $(SEED) --out $(CANDIDATES) \
-	      --name $$lower-$$algo.safetensors --no-progress || exit 1; \
-	  done; \
-	  for draw in uniform log-uniform; do \
-	    echo "== $$p clone ($$draw cluster sizes)"; \
-	    $(VENV)/bin/rlscore-train --policy $$p --algo ppo --timesteps 0 --gamma $$gamma --seed $(SEED) --out $(CANDIDATES) \
-	      --node-draw $$draw --name $$lower-clone-$$draw.safetensors --no-progress || exit 1; \
-	  done; \
-	  echo "== $$p rule selector"; \
-	  $(VENV)/bin/rlscore-train --policy $$p --algo selector --seed $(SEED) --out $(CANDIDATES) --node-draw log-uniform \
-	    --name $$lower-selector.safetensors --no-progress || exit 1; \
-	  $(PY) -m agent.evaluate.shipped pick models/$$lower.safetensors $(CANDIDATES)/$$lower-ppo.safetensors \
-	    $(CANDIDATES)/$$lower-clone-uniform.safetensors $(CANDIDATES)/$$lower-clone-log-uniform.safetensors $(CANDIDATES)/$$lower-dqn.safetensors \
-	    $(CANDIDATES)/$$lower-selector.safetensors || exit 1; \
-	  $(PY) -m agent.evaluate.shipped holdout models/$$lower.safetensors --no-progress || exit 1; \
+	  lower=$$(echo $$p | tr A-Z a-z); \
+	  echo "== $$p: DQN from demonstrations"; \
+	  $(VENV)/bin/rlscore-train --policy $$p --seed $(SEED) --out $(CANDIDATES) --name $$lower.safetensors --no-progress || exit 1; \
+	  echo "== $$p: the same demonstrations alone (the ablation)"; \
+	  $(VENV)/bin/rlscore-train --policy $$p --seed $(SEED) --demonstrations-only --out $(CANDIDATES) \
+	    --name $$lower-demonstrations.safetensors --no-eval --no-progress || exit 1; \
+	  $(PY) -m agent.evaluate.shipped ship models/$$lower.safetensors $(CANDIDATES)/$$lower.safetensors \
+	    --twin $(CANDIDATES)/$$lower-demonstrations.safetensors --no-progress || exit 1; \
 	done
 
 eval: install ## evaluate the shipped models against the baselines (tables and plots in eval/)

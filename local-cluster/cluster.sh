@@ -6,6 +6,8 @@
 #
 # Environment: NODES (default 4), NODE_CPUS (cpus per node, cycled; default 8,16,4), CLUSTER_NAME
 # (default rlscore), KWOK_WORKDIR (default ./.local-cluster). Everything the cluster writes (configs, logs, pids) stays under KWOK_WORKDIR.
+# CONTAINERS=1 runs the suggestion server and kube-scheduler from the images `make images` built
+# (REGISTRY, default rlscore) with podman, on the host's network, instead of as host processes.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +20,12 @@ KWOKCTL=$BIN/kwokctl
 OURS=$KWOK_WORKDIR/rlscore-$NAME          # our files: rendered configs, ports, server log and pid
 CLUSTER_DIR=$KWOK_WORKDIR/clusters/$NAME  # kwokctl's files: component logs, pids, kubeconfig
 KUBECONFIG_FILE=$OURS/kubeconfig.yaml
+CONTAINERS=${CONTAINERS:-0}
+REGISTRY=${REGISTRY:-rlscore}
+SERVER_IMAGE=$REGISTRY/suggestion-server:0.1.0
+SCHEDULER_IMAGE=$REGISTRY/kube-scheduler:v1.35.4-rlscore.0
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/deploy/images/containers.conf}
+PODMAN=(podman --storage-driver vfs --runtime runc --cgroup-manager cgroupfs)
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -92,9 +100,9 @@ EOF
   kubectl_ apply -f "$manifest" >/dev/null
 }
 
-# The server's default power history samples every minute; a local cluster lives minutes, so
-# every 5 s here (a busy spell between two tests is seen after a server restart).
-LOCAL_POWER_HISTORY='avg_over_time((sum by (node_name) (kepler_node_cpu_idle_watts) + sum by (node_name) (kepler_node_cpu_active_watts) / (avg by (node_name) (kepler_node_cpu_usage_ratio) >= 0.05))[1h:5s])'
+# The server's default power history (Kepler's zones as rlscore.core.node_metrics reads them) samples
+# every minute; a local cluster lives minutes, so every 5 s here (a busy spell between two tests is seen after a server restart).
+LOCAL_POWER_HISTORY=$("$PY" -c 'from rlscore.core import node_metrics as m; print(m.POWER_MAX_HISTORY_QUERY.replace("[6h:1m]", "[1h:5s]"))' 2>/dev/null || true)
 
 # The emulated node counters go backwards when pods leave (local-cluster/metrics.yaml), so the server
 # reads cpu (and traffic, emulated from it) from cAdvisor's per-container counters, which end with
@@ -140,7 +148,53 @@ server_start() {
   die "the suggestion server did not become ready; see $OURS/server.log"
 }
 
+# The server from its image: host network, the cluster's files (kubeconfig, models: the rollout writes
+# candidates there) mounted where they are, read-only root filesystem.
+server_container_start() {
+  "${PODMAN[@]}" image exists "$SERVER_IMAGE" || die "no image $SERVER_IMAGE (run: make images)"
+  local name=rlscore-server-$NAME
+  [ -d "$OURS/models" ] || { mkdir -p "$OURS/models" && cp "$ROOT"/models/{ee,lb,el}.{safetensors,json} "$OURS/models/"; }
+  "${PODMAN[@]}" rm -f "$name" >/dev/null 2>&1 || true
+  log "starting the suggestion server from $SERVER_IMAGE on 127.0.0.1:$SERVER_PORT"
+  "${PODMAN[@]}" run -d --name "$name" --network host --read-only --tmpfs /tmp \
+    -v "$OURS:$OURS" -e RLSCORE_PROMETHEUS_URL="http://127.0.0.1:$PROMETHEUS_PORT" \
+    -e RLSCORE_KUBERNETES=kubeconfig -e RLSCORE_KUBECONFIG="$KUBECONFIG_FILE" \
+    -e RLSCORE_ALLOW_UNAUTHENTICATED_CHANGES=true -e RLSCORE_MODEL_DIR="$OURS/models" \
+    -e RLSCORE_REFRESH_INTERVAL_S="$LOCAL_REFRESH_S" -e RLSCORE_USAGE_ONSET_S="$LOCAL_USAGE_ONSET_S" \
+    -e RLSCORE_USAGE_LINGER_S="$LOCAL_USAGE_LINGER_S" -e RLSCORE_POWER_MAX_HISTORY_QUERY="$LOCAL_POWER_HISTORY" \
+    -e RLSCORE_CPU_QUERY="$LOCAL_CPU_QUERY" -e RLSCORE_NETWORK_QUERY="$LOCAL_NETWORK_QUERY" \
+    "$SERVER_IMAGE" --host 127.0.0.1 --port "$SERVER_PORT" >/dev/null
+  echo "$name" >"$OURS/server.container"
+  for _ in $(seq 1 300); do
+    curl -sf "http://127.0.0.1:$SERVER_PORT/readyz" >/dev/null 2>&1 && return 0
+    [ "$("${PODMAN[@]}" inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = true ] || {
+      "${PODMAN[@]}" logs "$name" >"$OURS/server.log" 2>&1; die "the server container exited; see $OURS/server.log"; }
+    sleep 0.2
+  done
+  "${PODMAN[@]}" logs "$name" >"$OURS/server.log" 2>&1
+  die "the server container did not become ready; see $OURS/server.log"
+}
+
+# kwokctl starts this as its kube-scheduler binary: our image, with the paths kwokctl passes (all under
+# KWOK_WORKDIR) mounted where they are, on the host's network.
+write_scheduler_wrapper() {
+  local path=$1
+  "${PODMAN[@]}" image exists "$SCHEDULER_IMAGE" || die "no image $SCHEDULER_IMAGE (run: make images)"
+  {
+    echo '#!/usr/bin/env bash'
+    echo "export CONTAINERS_CONF=$CONTAINERS_CONF"
+    echo "exec ${PODMAN[*]} run --rm --name rlscore-scheduler-$NAME --network host --read-only \\"
+    echo "  -v $KWOK_WORKDIR:$KWOK_WORKDIR:ro $SCHEDULER_IMAGE \"\$@\""
+  } >"$path"
+  chmod +x "$path"
+}
+
 server_stop() {
+  if [ -f "$OURS/server.container" ]; then
+    "${PODMAN[@]}" logs "rlscore-server-$NAME" >"$OURS/server.log" 2>&1 || true
+    "${PODMAN[@]}" rm -f -t 5 "rlscore-server-$NAME" >/dev/null 2>&1 || true
+    rm -f "$OURS/server.container"
+  fi
   if [ -f "$OURS/server.pid" ]; then
     local pid; pid=$(cat "$OURS/server.pid")
     kill "$pid" 2>/dev/null || true
@@ -177,7 +231,12 @@ EOF
   render "$ROOT/local-cluster/scheduler-config.yaml.tmpl" "$OURS/scheduler-config.yaml" \
     "SUGGEST_URL=http://127.0.0.1:$SERVER_PORT/suggest" "TLS_SUGGEST_URL=https://127.0.0.1:$TLS_SERVER_PORT/suggest" \
     "TLS_CA=$OURS/tls/ca.crt" "OTHER_CA=$OURS/tls-other/ca.crt"
-  render "$ROOT/local-cluster/kwok.yaml.tmpl" "$OURS/kwok.yaml" "BIN=$BIN" \
+  local scheduler=$BIN/kube-scheduler
+  if [ "$CONTAINERS" = 1 ]; then
+    scheduler=$OURS/kube-scheduler-container
+    write_scheduler_wrapper "$scheduler"
+  fi
+  render "$ROOT/local-cluster/kwok.yaml.tmpl" "$OURS/kwok.yaml" "BIN=$BIN" "SCHEDULER_BINARY=$scheduler" \
     "PROMETHEUS=$(command -v prometheus)" "PROMETHEUS_DATA=$CLUSTER_DIR/prometheus-data" "KUBECTL=$BIN/kubectl" \
     "SCHEDULER_CONFIG=$OURS/scheduler-config.yaml" \
     "APISERVER_PORT=$APISERVER_PORT" "PROMETHEUS_PORT=$PROMETHEUS_PORT" "SCHEDULER_PORT=$SCHEDULER_PORT"
@@ -210,6 +269,7 @@ EOF
 
 down() {
   server_stop
+  "${PODMAN[@]}" rm -f -t 5 "rlscore-scheduler-$NAME" >/dev/null 2>&1 || true
   if [ -x "$KWOKCTL" ] && [ -d "$CLUSTER_DIR" ]; then
     log "deleting cluster $NAME"
     "$KWOKCTL" delete cluster --name "$NAME" --kubeconfig "$KUBECONFIG_FILE" >/dev/null 2>&1 || true

@@ -57,10 +57,20 @@ def metrics_table() -> str:
 TABLES = {"settings": settings_table, "metrics": metrics_table}
 
 
+OPERATIONS = ROOT / "docs" / "operations.md"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """`settings` or `metrics`: print the table; `--write`: write both into docs/operations.md."""
     args = sys.argv[1:] if argv is None else argv
+    if args == ["--write"]:
+        from rlscore.generated import write_section
+
+        for name, table in TABLES.items():
+            write_section(OPERATIONS, name, table())
+        return 0
     if len(args) != 1 or args[0] not in TABLES:
-        print(f"usage: python -m suggestion_server.reference {'|'.join(TABLES)}", file=sys.stderr)
+        print(f"usage: python -m suggestion_server.reference {'|'.join(TABLES)}|--write", file=sys.stderr)
         return 2
     print(TABLES[args[0]]())
     return 0

@@ -13,18 +13,14 @@ def run(*args, cwd=None):
 
 
 def test_train_then_eval_end_to_end(tmp_path):
-    for algo in ("ppo", "dqn", "a2c"):
-        # a short clone (LB's default is 10 000 supervised steps): this is the command line's plumbing; dqn has
-        # no teachers, and refuses the option
-        clone = ["--imitation-steps", "300"] if algo != "dqn" else []
-        out = run("rlscore-train", "--policy", "lb", "--algo", algo, "--timesteps", "1200", *clone,
-                  "--out", str(tmp_path), "--name", f"lb-{algo}.safetensors", "--log-dir", str(tmp_path / "tb"), "--no-eval",
-                  "--no-progress")
-        assert out.returncode == 0, out.stderr
-        assert (tmp_path / f"lb-{algo}.safetensors").is_file() and (tmp_path / f"lb-{algo}.json").is_file()
-    assert any((tmp_path / "tb").rglob("events.out.tfevents.*"))  # TensorBoard logs
-
-    ev = run("rlscore-eval", "--policy", "LB", "--model", str(tmp_path / "lb-ppo.safetensors"), "--families", "test2,usage-skew",
+    """rlscore-train (a short DQN run, TensorBoard logs on) and rlscore-eval on what it wrote."""
+    out = run("rlscore-train", "--policy", "lb", "--families", "test2,usage-skew", "--demo-worlds", "2",
+              "--demo-decisions", "32", "--burn-in", "10", "--pretrain-steps", "20", "--total-timesteps", "200",
+              "--num-envs", "2", "--episode-decisions", "40", "--workers", "1", "--out", str(tmp_path),
+              "--name", "lb-dqn.safetensors", "--log-dir", str(tmp_path / "tb"), "--no-eval", "--no-progress")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "lb-dqn.safetensors").is_file() and (tmp_path / "lb-dqn.json").is_file()
+    ev = run("rlscore-eval", "--policy", "LB", "--model", str(tmp_path / "lb-dqn.safetensors"), "--families", "test2,usage-skew",
              "--nodes", "3,5", "--seeds", "1", "--arrivals", "60", "--out", str(tmp_path / "ev"), "--no-progress")
     assert ev.returncode == 0, ev.stderr
     for name in ("summary.md", "summary.csv", "runs.csv", "objectives.png", "pods_per_node.png",
@@ -45,10 +41,8 @@ def test_clear_errors_on_bad_input(tmp_path):
     assert ev.returncode == 2 and "unknown family" in ev.stderr
     tr = run("rlscore-train", "--policy", "XX")
     assert tr.returncode == 2 and "invalid choice" in tr.stderr
-    tr = run("rlscore-train", "--policy", "EE", "--timesteps", "-1")
-    assert tr.returncode == 2 and "--timesteps must be >= 1" in tr.stderr
-    tr = run("rlscore-train", "--policy", "EE", "--timesteps", "0", "--kickstart", "0")
-    assert tr.returncode == 2 and "--timesteps 0 needs teachers to clone" in tr.stderr
+    tr = run("rlscore-train", "--policy", "EE", "--total-timesteps", "-1")
+    assert tr.returncode == 2 and "--total-timesteps must be >= 0" in tr.stderr
     tr = run("rlscore-train", "--policy", "LB", "--blind-to", "latency,speed")
     assert tr.returncode == 2 and "--blind-to: unknown input 'speed'" in tr.stderr
     tr = run("rlscore-train", "--policy", "EE", "--init", str(bad))

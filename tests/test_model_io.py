@@ -6,7 +6,8 @@ import torch
 from safetensors import safe_open
 from safetensors.numpy import save
 
-from rlscore.core.features import FEATURE_SPEC_VERSION, NODE_FEATURES, NODE_FEATURES_OF_VERSION, node_features
+from rlscore.core.features import (FEATURE_SPEC_VERSION, NODE_FEATURES, NODE_FEATURES_OF_VERSION, NUM_NODE_FEATURES,
+                                   node_features)
 from rlscore.core.model import ModelValidationError, load_model, sidecar_path
 from agent.learn.model_io import save_model, torch_network
 from agent.learn.network import NodeScorer
@@ -86,9 +87,9 @@ def test_refuses_mismatched_models(saved, mutate, message):
         load_model(path)
 
 
-def test_a_version_2_model_reads_version_3_and_decides_as_it_did(tmp_path):
-    """A model trained before `recent_peak_to_come` existed: its first layer is 31 node columns wide. It
-    loads with zero weight on the new column, so what the new column says changes nothing."""
+def test_a_version_2_model_reads_the_current_features_and_decides_as_it_did(tmp_path):
+    """A model trained before `recent_peak_to_come` and the rule standings existed: its first layer is 31
+    node columns wide. It loads with zero weight on the new columns, so what they say changes nothing."""
     torch.manual_seed(1)
     old_width = NODE_FEATURES_OF_VERSION[2]
     old = NodeScorer((16, 16), node_features=old_width)
@@ -108,10 +109,10 @@ def test_a_version_2_model_reads_version_3_and_decides_as_it_did(tmp_path):
         before = old(torch.from_numpy(feats[:, :old_width])[None], torch.from_numpy(pod_vec)[None],
                      torch.ones(1, 4, dtype=torch.bool))[0].numpy()
     np.testing.assert_allclose(model.q_values(nodes, pod), before, rtol=1e-6)
-    assert torch_network(model).blind_columns() == [column]
+    assert torch_network(model).blind_columns() == list(range(column, NUM_NODE_FEATURES))
 
     path.write_bytes(save(weights, metadata={**header, "feature_spec_version": "1"}))
-    with pytest.raises(ModelValidationError, match="feature spec version 1, this build serves version 3 and reads 2, 3"):
+    with pytest.raises(ModelValidationError, match="feature spec version 1, this build serves version 4 and reads 2, 3, 4"):
         load_model(path)
 
 

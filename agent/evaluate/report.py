@@ -125,3 +125,80 @@ def plot_traces(out: Path, policy: str, traces: dict[str, Trace]) -> None:
         fig.tight_layout()
         fig.savefig(out / name, dpi=100)
         plt.close(fig)
+
+
+# --- the README's table of the shipped policies, from their sidecars ------------------------------------
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+MODELS = Path(__file__).resolve().parents[2] / "models"
+HEADLINES = {"EE": ("energy <= 0.95 x efficient-first", "unschedulable <= efficient-first"),
+             "LB": ("hot-node time <= 0.8 x least-utilized", "hot-node time below every rule's"),
+             "EL": ("hard violations <= latency-fit",)}
+BEYOND_RULES = "objective below the best rule beyond noise (paired 95% interval below 1)"
+
+
+def _paired(p: dict | None) -> str:
+    if not p:
+        return "-"
+    low, high = p["ci95"]
+    return f"x{p['ratio']:.3f} ({low:.3f}-{high:.3f})"
+
+
+def _goal(record: dict, family: str, goal: str) -> dict | None:
+    return next((g for g in record.get("goals", []) if g["family"] == family and g["goal"] == goal), None)
+
+
+def readme_table(models: Path = MODELS) -> str:
+    """Per policy: how it was trained, its goals on both seed ranges, and on the mixed worlds its
+    objective against the best rule and its demonstrations-only twin, and the policy's headline goals."""
+    import json
+
+    lines = ["| policy | trained | goals met (evaluation / hold-out seeds) | misses beyond noise |",
+             "|---|---|---|---|"]
+    mixed = ["| policy | seeds | worlds | vs best rule | vs demonstrations only | vs the model it replaced | headline goals |",
+             "|---|---|---|---|---|---|---|"]
+    for policy in ("EE", "LB", "EL"):
+        meta = json.loads((models / f"{policy.lower()}.json").read_text())
+        training = meta.get("training", {})
+        evaluation, holdout = meta.get("evaluation", {}), meta.get("holdout", {})
+        steps = f"{training.get('td_steps', 0)} TD steps" if training.get("td_steps") else "no TD"
+        trained = (f"{training.get('algorithm', '?').split(':')[0]}; {training.get('demonstrations', {}).get('decisions', '?')}"
+                   f" demonstrations, {steps}, {training.get('wall_seconds', training.get('seconds', '?'))} s")
+        goals = " / ".join(f"{r.get('goals_met', '?')}/{r.get('goals_total', '?')}" for r in (evaluation, holdout))
+        misses = " / ".join(str(r.get("missed_beyond_noise", "?")) for r in (evaluation, holdout))
+        lines.append(f"| {policy} | {trained} | {goals} | {misses} |")
+        ablation = meta.get("ablation", {})
+        for key, record in (("evaluation", evaluation), ("hold-out", holdout)):
+            cells = ablation.get("evaluation" if key == "evaluation" else "holdout", {})
+            for family, cell in cells.items():
+                heads = []
+                for goal in HEADLINES[policy]:
+                    g = _goal(record, family, goal)
+                    if g:
+                        heads.append(f"{goal}: {'met' if g['ok'] else 'missed'} ({g['detail']})")
+                mixed.append(f"| {policy} | {key} | {family} | {_paired(cell.get('vs_best_rule'))} vs "
+                             f"{cell.get('best_rule')} | {_paired(cell.get('vs_demonstrations_only'))} | "
+                             f"{_paired(cell.get('vs_previous'))} | {'; '.join(heads) or '-'} |")
+    return ("\n".join(lines) + "\n\nOn the mixed worlds (ratios of the objective, lower is better, paired by seed "
+            "with a 95% bootstrap interval; below 1 means ahead):\n\n" + "\n".join(mixed) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m agent.evaluate.report readme [--write]`: the README's table of the shipped policies."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] != "readme":
+        print("usage: python -m agent.evaluate.report readme [--write]", file=sys.stderr)
+        return 2
+    table = readme_table()
+    if "--write" in args[1:]:
+        from rlscore.generated import write_section
+        write_section(README, "policies", table)
+    else:
+        print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

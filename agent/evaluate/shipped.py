@@ -1,9 +1,10 @@
 """The evaluation every shipped model records in its sidecar (all families of its policy, held-out
 seeds, every baseline of the policy, and the goals), and the choice between trainers' candidates.
 
-`python -m agent.evaluate.shipped pick models/ee.safetensors cand/ee-ppo.safetensors cand/ee-dqn.safetensors` ships the candidate
-that meets more goals (then: the lower mean objective relative to the best baseline) and records the
-comparison in the shipped sidecar.
+`python -m agent.evaluate.shipped ship models/ee.safetensors cand/ee.safetensors --twin cand/ee-demonstrations.safetensors`
+measures a candidate as shipped models are measured (the evaluation, the hold-out seeds, the ablation on
+the mixed worlds against its demonstrations-only twin and the model it replaces) and copies it in;
+`verify` re-runs what a sidecar records (make verify).
 
 `python -m agent.evaluate.shipped holdout models/ee.safetensors` measures the same on the hold-out seeds
 (compare.HOLDOUT_SEED_BASE) into the sidecar's `holdout` key. Picking on the evaluation seeds makes
@@ -99,72 +100,138 @@ def _write_sidecar(path: Path, meta: dict) -> None:
     sidecar_path(path).write_text(json.dumps(meta, indent=2) + "\n")
 
 
-def _standing(path: Path) -> tuple[int, float]:
-    evaluation = json.loads(sidecar_path(path).read_text()).get("evaluation")
-    if not evaluation or "goals_met" not in evaluation:
-        raise SystemExit(f"{path}: its sidecar has no evaluation; train without --no-eval or run "
-                         f"evaluate_shipped_model first")
-    return evaluation["goals_met"], evaluation["mean_objective_vs_best_baseline"]
+ABLATION_FAMILIES = ("mixed", "mixed-wide")
+REPRODUCE = {"seeds": 4, "arrivals": 300}  # the cheap reproduction make test re-runs (tests/test_shipped_models.py)
 
 
-def pick(target: Path, candidates: list[Path], keep_earlier: bool = False) -> Path:
-    """Copy the best candidate (most goals met, then lowest relative objective) to `target`, with a
-    sidecar that records every candidate's standing. With `keep_earlier`, the candidates the current
-    target's sidecar lists under other file names stay in the record, marked as not re-run (e.g. a
-    DQN candidate when only PPO was retrained); they are not candidates for shipping."""
-    earlier = []
-    if keep_earlier and sidecar_path(target).exists():
-        names = {path.name for path in candidates}
-        earlier = [{**c, "shipped": False, "earlier": "kept from the previous sidecar, not re-run"}
-                   for c in json.loads(sidecar_path(target).read_text()).get("candidates", [])
-                   if c["file"] not in names]
-    standings = {path: _standing(path) for path in candidates}
-    policies = {load_model(path).policy for path in candidates}
-    if len(policies) != 1:
-        raise SystemExit(f"candidates are for different policies: {sorted(policies)}")
-    best = min(candidates, key=lambda p: (-standings[p][0], standings[p][1]))
-    sidecars = {path: json.loads(sidecar_path(path).read_text()) for path in candidates}
-    meta = sidecars[best]
-    meta["candidates"] = [
-        {"file": path.name, "algorithm": sidecars[path]["training"]["algorithm"],
-         "goals_met": f"{standings[path][0]}/{sidecars[path]['evaluation']['goals_total']}",
-         "mean_objective_vs_best_baseline": standings[path][1],
-         "training_seconds": sidecars[path]["training"]["seconds"],
-         "shipped": path == best}
-        for path in candidates] + earlier
+def ablation(path: Path, twin: Path | None, previous: Path | None, seeds: int = SEEDS, arrivals: int = ARRIVALS,
+             progress: bool = True) -> dict:
+    """On the mixed worlds (evaluation and hold-out seeds): the model against its demonstrations-only
+    twin, against the model it replaces, and against every rule, paired by seed."""
+    from agent.evaluate.compare import values_by_seed
+    from agent.evaluate.goals import paired_ratio
+
+    model = load_model(path)
+    policy, rl = model.policy, f"rl-{model.policy.lower()}"
+    others = {"demonstrations-only": twin, "previous": previous}
+    scorers = [ModelScorer(model)] + [ModelScorer(load_model(p), name=f"{rl}-{name}") for name, p in others.items()
+                                      if p is not None]
+    record: dict = {"seeds": seeds, "arrivals": arrivals, "files": {k: (Path(p).name if p else None)
+                                                                      for k, p in others.items()}}
+    for key, base in (("evaluation", EVAL_SEED_BASE), ("holdout", HOLDOUT_SEED_BASE)):
+        results, _ = evaluate(policy, scorers, ABLATION_FAMILIES, seeds, arrivals, progress=progress, seed_base=base,
+                              workers=EVAL_WORKERS)
+        rows = summarize(results)
+        objectives = values_by_seed(results, "objective")
+        cells = {}
+        for family_name in ABLATION_FAMILIES:
+            cell = [r for r in rows if r["family"] == family_name]
+            nodes = cell[0]["nodes"]
+            best = best_baseline(rows, family_name, nodes, rl)
+            mine = objectives[(family_name, nodes, rl)]
+            entry = {"objective": {r["scorer"]: round(r["objective"], 5) for r in cell},
+                     "best_rule": best["scorer"],
+                     "vs_best_rule": paired_ratio(mine, objectives[(family_name, nodes, best["scorer"])])}
+            for name in others:
+                if (family_name, nodes, f"{rl}-{name}") in objectives:
+                    entry[f"vs_{name.replace('-', '_')}"] = paired_ratio(
+                        mine, objectives[(family_name, nodes, f"{rl}-{name}")])
+            cells[family_name] = entry
+        record[key] = cells
+    return record
+
+
+def reproduction(path: Path) -> dict:
+    """A few seeds of one family, per seed: what make test re-runs to check the model is what it says."""
+    model = load_model(path)
+    family_name = evaluation_families_for(model.policy)[0]
+    results, _ = evaluate(model.policy, [ModelScorer(model)], (family_name,), REPRODUCE["seeds"], REPRODUCE["arrivals"],
+                          baselines=(), progress=False, seed_base=HOLDOUT_SEED_BASE, workers=1)
+    return {"family": family_name, **REPRODUCE, "seed_base": HOLDOUT_SEED_BASE,
+            "objective": [[r.nodes, r.seed, r.objective] for r in results]}
+
+
+def ship(target: Path, candidate: Path, twin: Path | None, progress: bool = True) -> None:
+    """Measure the candidate as a shipped model is measured (evaluation, hold-out, the ablation against
+    its twin and the model it replaces, a reproduction record) and copy it to `target`."""
+    meta = json.loads(sidecar_path(candidate).read_text())
+    if "evaluation" not in meta:
+        evaluate_shipped_model(candidate, progress=progress)
+    holdout_model(candidate, progress=progress)
+    previous = None
+    if target.exists():
+        previous = target.with_name(f"{target.stem}-previous.safetensors")
+        shutil.copyfile(target, previous)
+        shutil.copyfile(sidecar_path(target), sidecar_path(previous))
+    meta = json.loads(sidecar_path(candidate).read_text())
+    meta["ablation"] = ablation(candidate, twin, previous, progress=progress)
+    if twin is not None:
+        meta["ablation"]["twin_training"] = json.loads(sidecar_path(twin).read_text())["training"]
+    meta["reproduce"] = reproduction(candidate)
+    _write_sidecar(candidate, meta)
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(best, target)
-    meta["evaluation"]["command"] = meta["evaluation"]["command"].replace(str(best), str(target))
-    sidecar_path(target).write_text(json.dumps(meta, indent=2) + "\n")
-    return best
+    shutil.copyfile(candidate, target)
+    shutil.copyfile(sidecar_path(candidate), sidecar_path(target))
+    if previous is not None:
+        previous.unlink()
+        sidecar_path(previous).unlink()
+
+
+def verify(path: Path, progress: bool = True) -> list[str]:
+    """Re-run what the sidecar records (evaluation and hold-out tables, the reproduction) and name
+    every row that differs; empty when the model is what its sidecar says."""
+    meta = json.loads(sidecar_path(path).read_text())
+    model = load_model(path)
+    problems = []
+    for key, base in (("evaluation", EVAL_SEED_BASE), ("holdout", HOLDOUT_SEED_BASE)):
+        recorded = meta.get(key)
+        if not recorded:
+            problems.append(f"no {key} record")
+            continue
+        results, _ = evaluate(model.policy, [ModelScorer(model)], tuple(recorded["families"]), recorded["seeds"],
+                              recorded["arrivals"], baselines=(), progress=progress, seed_base=base, workers=EVAL_WORKERS)
+        rl = f"| rl-{model.policy.lower()} |"
+        fresh = [line for line in markdown_table(model.policy, summarize(results)).splitlines() if rl in line]
+        kept = [line for line in recorded["table"] if rl in line]
+        problems += [f"{key}: {old} -> {new}" for old, new in zip(kept, fresh) if old != new]
+        if len(fresh) != len(kept):
+            problems.append(f"{key}: {len(fresh)} rows, the sidecar has {len(kept)}")
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agent.evaluate.shipped", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    ev = sub.add_parser("evaluate", help="evaluate a model into its sidecar")
-    ev.add_argument("model", type=Path)
-    ev.add_argument("--no-progress", action="store_true")
-    ho = sub.add_parser("holdout", help="measure a model on the hold-out seeds into its sidecar")
-    ho.add_argument("model", type=Path)
-    ho.add_argument("--no-progress", action="store_true")
-    pk = sub.add_parser("pick", help="ship the best of several evaluated candidates")
-    pk.add_argument("target", type=Path)
-    pk.add_argument("candidates", type=Path, nargs="+")
-    pk.add_argument("--keep-earlier", action="store_true",
-                    help="keep the target's earlier candidates (other file names) in the record")
+    for name, what in (("evaluate", "evaluate a model into its sidecar"),
+                       ("holdout", "measure a model on the hold-out seeds into its sidecar"),
+                       ("verify", "re-run what a model's sidecar records and name what differs")):
+        command = sub.add_parser(name, help=what)
+        command.add_argument("model", type=Path)
+        command.add_argument("--no-progress", action="store_true")
+    sh = sub.add_parser("ship", help="measure a candidate as shipped models are (ablation included) and copy it in")
+    sh.add_argument("target", type=Path)
+    sh.add_argument("candidate", type=Path)
+    sh.add_argument("--twin", type=Path, default=None, help="its demonstrations-only twin (the ablation)")
+    sh.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    progress = not args.no_progress
     if args.command in ("evaluate", "holdout"):
         measure = evaluate_shipped_model if args.command == "evaluate" else holdout_model
-        checks = measure(args.model, progress=not args.no_progress)
+        checks = measure(args.model, progress=progress)
         print(f"{args.model}: {sum(c.ok for c in checks)}/{len(checks)} goals met"
               + (" on the hold-out seeds" if args.command == "holdout" else ""))
         for c in checks:
             if not c.ok:
                 print(f"  missed: {c.family} at {c.nodes} nodes: {c.described()}")
+    elif args.command == "verify":
+        problems = verify(args.model, progress)
+        for problem in problems:
+            print(f"  differs: {problem}")
+        print(f"{args.model}: {'reproduces its sidecar' if not problems else f'{len(problems)} differences'}")
+        return 1 if problems else 0
     else:
-        best = pick(args.target, args.candidates, args.keep_earlier)
-        print(f"shipped {best} as {args.target}")
+        ship(args.target, args.candidate, args.twin, progress)
+        print(f"shipped {args.candidate} as {args.target}")
     return 0
 
 

@@ -24,6 +24,7 @@ ablation that says what TD learning adds (`rlscore-eval` compares the two).
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from collections import deque
@@ -36,13 +37,13 @@ from tqdm import tqdm
 
 from agent.learn.common import TrainConfig, make_actor, seed_everything, training_record
 from agent.learn.env import MAX_EPISODE_DECISIONS, SchedulingEnv
-from agent.learn.network import NodeScorer
+from agent.learn.network import DuelingQ, NodeScorer
 from agent.learn.teachers import teacher_for, teacher_targets, world_teacher
 from agent.learn.threads import ThreadBudget
 from agent.parallel import fork_pool
 from agent.sim.families import draw_node_count, families_for, family
 from agent.sim.mixed import MIXED
-from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
+from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES, input_columns
 from rlscore.core.state import normalize_policy
 
 # Each single-difficulty family's teacher: its best rule on training seeds (`rlscore-train --algo
@@ -110,6 +111,9 @@ class DQNConfig(TrainConfig):
     where it departs from them"""
     margin_decay: float = 0.2
     """share of the interaction over which the margin loss's weight decays to margin_floor"""
+    dueling: bool = True
+    """learn Q = V(s) + A(s, a) - mean A (agent.learn.network.DuelingQ) and serve A: the state value carries
+    what the future brings whatever the placement, so TD's noise stays out of the nodes' ranking"""
     q_filter: bool = False
     """apply the margin loss only on decisions where the target network does not rate another node above
     the teacher's choice by more than the margin (Nair et al. 2018's Q-filter): a teacher's mistake,
@@ -179,6 +183,10 @@ class DQNConfig(TrainConfig):
                 family(name)
             except ValueError as exc:
                 problems.append(f"--families: {exc}")
+        try:
+            input_columns(self.blind_to)
+        except ValueError as exc:
+            problems.append(f"--blind-to: {exc}")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -432,9 +440,9 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     demos, scale, demo_record = record_demonstrations(cfg, plan, teachers, rng, cfg.progress)
     teacher_seconds = time.time() - started
 
-    q_network = make_actor(cfg, init)
-    target_network = NodeScorer(cfg.hidden)
-    target_network.load_state_dict(q_network.state_dict())
+    actor = make_actor(cfg, init)  # the served network
+    q_network = DuelingQ(actor) if cfg.dueling else actor
+    target_network = copy.deepcopy(q_network)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     gradient_steps = 0
     losses = {"td": deque(maxlen=500), "margin": deque(maxlen=500)}
@@ -551,4 +559,4 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         "final_losses": {k: round(float(np.mean(v)), 5) if v else None for k, v in losses.items()},
         "threads": budget.wanted, "threads_lowered": budget.lowered,
     })
-    return q_network.eval(), record
+    return actor.eval(), record

@@ -134,3 +134,22 @@ class RuleSelector(ValueHead):
     def architecture(self) -> dict:
         return {"hidden": list(self.hidden), "node_features": self.node_features,
                 "pod_features": self.pod_features, "rules": list(self.rules)}
+
+
+class DuelingQ(nn.Module):
+    """Q(s, a) = V(s) + A(s, a) - mean_a A(s, a) over the candidates (Wang et al., 2016). Where the return
+    swings with what the future brings whatever the placement, V carries the swing and A the small
+    differences between nodes, which are all the ranking needs: `advantage`, a NodeScorer, is the
+    network that is served (its scores rank the nodes as Q does)."""
+
+    def __init__(self, advantage: NodeScorer, value_hidden: tuple[int, ...] = (32,)):
+        super().__init__()
+        self.advantage = advantage
+        self.value = ValueHead(value_hidden, advantage.node_features, advantage.pod_features)
+
+    def forward(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """nodes [B, N, F], pod [B, P], mask [B, N] bool -> [B, N], -inf where mask is False."""
+        a = self.advantage(nodes, pod, mask)
+        finite = torch.where(mask, a, torch.zeros_like(a))
+        mean = finite.sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True).clamp(min=1)
+        return a - mean + self.value(nodes, pod, mask).unsqueeze(1)

@@ -8,27 +8,22 @@ passes, the candidate installed in the server's candidate directory, where the s
 (shadow, canary, serving). A refused candidate stays in the work directory and changes nothing.
 Every step's output and timing is written to <work>/retrain.json.
 
-A rule selector (agent.learn.selector) is not fine-tuned: when it is the start, the candidate is a
-selector fitted afresh to the rules that do best on the profile (`rlscore-train --algo selector`).
+Fine-tuning is DQN from demonstrations on the profile (agent/learn/dqn.py): the rules that do best on
+the profile's own machines demonstrate, the start model's weights are where the network begins, and the
+outcome reward decides where it departs from both. A start that is not a node scorer (a rule selector,
+a rule's model file) is not a starting point: the candidate then learns from the demonstrations afresh.
 
 With `--start-from` (e.g. the image's shipped model), fine-tuning starts from whichever valid model
 does best on the profile, the serving one included, measured on seeds of the profile that the gate
 never uses: a serving model that has gone stale is not the best starting point for its successor.
 
-The same seeds measure the policy's heuristics. When even the best starting model is more than
-FAR_BEHIND behind the profile's best heuristic there (the cluster has changed under it: pods using
-3x their requests leave the shipped LB, which balances requests, 19% behind TargetLoadPacking on a
-4-node profile), fine-tuning pulls it towards that heuristic first (`--kickstart 1`, decaying as
-rlscore-train does): on its own reward 3 000 decisions made it worse still (1.201 against 1.159),
-with the pull better than the heuristic's mean (0.941 against 0.973; README, "Fine-tuning"). A model level with or ahead of every heuristic is fine-tuned
-without a pull, which would only take its edge away. `--kickstart` overrides the choice.
+The same seeds measure the policy's rules, so that the record says how far the start is from the best
+of them.
 
 When the gate refuses the retrained candidate and fine-tuning started from a model other than the
 serving one, that start model itself is judged by the same rule (its objective below the serving
-model's and the best heuristic's), on the refused judgement's seeds: fine-tuning can make a model
-worse (3 000 PPO steps moved the shipped EE's weights by 0.2% and its churn-20 objective from 6.681
-to 6.812, behind efficient-first's 6.781, in two training seeds of three), and the model it started
-from should not lose the cluster to a rule for that. When the start is refused too, the serving
+model's and the best rule's), on the refused judgement's seeds: fine-tuning can make a model worse, and
+the model it started from should not lose the cluster to a rule for that. When the start is refused too, the serving
 model may still have fallen behind the best heuristic (on the local cluster's four like nodes a
 stale model used twice the nodes best-fit did, and a retrained one only tied best-fit). Then that
 heuristic, chosen on the start seeds, is judged as the candidate (rlscore-gate's rule for a
@@ -48,7 +43,8 @@ from pathlib import Path
 from rlscore.core.state import POLICIES
 
 START_SEED_BASE = 4 * 10**6  # the profile's seeds that choose the starting model; the gate judges on others
-FAR_BEHIND = 0.10  # start objective over the best heuristic's beyond which fine-tuning is pulled towards it
+# fine-tuning on one cluster: a few minutes (rlscore-train's options)
+FINE_TUNING = ("--demo-worlds", "24", "--pretrain-steps", "1000", "--total-timesteps", "8000")
 
 
 def _step(name: str, record: dict, fn):
@@ -79,15 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", type=Path, default=Path("models"), help="the server's model directory")
     parser.add_argument("--candidate-dir", type=Path, default=None, help="default <model-dir>/candidates")
     parser.add_argument("--work", type=Path, default=Path("retrain"), help="profile, candidate and record go here")
-    parser.add_argument("--algo", default="ppo", choices=("dqn", "a2c", "ppo"))
-    parser.add_argument("--timesteps", type=int, default=None, help="fine-tuning decisions (default per algorithm)")
+    parser.add_argument("--timesteps", type=int, default=None,
+                        help=f"fine-tuning's environment steps (default {FINE_TUNING[-1]})")
     parser.add_argument("--start-from", type=Path, action="append", default=[], metavar="MODEL",
                         help="another model to start from, e.g. the image's shipped one (repeatable): the best "
                              "on the profile, the serving model included, is fine-tuned")
-    parser.add_argument("--kickstart", type=float, default=None,
-                        help="a2c/ppo: pull towards the profile's best heuristic at first (default: 1 when "
-                             f"the starting model is more than {FAR_BEHIND:.0%} behind that heuristic on the "
-                             "profile, else none)")
     parser.add_argument("--seeds", type=int, default=None,
                         help="held-out seeds the gate judges on (default: rlscore-gate's, by the profile's size)")
     parser.add_argument("--margin", type=float, default=0.0, help="improvement the gate requires")
@@ -132,11 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     start, record["init"] = _step("choose start", record, lambda: choose_start(policy, [serving, *args.start_from],
                                                                                  profile))
     print(_describe_start(start, record["init"]), file=sys.stderr)
-    train_args, record["kickstart"] = training_args(policy, start, record["init"], profile, work, candidate.name,
-                                                    args.algo, args.timesteps, args.kickstart)
-    weight = record["kickstart"]["weight"]
-    pull = "" if weight is None else f"kickstart {weight:g}: "  # a selector is fitted, not pulled
-    print(f"    {pull}{record['kickstart']['reason']}", file=sys.stderr)
+    train_args, record["training"] = training_args(policy, start, record["init"], profile, work, candidate.name,
+                                                   args.timesteps)
+    print(f"    {record['training']['reason']}", file=sys.stderr)
     if _step("train", record, lambda: train.main(train_args)) != 0:
         return finish(2, "training failed")
 
@@ -174,23 +164,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def training_args(policy: str, start: Path | None, start_info: dict, profile: Path, work: Path, name: str,
-                  algo: str, timesteps: int | None, kickstart: float | None) -> tuple[list[str], dict]:
-    """rlscore-train's arguments for the candidate, and the pull towards the best heuristic it gets
-    (with why): fine-tuning from the start model, from scratch without one, and a selector fitted
-    afresh on the profile when the start is a rule selector (which is not fine-tuned)."""
-    common = ["--policy", policy, "--profile", str(profile), "--out", str(work), "--name", name, "--log-dir", "",
-              "--no-eval", "--no-progress"]
-    if start is not None and start_info.get("selector"):
-        return ["--algo", "selector", *common], {
-            "weight": None, "reason": "the start is a rule selector: a selector is fitted afresh to the profile's "
-                                      "best rules (rlscore-train --algo selector), not fine-tuned"}
-    train_args = ["--algo", algo, *common, *(["--init", str(start)] if start is not None else [])]
+                  timesteps: int | None) -> tuple[list[str], dict]:
+    """rlscore-train's arguments for the candidate, and why: fine-tuning from the start model where it
+    is a node scorer, else learning afresh from the profile's demonstrations."""
+    args = ["--policy", policy, "--profile", str(profile), "--out", str(work), "--name", name, "--log-dir", "",
+            "--no-eval", "--no-progress", *FINE_TUNING]
     if timesteps is not None:
-        train_args += ["--timesteps", str(timesteps)]
-    weight, why = pull_towards_heuristic(start, start_info, kickstart, algo)
-    if start is not None or kickstart is not None:  # from scratch, rlscore-train's own default applies
-        train_args += ["--kickstart", str(weight)]
-    return train_args, why
+        args[args.index("--total-timesteps") + 1] = str(timesteps)
+    if start is not None and not start_info.get("selector"):
+        return [*args, "--init", str(start)], {"init": str(start), "reason": f"fine-tuning {start} on the profile, "
+                                                                             "its best rules demonstrating"}
+    why = "the start is a rule selector, not a node scorer" if start is not None else "no usable model"
+    return args, {"init": None, "reason": f"learning afresh from the profile's demonstrations: {why}"}
 
 
 def start_fallback(policy: str, refused, start: Path | None, serving: Path, profile: Path, work: Path,
@@ -297,29 +282,6 @@ def choose_start(policy: str, models: list[Path], profile: Path, seeds: int | No
                     "objective": objective,
                     "best_heuristic": {"name": best, "objective": measured[best]}, "seeds": seeds,
                     "seed_base": START_SEED_BASE, "refused": refused}
-
-
-def pull_towards_heuristic(start: Path | None, info: dict, requested: float | None,
-                           algo: str = "ppo") -> tuple[float, dict]:
-    """The kickstart weight fine-tuning gets, and why (for the record): the operator's, else 1 when
-    the start is more than FAR_BEHIND behind the profile's best heuristic, else 0. DQN has no pull
-    (rlscore-train refuses --kickstart > 0 with it)."""
-    if requested is not None:
-        return requested, {"weight": requested, "reason": "set by --kickstart"}
-    if algo == "dqn":
-        return 0.0, {"weight": 0.0, "reason": "dqn has no pull towards a teacher (a2c and ppo have)"}
-    if start is None:
-        from agent.learn.train import DEFAULT_KICKSTART
-        return DEFAULT_KICKSTART, {"weight": DEFAULT_KICKSTART,
-                                   "reason": "from scratch: the teachers are cloned first (rlscore-train's default)"}
-    mine, best = info["objective"][str(start)], info["best_heuristic"]
-    ratio = mine / best["objective"] if best["objective"] > 0 else 1.0
-    behind = ratio > 1.0 + FAR_BEHIND
-    reason = (f"the start's objective {mine:.4g} is x{ratio:.3f} the best heuristic's ({best['name']} "
-              f"{best['objective']:.4g}) on the profile: " + (f"more than {FAR_BEHIND:.0%} behind, so pulled "
-              f"towards {best['name']} first" if behind else f"within {FAR_BEHIND:.0%}, so no pull"))
-    weight = 1.0 if behind else 0.0
-    return weight, {"weight": weight, "reason": reason, "ratio": round(ratio, 4), "heuristic": best["name"]}
 
 
 def _describe_start(start: Path | None, info: dict) -> str:

@@ -55,10 +55,11 @@ class E2ECluster:
         raise AssertionError(f"nodes not idle after {timeout_s:.0f} s: {rows}")
 
 
-@pytest.fixture(scope="session")
-def cluster():
-    env = {**os.environ, "CLUSTER_NAME": "rlscore-e2e", "NODES": "4", "NODE_CPUS": "8",
-           "RLSCORE_REFRESH_INTERVAL_S": "1"}
+def started_cluster(name: str, **extra_env: str):
+    """A fresh local cluster of that name (cluster.sh up), yielded once the server sees every node with
+    its metrics and latency, deleted afterwards (unless RLSCORE_E2E_KEEP=1)."""
+    env = {**os.environ, "CLUSTER_NAME": name, "NODES": "4", "NODE_CPUS": "8", "RLSCORE_REFRESH_INTERVAL_S": "1",
+           **extra_env}
     subprocess.run([str(CLUSTER_SH), "down"], env=env, timeout=300, stdout=subprocess.DEVNULL)
     up = subprocess.run([str(CLUSTER_SH), "up"], env=env, timeout=600, capture_output=True, text=True)
     assert up.returncode == 0, f"cluster.sh up failed:\n{up.stdout}\n{up.stderr}"
@@ -69,16 +70,22 @@ def cluster():
     live.ensure_namespace()
     c = E2ECluster(env, values["KUBECONFIG"], live, values["RLSCORE_LOCAL_SERVER_URL"], values["RLSCORE_LOCAL_PROMETHEUS_URL"],
                    Path(values["RLSCORE_LOCAL_CLUSTER_DIR"]), values)
-    # wait until the server sees every node with its metrics and latency (Prometheus discovery)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         r = c.suggest([f"kwok-node-{i}" for i in range(4)], "EL")
         if not r.get("degraded", True):
             break
         time.sleep(1)
-    yield c
-    if os.environ.get("RLSCORE_E2E_KEEP") != "1":
-        subprocess.run([str(CLUSTER_SH), "down"], env=env, timeout=300, stdout=subprocess.DEVNULL)
+    try:
+        yield c
+    finally:
+        if os.environ.get("RLSCORE_E2E_KEEP") != "1":
+            subprocess.run([str(CLUSTER_SH), "down"], env=env, timeout=300, stdout=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    yield from started_cluster("rlscore-e2e")
 
 
 def cleanup(c: E2ECluster) -> None:
