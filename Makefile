@@ -154,7 +154,9 @@ build/images/debian-python.stamp: | deps-containers
 	@rm -rf build/images/rootfs && mkdir -p build/images
 	$(SUDO) debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm \
 	  build/images/rootfs $(DEBIAN_MIRROR) >build/images/debootstrap.log 2>&1
-	$(SUDO) rm -rf build/images/rootfs/var/cache/apt/archives/*.deb build/images/rootfs/var/lib/apt/lists/*
+	$(SUDO) rm -rf build/images/rootfs/var/cache/apt/archives/*.deb build/images/rootfs/var/lib/apt/lists/* \
+	  build/images/rootfs/usr/share/doc build/images/rootfs/usr/share/man build/images/rootfs/usr/share/info \
+	  build/images/rootfs/usr/share/locale build/images/rootfs/var/cache/debconf/*-old
 	$(SUDO) tar -C build/images/rootfs -c . | $(PODMAN) import - $(BASE) >/dev/null
 	$(SUDO) rm -rf build/images/rootfs
 	@touch $@
@@ -164,15 +166,22 @@ build/images/kube-scheduler: bin/kube-scheduler
 	cp bin/kube-scheduler $@
 
 # wheels built on the host, where pip reaches the package index: the image builds need no network
-build/wheels/serve.stamp: pyproject.toml $(SERVE_SOURCES) | $(VENV)/.installed
-	@rm -rf build/wheels/serve && mkdir -p build/wheels/serve
-	$(PY) -m pip wheel --quiet --wheel-dir build/wheels/serve '.[serve]'
+# from a copy of the source without agent/ (training): the images carry only what they serve
+build/src-serve.stamp: pyproject.toml README.md $(SERVE_SOURCES)
+	@rm -rf build/src-serve && mkdir -p build/src-serve
+	cp -r pyproject.toml README.md rlscore suggestion_server latency_probe build/src-serve/
+	@find build/src-serve -name __pycache__ -prune -exec rm -rf {} +
 	@touch $@
 
-build/wheels/probe.stamp: pyproject.toml $(SERVE_SOURCES) | $(VENV)/.installed
+build/wheels/serve.stamp: build/src-serve.stamp | $(VENV)/.installed
+	@rm -rf build/wheels/serve && mkdir -p build/wheels/serve
+	$(PY) -m pip wheel --quiet --wheel-dir build/wheels/serve './build/src-serve[serve]'
+	@touch $@
+
+build/wheels/probe.stamp: build/src-serve.stamp | $(VENV)/.installed
 	@rm -rf build/wheels/probe && mkdir -p build/wheels/probe
-	$(PY) -m pip wheel --quiet --no-deps --wheel-dir build/wheels/probe .
-	$(PY) -m pip wheel --quiet --wheel-dir build/wheels/probe "fastapi>=0.110" "uvicorn>=0.29" "prometheus-client>=0.20"
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir build/wheels/probe ./build/src-serve
+	$(PY) -m pip wheel --quiet --wheel-dir build/wheels/probe "prometheus-client>=0.20"
 	@touch $@
 
 images: deps-containers build/images/kube-scheduler build/wheels/serve.stamp build/wheels/probe.stamp $(if $(filter debootstrap,$(BASE_FROM)),build/images/debian-python.stamp) ## build the scheduler, server and probe images (REGISTRY=rlscore) and print their sizes

@@ -3,7 +3,9 @@ the node to the configured user endpoints every few seconds.
 
 TCP connect time by default (works unprivileged, through most firewalls); ICMP echo with
 `--method icmp` where the kernel allows unprivileged ping sockets (net.ipv4.ping_group_range).
-Serves GET /latency (JSON) and GET /metrics with the gauge rlscore_node_user_latency_ms{node,target}.
+Serves GET /latency (JSON) and GET /metrics with the gauge rlscore_node_user_latency_ms{node,target}, from
+the standard library's HTTP server: the probe runs on every node, and its image carries nothing but
+Python, prometheus_client and the metrics contract.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import struct
 import sys
 import time
 
-from fastapi import FastAPI
-from fastapi.responses import Response
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 
 from rlscore.core.node_metrics import LATENCY_METRIC
@@ -129,28 +133,38 @@ class Prober:
                 "targets": dict(self.results)}
 
 
-def create_probe_app(prober: Prober) -> FastAPI:
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
-        task = asyncio.create_task(prober.run())
-        yield
-        task.cancel()
+def handler_for(prober: Prober) -> type[BaseHTTPRequestHandler]:
+    """GET /latency, /metrics and /healthz; anything else 404, a slow client cut off after 10 s."""
 
-    app = FastAPI(title="rlscore latency probe", lifespan=lifespan)
+    class Handler(BaseHTTPRequestHandler):
+        timeout = 10
+        server_version = "rlscore-latency-probe"
 
-    @app.get("/latency")
-    async def latency() -> dict:
-        return prober.summary()
+        def log_message(self, *args) -> None:
+            pass
 
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(generate_latest(prober.registry), media_type=CONTENT_TYPE_LATEST)
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                body, kind = generate_latest(prober.registry), CONTENT_TYPE_LATEST
+            elif path in ("/latency", "/healthz"):
+                payload = prober.summary() if path == "/latency" else {"status": "ok"}
+                body, kind = json.dumps(payload).encode(), "application/json"
+            else:
+                body, kind = b'{"detail": "not found"}', "application/json"
+                self.send_response(404)
+                self._finish(body, kind)
+                return
+            self.send_response(200)
+            self._finish(body, kind)
 
-    @app.get("/healthz")
-    async def healthz() -> dict:
-        return {"status": "ok"}
+        def _finish(self, body: bytes, kind: str) -> None:
+            self.send_header("content-type", kind)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-    return app
+    return Handler
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,10 +189,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.interval <= 0 or args.timeout <= 0:
         parser.error("--interval and --timeout must be > 0")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    import uvicorn
-
     prober = Prober(args.node_name, targets, args.method, args.interval, args.timeout)
-    uvicorn.run(create_probe_app(prober), host=args.host, port=args.port, log_level="warning")
+    server = ThreadingHTTPServer((args.host, args.port), handler_for(prober))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    log.info("probing %d target(s) every %g s; serving on %s:%d", len(targets), args.interval, args.host, args.port)
+    try:
+        asyncio.run(prober.run())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
     return 0
 
 

@@ -126,6 +126,10 @@ server_start() {
   if [ -f "$OURS/server.pid" ] && kill -0 "$(cat "$OURS/server.pid")" 2>/dev/null; then
     return 0
   fi
+  if [ "$CONTAINERS" = 1 ]; then
+    server_container_start
+    return
+  fi
   log "starting the suggestion server on 127.0.0.1:$SERVER_PORT"
   # The server serves (and a promoted candidate replaces) the cluster's own copy of the shipped
   # models, never the repository's; retraining hands candidates to $OURS/models/candidates.
@@ -149,15 +153,15 @@ server_start() {
 }
 
 # The server from its image: host network, the cluster's files (kubeconfig, models: the rollout writes
-# candidates there) mounted where they are, read-only root filesystem.
+# candidates there) mounted where they are, read-only root filesystem, as the user who owns those files.
 server_container_start() {
   "${PODMAN[@]}" image exists "$SERVER_IMAGE" || die "no image $SERVER_IMAGE (run: make images)"
   local name=rlscore-server-$NAME
   [ -d "$OURS/models" ] || { mkdir -p "$OURS/models" && cp "$ROOT"/models/{ee,lb,el}.{safetensors,json} "$OURS/models/"; }
   "${PODMAN[@]}" rm -f "$name" >/dev/null 2>&1 || true
   log "starting the suggestion server from $SERVER_IMAGE on 127.0.0.1:$SERVER_PORT"
-  "${PODMAN[@]}" run -d --name "$name" --network host --read-only --tmpfs /tmp \
-    -v "$OURS:$OURS" -e RLSCORE_PROMETHEUS_URL="http://127.0.0.1:$PROMETHEUS_PORT" \
+  "${PODMAN[@]}" run -d --name "$name" --network host --read-only --tmpfs /tmp --user "$(id -u):$(id -g)" \
+    -v "$KWOK_WORKDIR:$KWOK_WORKDIR" -e RLSCORE_PROMETHEUS_URL="http://127.0.0.1:$PROMETHEUS_PORT" \
     -e RLSCORE_KUBERNETES=kubeconfig -e RLSCORE_KUBECONFIG="$KUBECONFIG_FILE" \
     -e RLSCORE_ALLOW_UNAUTHENTICATED_CHANGES=true -e RLSCORE_MODEL_DIR="$OURS/models" \
     -e RLSCORE_REFRESH_INTERVAL_S="$LOCAL_REFRESH_S" -e RLSCORE_USAGE_ONSET_S="$LOCAL_USAGE_ONSET_S" \
@@ -183,7 +187,7 @@ write_scheduler_wrapper() {
   {
     echo '#!/usr/bin/env bash'
     echo "export CONTAINERS_CONF=$CONTAINERS_CONF"
-    echo "exec ${PODMAN[*]} run --rm --name rlscore-scheduler-$NAME --network host --read-only \\"
+    echo "exec ${PODMAN[*]} run --rm --name rlscore-scheduler-$NAME --network host --read-only --user $(id -u):$(id -g) \\"
     echo "  -v $KWOK_WORKDIR:$KWOK_WORKDIR:ro $SCHEDULER_IMAGE \"\$@\""
   } >"$path"
   chmod +x "$path"

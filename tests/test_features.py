@@ -15,8 +15,8 @@ def col(features, name):
     return features[:, NODE_FEATURES.index(name)]
 
 
-def test_spec_version_3_and_shapes():
-    assert FEATURE_SPEC_VERSION == 3
+def test_spec_version_4_and_shapes():
+    assert FEATURE_SPEC_VERSION == 4
     f, p = node_features(make_nodes([4000, 8000]), PodRequest(500, GIB))
     assert f.shape == (2, NUM_NODE_FEATURES) and p.shape == (NUM_POD_FEATURES,)
     assert f.dtype == np.float32 and (f >= 0).all() and (f <= FEATURE_CLIP).all()

@@ -145,8 +145,10 @@ def node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.nda
     features are computed over it. Training and serving use the compiled loop
     (rlscore/core/kernels.py), equal bit for bit to `reference_node_features`.
     """
-    from rlscore.core.kernels import compiled_node_features  # it reads this module's constants
+    from rlscore.core.kernels import COMPILED, compiled_node_features  # it reads this module's constants
 
+    if not COMPILED:
+        return reference_node_features(nodes, pod)
     features, pod_vec = compiled_node_features(nodes, pod)
     features[:, NUM_STATE_FEATURES:] = rule_standings(nodes, pod)
     return features, pod_vec
@@ -177,8 +179,11 @@ def rule_standings(nodes: NodeState, pod: PodRequest) -> np.ndarray:
     """[N, len(RULE_FEATURES)] float32: each node's standing under each rule of RULE_FEATURES."""
     from rlscore.core.rules import rule_values
 
-    values = rule_values(RULE_FEATURES, nodes, pod)
     out = np.empty((len(nodes), len(RULE_FEATURES)), dtype=np.float32)
+    if len(nodes) == 0:
+        return out
+    with np.errstate(all="ignore"):  # the rules' own NaN and infinities become the lowest standing
+        values = rule_values(RULE_FEATURES, nodes, pod)
     for k, name in enumerate(RULE_FEATURES):
         out[:, k] = standing(values[name])
     return out

@@ -1,5 +1,7 @@
 """Compiled loops (numba) for what every scheduling decision runs: the features, the network's
-equivariant layers and the integer scores.
+equivariant layers and the integer scores; and their vectorized numpy forms, used where numba is not
+installed (the serving install, `rlscore[serve]`, leaves numba and its 170 MB LLVM out: there the
+rule standings, numpy either way, cost as much as the features' loops save).
 
 Features: the numpy reference makes ~100 array calls per decision; at 100 nodes their per-call overhead was
 0.3-0.5 ms, more than the network's forward pass and more than a scheduler can spend per pod. This
@@ -16,8 +18,12 @@ Q-values match the torch reference to ~1e-14 rather than bit for bit (tests/serv
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+try:
+    import numba
+except ImportError:  # rlscore[serve]: the numpy forms below
+    numba = None
 
 from rlscore.core.features import FEATURE_CLIP, NO_LIMIT_LATENCY_SCALE_MS, NUM_NODE_FEATURES, NUM_POD_FEATURES, \
     NUM_STATE_FEATURES
@@ -26,10 +32,16 @@ from rlscore.core.state import NodeState, PodRequest
 CLIP = FEATURE_CLIP
 
 
+COMPILED = numba is not None
+
+
 def compiled(function):
     """Compiled on first use and cached on disk where numba finds a writable place (next to this
     file, NUMBA_CACHE_DIR or the user's cache); a read-only image compiles once per process.
-    Division by zero gives inf/NaN as in numpy (numba's default raises, as Python does)."""
+    Division by zero gives inf/NaN as in numpy (numba's default raises, as Python does). Without
+    numba the function is left as it is: callers use the numpy form instead (COMPILED)."""
+    if numba is None:
+        return function
     options = {"nogil": True, "error_model": "numpy"}
     try:
         return numba.njit(cache=True, **options)(function)
@@ -212,6 +224,25 @@ def _pooled(top, mean, extra, lam, bias, gam, delta):  # pragma: no cover (compi
     return pooled
 
 
+def _relu_column_max_mean_numpy(x, relu):
+    """relu_column_max_mean in numpy (the mean sums in another order: equal to ~1e-15)."""
+    if relu:
+        np.maximum(x, 0.0, out=x)
+    return x.max(axis=0), x.mean(axis=0)
+
+
+def _pooled_numpy(top, mean, extra, lam, bias, gam, delta):
+    m = top.shape[0]
+    pooled = bias - top @ gam[:m] - mean @ delta[:m]
+    if extra.shape[0]:
+        pooled = pooled + extra @ (lam[m:] - gam[m:] - delta[m:])
+    return pooled
+
+
+if not COMPILED:
+    relu_column_max_mean, _pooled = _relu_column_max_mean_numpy, _pooled_numpy
+
+
 def equivariant_layer(x, extra, lam, bias, gam, delta, relu_input):
     """One DeepSets layer of the served forward pass, with its input u = [x, extra] per row (extra:
     the pod's features, the same for every node; may be empty): u @ lam + bias - max(u) @ gam -
@@ -250,3 +281,22 @@ def node_scores(values, top_score):  # pragma: no cover (compiled)
             else:
                 scores[i] = min(np.int64(np.rint((v - low) / (high - low) * top_score)), top_score - 1)
     return scores, finite == values.shape[0]
+
+
+def node_scores_numpy(values, top_score):
+    """node_scores in numpy: the same operations, so the same integers."""
+    finite = np.isfinite(values)
+    scores = np.zeros(values.shape[0], dtype=np.int64)
+    if finite.any():
+        low, high = values[finite].min(), values[finite].max()
+        best = finite & (values >= high - TIE)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scaled = np.rint((values - low) / (high - low) * top_score)
+        others = finite & ~best
+        scores[others] = np.minimum(scaled[others], top_score - 1).astype(np.int64)
+        scores[best] = top_score
+    return scores, bool(finite.all())
+
+
+if not COMPILED:
+    node_scores = node_scores_numpy

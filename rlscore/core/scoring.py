@@ -9,7 +9,7 @@ from typing import Protocol
 import numpy as np
 
 from rlscore.core.rules import RULES, MAX_NODE_SCORE
-from rlscore.core.kernels import TIE, node_scores
+from rlscore.core.kernels import TIE, node_scores_numpy, node_scores
 from rlscore.core.model import LoadedModel, LoadedSelector
 from rlscore.core.state import NodeState, PodRequest
 
@@ -59,8 +59,8 @@ def to_node_scores(values: np.ndarray) -> np.ndarray:
 
     So with RLScore as the only scorer the scheduler picks among the nodes `choose` picks among, and
     what the evaluation measures is what is served: rounding alone gave 100 to every node within
-    half a point of the best, and the scheduler's random pick among them left the shipped EL x1.10
-    of the best baseline on test1 at 10 nodes where its argmax is x1.035 (docs/training.md).
+    half a point of the best, and the scheduler's random pick among them left a model measurably behind
+    its own argmax.
     Non-finite values score 0, so a broken entry can never win. (Compiled: rlscore.core.kernels.node_scores;
     `reference_node_scores` is the same in numpy.)
     """
@@ -68,16 +68,5 @@ def to_node_scores(values: np.ndarray) -> np.ndarray:
 
 
 def reference_node_scores(values: np.ndarray) -> np.ndarray:
-    values = np.asarray(values, dtype=np.float64)
-    finite = np.isfinite(values)
-    scores = np.zeros(values.shape, dtype=np.int64)
-    if not finite.any():
-        return scores
-    low, high = values[finite].min(), values[finite].max()
-    best = finite & (values >= high - TIE)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scaled = np.rint((values - low) / (high - low) * MAX_NODE_SCORE)
-    others = finite & ~best
-    scores[others] = np.minimum(scaled[others], MAX_NODE_SCORE - 1).astype(np.int64)
-    scores[best] = MAX_NODE_SCORE
-    return scores
+    """to_node_scores in numpy (what serves where numba is not installed)."""
+    return node_scores_numpy(np.asarray(values, dtype=np.float64), MAX_NODE_SCORE)[0]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rlscore.core.kernels import compiled
+from rlscore.core.kernels import COMPILED, compiled
 from rlscore.core.state import NodeState
 from suggestion_server.node_state.kube_state import KubeState
 from suggestion_server.node_state.latency_source import ProbeLatencySource
@@ -258,6 +258,54 @@ def _check(state, need_latency, need_power):  # pragma: no cover (compiled)
             missing = missing or np.isnan(state[s_row, k])
         missing = missing or (need_latency and np.isnan(state[_S_LATENCY, k]))
     return missing
+
+
+# The same three passes vectorized, where numba is not installed (the serving install); equal to the
+# compiled ones (tests/server/test_node_table.py).
+_CAPACITY = ((_S_CPU_CAP, _T_CPU_CAP, _T_CPU_CAP_M), (_S_MEM_CAP, _T_MEM_CAP, _T_MEM_CAP_M),
+             (_S_IDLE, _T_IDLE, _T_IDLE_M), (_S_PEAK, _T_PEAK, _T_PEAK_M))
+_REQUESTS = ((_S_CPU_REQ, _T_CPU_REQ), (_S_MEM_REQ, _T_MEM_REQ), (_S_PODS, _T_PODS))
+_MEASURED = ((_S_CPU_UTIL, _T_CPU_UTIL), (_S_MEM_UTIL, _T_MEM_UTIL), (_S_LATENCY, _T_LATENCY), (_S_NET, _T_NET),
+             (_S_TCP, _T_TCP), (_S_DISK, _T_DISK), (_S_CPU_STD, _T_CPU_STD))
+_MUST_KNOW = [_S_CPU_CAP, _S_MEM_CAP, _S_MAX_PODS, _S_CPU_REQ, _S_MEM_REQ, _S_PODS, _S_CPU_UTIL, _S_MEM_UTIL,
+              _S_NET, _S_TCP, _S_DISK]
+
+
+def _resolve_numpy(data, rows, state):
+    sub = data[:, rows]
+    in_api = sub[_T_IN_API] == 1.0
+    for s_row, api_row, metrics_row in _CAPACITY:
+        state[s_row] = np.where(np.isnan(sub[api_row]), sub[metrics_row], sub[api_row])
+    state[_S_MAX_PODS] = sub[_T_MAX_PODS]
+    for s_row, t_row in _REQUESTS:
+        state[s_row] = np.where(in_api, sub[t_row], np.nan)
+    for s_row, t_row in _MEASURED:
+        state[s_row] = sub[t_row]
+    since = state[_S_CPU_REQ] - sub[_T_REQUESTED_AT]
+    with np.errstate(invalid="ignore"):
+        state[_S_SINCE] = np.where((since >= 0.0) | np.isnan(since), since, 0.0)
+    return bool(in_api.any()), bool((~np.isnan(sub[_T_CPU_UTIL])).any())
+
+
+def _merge_given_numpy(state, given, rows):
+    for j in range(given.shape[0]):
+        present = ~np.isnan(given[j])
+        state[rows[j], present] = given[j, present]
+        if rows[j] == _S_CPU_UTIL:
+            state[_S_SINCE, present] = np.nan
+
+
+def _check_numpy(state, need_latency, need_power):
+    idle, peak = state[_S_IDLE], state[_S_PEAK]
+    with np.errstate(invalid="ignore"):
+        half = np.isnan(idle) | np.isnan(peak) | (peak < idle)
+    state[_S_IDLE, half] = state[_S_PEAK, half] = np.nan
+    missing = bool(need_power and half.any()) or bool(np.isnan(state[_MUST_KNOW]).any())
+    return missing or bool(need_latency and np.isnan(state[_S_LATENCY]).any())
+
+
+if not COMPILED:
+    _resolve, _merge_given, _check = _resolve_numpy, _merge_given_numpy, _check_numpy
 
 
 def assemble(names: list[str], given: np.ndarray | None, table: NodeTable, snapshot: Snapshot, stale_after_s: float,
