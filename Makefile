@@ -259,9 +259,10 @@ sim-to-real: install ## on the local cluster: live runs of a hot workload replay
 	@env=$$(local-cluster/cluster.sh env) && eval "$$env" && $(PY) -m agent.live.sim_to_real --policy $(POLICY) \
 	  --runs $(RUNS) --pods $(PODS) --out eval/sim-to-real/$(POLICY)-runs.json
 
-bench: install deps local-bin ## print figures: models, training, /suggest, plugin overhead, cluster throughput
+bench: install deps local-bin images ## print figures: models, training, /suggest (also under faults), plugin overhead, cluster throughput, image sizes
 	PYTHONPATH=$(CURDIR) $(PY) bench/agent_bench.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/server_bench.py
+	PYTHONPATH=$(CURDIR) $(PY) bench/fault_bench.py
 	cd plugin-go && $(GO) test ./pkg/rlscore/ -run '^$$' -bench 'PreScoreScore|ClusterRequestedFromSnapshot' -benchtime 2s
 	PYTHONPATH=$(CURDIR) $(PY) bench/cluster_bench.py
 
