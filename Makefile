@@ -52,10 +52,10 @@ deps: ## Debian packages the tests use (Prometheus), installed with apt-get when
 
 test: py-test go-test e2e ## the test suite: unit, integration (real Prometheus, uvicorn, scheduler, Go) and end to end on a fresh local cluster
 
-py-test: install serve-venv deps check-go bin/kubectl bin/helm ## Python unit and integration tests
+py-test: install serve-venv deps check-go bin/kubectl bin/helm images ## Python unit and integration tests
 	GO=$(GO) $(PY) -m pytest --ignore=tests/e2e -m "not reproduction"
 
-e2e: local-bin bin/helm install deps ## end-to-end tests on a fresh local cluster (builds the binaries first)
+e2e: local-bin bin/helm install deps images ## end-to-end tests on a fresh local cluster (builds the binaries first)
 	$(PY) -m pytest tests/e2e -m "not reproduction"
 
 verify: install deps ## re-run the experiments behind the shipped models' figures (reproduction tier, ~1 h)
@@ -184,6 +184,9 @@ build/wheels/probe.stamp: build/src-serve.stamp | $(VENV)/.installed
 	$(PY) -m pip wheel --quiet --wheel-dir build/wheels/probe "prometheus-client>=0.20"
 	@touch $@
 
+print-images: ## print the three image references `make images` builds
+	@echo $(SCHEDULER_IMAGE) $(SERVER_IMAGE) $(PROBE_IMAGE)
+
 images: deps-containers build/images/kube-scheduler build/wheels/serve.stamp build/wheels/probe.stamp $(if $(filter debootstrap,$(BASE_FROM)),build/images/debian-python.stamp) ## build the scheduler, server and probe images (REGISTRY=rlscore) and print their sizes
 	$(BUILD_IMAGE) -f deploy/images/kube-scheduler.Containerfile --build-arg STATIC_BASE=$(STATIC_BASE) \
 	  --build-arg VERSION=$(K8S_VERSION)-rlscore.0 -t $(SCHEDULER_IMAGE) .
@@ -270,4 +273,4 @@ demo: local-up ## the local cluster + the thesis's test pattern per policy: wher
 	@eval "$$(local-cluster/cluster.sh env)" && $(PY) -m agent.live.demo
 
 clean: ## remove build output (keeps models/)
-	rm -rf eval runs demo-output .pytest_cache bin
+	rm -rf eval runs demo-output .pytest_cache bin build

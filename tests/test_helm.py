@@ -131,3 +131,18 @@ def test_the_chart_refuses_both_a_prometheus_ca_and_skipping_verification():
             "--set", "prometheusTLS.caConfigMap=prom-ca", "--set", "prometheusTLS.insecureSkipVerify=true"]
     r = subprocess.run([str(HELM), *args], capture_output=True, text=True)
     assert r.returncode != 0 and "not both" in r.stderr
+
+
+def test_images_come_from_the_registry_make_images_pushed_to():
+    """`--set images.registry=` moves all three of rlscore's images, with the names and tags `make images`
+    gives them; third-party images stay where they are."""
+    makefile = (ROOT / "Makefile").read_text()
+    built = subprocess.run(["make", "-s", "--no-print-directory", "print-images", "REGISTRY=reg.example.com/rl"],
+                           cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    assert "print-images" in makefile and len(built) == 3
+    images = {c["image"] for o in template("images.registry=reg.example.com/rl/")
+              if o["kind"] in ("Deployment", "DaemonSet")
+              for c in o["spec"]["template"]["spec"]["containers"]}
+    ours = {i for i in images if i.startswith("reg.example.com/rl/")}
+    assert ours == set(built)
+    assert all(i.startswith("quay.io/prometheus/") for i in images - ours)

@@ -18,3 +18,8 @@ securityContext:
   readOnlyRootFilesystem: true
   capabilities: {drop: [ALL]}
 {{- end }}
+
+{{- /* one of rlscore's own images: <images.registry>/<name:tag> */ -}}
+{{- define "rlscore.image" -}}
+{{ trimSuffix "/" .root.Values.images.registry }}/{{ index .root.Values.images .name }}
+{{- end }}
