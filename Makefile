@@ -76,6 +76,9 @@ go-test: check-go ## Go tests only (gofmt, go vet, go test, including the real s
 	@cd plugin-go && unformatted=$$(gofmt -l .) && if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	cd plugin-go && $(GO) vet ./... && $(GO) test ./...
 
+mutations: check-go ## change the Go scorer one thing at a time (a feature, a rule, pooling, a weight): go test must fail on each
+	GO=$(GO) python3 hack/go_mutations.py
+
 scheduler: bin/kube-scheduler ## build our kube-scheduler (upstream + RLScore) into bin/
 
 # static (CGO off): the same binary runs on the host and, copied, in the scheduler image
