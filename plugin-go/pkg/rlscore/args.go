@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 )
 
@@ -114,49 +115,58 @@ func (a *RLScoreArgs) SetDefaults() {
 	}
 }
 
-// Validate reports every problem at once, each naming its field.
-func (a *RLScoreArgs) Validate() error {
-	var problems []string
+// ValidateArgs reports every problem with args at once, each naming its field, as the scheduler's
+// own plugin args are validated; it reads no files (CheckFiles does, when the plugin starts).
+func ValidateArgs(path *field.Path, a *RLScoreArgs) field.ErrorList {
+	var errs field.ErrorList
+	urlPath := path.Child("suggestionURL")
 	u, err := url.Parse(a.SuggestionURL)
 	switch {
 	case err != nil:
-		problems = append(problems, fmt.Sprintf("suggestionURL %q: %v", a.SuggestionURL, err))
+		errs = append(errs, field.Invalid(urlPath, a.SuggestionURL, err.Error()))
 	case u.Scheme != "http" && u.Scheme != "https":
-		problems = append(problems, fmt.Sprintf("suggestionURL %q: scheme must be http or https", a.SuggestionURL))
+		errs = append(errs, field.Invalid(urlPath, a.SuggestionURL, "scheme must be http or https"))
 	case u.Host == "":
-		problems = append(problems, fmt.Sprintf("suggestionURL %q: missing host", a.SuggestionURL))
+		errs = append(errs, field.Invalid(urlPath, a.SuggestionURL, "missing host"))
 	case a.WireFormat == WireCompact && !strings.HasSuffix(u.Path, suggestPath):
-		problems = append(problems, fmt.Sprintf("suggestionURL %q: the compact wire format posts to the /v1/scores "+
-			"beside /suggest, so the path must end in /suggest (or set wireFormat: json)", a.SuggestionURL))
+		errs = append(errs, field.Invalid(urlPath, a.SuggestionURL, "the compact wire format posts to the "+
+			"/v1/scores beside /suggest, so the path must end in /suggest (or set wireFormat: json)"))
 	}
 	if a.WireFormat != WireCompact && a.WireFormat != WireJSON {
-		problems = append(problems, fmt.Sprintf("wireFormat %q: must be %s or %s", a.WireFormat, WireCompact, WireJSON))
+		errs = append(errs, field.NotSupported(path.Child("wireFormat"), a.WireFormat, []string{WireCompact, WireJSON}))
 	}
 	if a.Timeout.Duration <= 0 || a.Timeout.Duration > MaxTimeout {
-		problems = append(problems, fmt.Sprintf("timeout %s: must be > 0 and <= %s", a.Timeout.Duration, MaxTimeout))
+		errs = append(errs, field.Invalid(path.Child("timeout"), a.Timeout.Duration.String(),
+			fmt.Sprintf("must be > 0 and <= %s", MaxTimeout)))
 	}
 	if d := a.InProcessRefreshInterval.Duration; d < 100*time.Millisecond || d > 5*time.Minute {
-		problems = append(problems, fmt.Sprintf("inProcessRefreshInterval %s: must be 100ms..5m", d))
+		errs = append(errs, field.Invalid(path.Child("inProcessRefreshInterval"), d.String(), "must be 100ms..5m"))
 	}
 	if a.DefaultPolicy != "" && !isPolicy(a.DefaultPolicy) {
-		problems = append(problems, fmt.Sprintf("defaultPolicy %q: must be one of %s", a.DefaultPolicy, strings.Join(Policies, ", ")))
+		errs = append(errs, field.NotSupported(path.Child("defaultPolicy"), a.DefaultPolicy, Policies))
 	}
 	if a.MaxResponseBytes < 1024 {
-		problems = append(problems, fmt.Sprintf("maxResponseBytes %d: must be >= 1024", a.MaxResponseBytes))
+		errs = append(errs, field.Invalid(path.Child("maxResponseBytes"), a.MaxResponseBytes, "must be >= 1024"))
 	}
-	if a.TLSCAFile != "" || a.TLSCertFile != "" {
-		if u != nil && u.Scheme != "https" {
-			problems = append(problems, fmt.Sprintf("tlsCAFile/tlsCertFile: suggestionURL %q must be https", a.SuggestionURL))
-		}
+	if (a.TLSCAFile != "" || a.TLSCertFile != "") && u != nil && u.Scheme != "https" {
+		errs = append(errs, field.Invalid(urlPath, a.SuggestionURL, "tlsCAFile and tlsCertFile need an https URL"))
 	}
+	if (a.TLSCertFile == "") != (a.TLSKeyFile == "") {
+		errs = append(errs, field.Required(path.Child("tlsKeyFile"), "tlsCertFile and tlsKeyFile: set both or neither"))
+	}
+	return errs
+}
+
+// CheckFiles reads the files args name (token, CA bundle, client certificate) once, so a plugin
+// that cannot authenticate fails to start with the file named instead of failing every request.
+func CheckFiles(a *RLScoreArgs) error {
+	var problems []string
 	if a.TLSCAFile != "" {
 		if _, err := loadCAPool(a.TLSCAFile); err != nil {
 			problems = append(problems, fmt.Sprintf("tlsCAFile: %v", err))
 		}
 	}
-	if (a.TLSCertFile == "") != (a.TLSKeyFile == "") {
-		problems = append(problems, "tlsCertFile and tlsKeyFile: set both or neither")
-	} else if a.TLSCertFile != "" {
+	if a.TLSCertFile != "" && a.TLSKeyFile != "" {
 		if _, err := tls.LoadX509KeyPair(a.TLSCertFile, a.TLSKeyFile); err != nil {
 			problems = append(problems, fmt.Sprintf("tlsCertFile/tlsKeyFile: %v", err))
 		}
@@ -167,7 +177,7 @@ func (a *RLScoreArgs) Validate() error {
 		}
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("invalid %s args: %s", Name, strings.Join(problems, "; "))
+		return fmt.Errorf("%s args: %s", Name, strings.Join(problems, "; "))
 	}
 	return nil
 }
@@ -193,7 +203,7 @@ func readToken(path string) (string, error) {
 	return token, nil
 }
 
-// DecodeArgs turns the pluginConfig entry into defaulted, validated args. Unknown fields are an
+// DecodeArgs turns the pluginConfig entry into defaulted, validated args (no file is read). Unknown fields are an
 // error (a typo such as "timout" must not silently fall back to the default).
 func DecodeArgs(obj runtime.Object) (*RLScoreArgs, error) {
 	args := &RLScoreArgs{}
@@ -221,8 +231,8 @@ func DecodeArgs(obj runtime.Object) (*RLScoreArgs, error) {
 		return nil, fmt.Errorf("%s args: want *RLScoreArgs or runtime.Unknown, got %T", Name, obj)
 	}
 	args.SetDefaults()
-	if err := args.Validate(); err != nil {
-		return nil, err
+	if errs := ValidateArgs(field.NewPath("pluginConfig").Key(Name).Child("args"), args); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid %s args: %w", Name, errs.ToAggregate())
 	}
 	return args, nil
 }

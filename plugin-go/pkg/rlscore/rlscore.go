@@ -53,6 +53,9 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckFiles(args); err != nil {
+		return nil, err
+	}
 	registerMetrics()
 	pl := &RLScore{args: args, client: NewClient(args)}
 	if args.InProcess {

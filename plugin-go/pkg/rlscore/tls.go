@@ -73,7 +73,7 @@ func tlsConfig(args *RLScoreArgs) *tls.Config {
 	config := &tls.Config{MinVersion: tls.VersionTLS12}
 	if args.TLSCAFile != "" {
 		pool, err := loadCAPool(args.TLSCAFile)
-		if err == nil { // Validate already read it; a file gone since then leaves the system roots
+		if err == nil { // CheckFiles already read it; a file gone since then leaves the system roots
 			config.RootCAs = pool
 		}
 	}

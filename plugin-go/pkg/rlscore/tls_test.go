@@ -156,14 +156,17 @@ func TestTLSArgs(t *testing.T) {
 		wantErr string
 	}{
 		{RLScoreArgs{SuggestionURL: "https://s/suggest", TLSCAFile: ca.pem, TLSCertFile: cert, TLSKeyFile: key}, ""},
-		{RLScoreArgs{SuggestionURL: "http://s/suggest", TLSCAFile: ca.pem}, "must be https"},
+		{RLScoreArgs{SuggestionURL: "http://s/suggest", TLSCAFile: ca.pem}, "need an https URL"},
 		{RLScoreArgs{SuggestionURL: "https://s/suggest", TLSCAFile: "/nonexistent/ca.crt"}, "tlsCAFile"},
 		{RLScoreArgs{SuggestionURL: "https://s/suggest", TLSCAFile: notPEM}, "holds no PEM certificate"},
 		{RLScoreArgs{SuggestionURL: "https://s/suggest", TLSCertFile: cert}, "set both or neither"},
 		{RLScoreArgs{SuggestionURL: "https://s/suggest", TLSCertFile: cert, TLSKeyFile: ca.pem}, "tlsCertFile/tlsKeyFile"},
 	}
 	for _, tt := range tests {
-		_, err := DecodeArgs(&tt.args)
+		args, err := DecodeArgs(&tt.args)
+		if err == nil {
+			err = CheckFiles(args)
+		}
 		if tt.wantErr == "" && err != nil {
 			t.Errorf("%+v: unexpected error %v", tt.args, err)
 		}
