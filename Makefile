@@ -19,7 +19,7 @@ SCHEDULER_LDFLAGS := $(call K8S_VERSION_FLAGS,$(K8S_VERSION)-rlscore)
 KWOK_VERSION := v0.8.0
 LOCAL_BINARIES := bin/etcd bin/kube-apiserver bin/kube-controller-manager bin/kubectl bin/kwok bin/kwokctl bin/kube-scheduler
 
-.PHONY: local-bin local-up local-down local-status e2e images kind-up kind-down check-docker help install deps test py-test go-test check-go scheduler train eval tuner tune-compare tune-examples retrain sim-to-real bench demo clean verify golden serve-venv docs deps-containers
+.PHONY: local-bin local-up local-down local-status e2e images kind-up kind-down check-docker help install deps test py-test go-test check-go scheduler train eval tuner tune-compare tune-examples retrain sim-to-real bench demo clean verify golden serve-venv ray-venv docs deps-containers
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help: ## list targets
@@ -45,6 +45,20 @@ $(SERVE_VENV)/.installed: pyproject.toml $(SERVE_SOURCES)
 
 serve-venv: $(SERVE_VENV)/.installed ## a venv with only rlscore[serve] (what the server image installs): no torch
 
+# .venv has no Ray (so the suite checks that every command works without it); .venv-ray is .venv plus
+# rlscore[distributed]: a .pth file puts .venv's packages on its path, so only Ray itself is installed
+RAY_VENV := .venv-ray
+$(RAY_VENV)/.installed: $(VENV)/.installed
+	@test -x $(RAY_VENV)/bin/python || $(PYTHON) -m venv $(RAY_VENV)
+	$(RAY_VENV)/bin/python -c 'import sysconfig, pathlib; site = pathlib.Path(sysconfig.get_path("purelib")); \
+	  dev = pathlib.Path("$(VENV)").resolve() / site.relative_to(sysconfig.get_path("data")); \
+	  (site / "rlscore-dev.pth").write_text(f"import site; site.addsitedir({str(dev)!r})\n")'
+	$(RAY_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(RAY_VENV)/bin/python -m pip install --quiet "ray>=2.9"
+	@touch $@
+
+ray-venv: $(RAY_VENV)/.installed ## .venv plus Ray (rlscore[distributed]) for the Ray tests and benchmarks
+
 deps: ## Debian packages the tests use (Prometheus), installed with apt-get when missing
 	@command -v prometheus >/dev/null || { echo "installing Prometheus from Debian's packages"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
@@ -52,7 +66,7 @@ deps: ## Debian packages the tests use (Prometheus), installed with apt-get when
 
 test: py-test go-test e2e ## the test suite: unit, integration (real Prometheus, uvicorn, scheduler, Go) and end to end on a fresh local cluster
 
-py-test: install serve-venv deps check-go bin/kubectl bin/helm images ## Python unit and integration tests
+py-test: install serve-venv ray-venv deps check-go bin/kubectl bin/helm images ## Python unit and integration tests
 	GO=$(GO) $(PY) -m pytest --ignore=tests/e2e -m "not reproduction"
 
 e2e: local-bin bin/helm install deps images ## end-to-end tests on a fresh local cluster (builds the binaries first)

@@ -241,14 +241,14 @@ def test_rlscore_tune_refuses_a_bad_profile(tmp_path, capsys):
     assert "invalid cluster profile" in capsys.readouterr().err
 
 
-def test_the_comparison_measures_room_and_choices_on_fresh_replays(monkeypatch):
+def test_the_comparison_measures_room_and_choices_on_fresh_replays():
     """agent.tune.compare on one small held-out cluster: the room is the configuration that did best
     in the trials, re-measured on replays no trial ran on, and so is every method's choice."""
     from agent.tune import compare
 
-    monkeypatch.setattr(compare, "_TUNER", RLTuner.load(ROOT / "models" / "tuner.pt"))
     cluster = draw("LB", 0, held_out=True, nodes=(4, 6))
-    out = compare.compare_cluster(cluster, trials=2, sampler_seeds=(0,), fresh_replays=3)
+    out = compare.compare_cluster(cluster, trials=2, sampler_seeds=(0,), fresh_replays=3,
+                                  tuner=RLTuner.load(ROOT / "models" / "tuner.pt"), models={})
     task = cluster.task()  # a new task: nothing cached, so every figure below is simulated again
     fresh = task.fresh_seeds(3)
     assert out["trial_replays"] == TRIAL_REPLAYS["LB"] and out["fresh_replays"] == 3

@@ -12,6 +12,7 @@ import torch
 from agent.evaluate.compare import EVAL_WORKERS, evaluate, summarize
 from agent.evaluate.goals import check_goals
 from agent.evaluate.report import markdown_table, write_outputs
+from agent.parallel import add_ray_argument, use_ray
 from rlscore.core.model import ModelValidationError, load_model
 from rlscore.core.scoring import ModelScorer
 from agent.sim.families import FAMILIES, evaluation_families_for, family
@@ -56,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=EVAL_WORKERS,
                         help="processes to run the worlds on (the results do not depend on it)")
     parser.add_argument("--out", type=Path, default=None, help="output directory (default eval/<policy>)")
+    add_ray_argument(parser)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    use_ray(args.ray_address)
     torch.set_num_threads(1)  # one small forward pass per decision: threads only add overhead
     policy = args.policy
     if args.seeds < 1 or args.arrivals < 1 or args.workers < 1:

@@ -9,7 +9,6 @@ that fills the world once.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -20,7 +19,7 @@ from tqdm import tqdm
 
 from rlscore.core.state import latency_tiers
 from rlscore.core.rules import RULES
-from agent.parallel import fork_pool
+from agent.parallel import shared, worker_pool
 from rlscore.core.scoring import HeuristicScorer, Scorer, choose
 from agent.sim.families import family
 from agent.sim.outcomes import cost
@@ -246,10 +245,10 @@ def evaluate(policy: str, scorers: list[Scorer], family_names: tuple[str, ...], 
              progress: bool = True, traces_for: tuple[str, int | None] | None = None,
              seed_base: int = EVAL_SEED_BASE, workers: int = 1) -> tuple[list[RunResult], dict[str, Trace]]:
     """Run the given scorers (models) and every baseline on the same seeded worlds. With `workers` > 1
-    the worlds run on that many forked processes; every run is seeded by its world alone, so the
-    results are the same, in the same order (only `decision_ms` is timed). Fork only from a process
-    without other threads at work: a CLI or a training run, not the server."""
-    global _FORKED
+    the worlds run on that many forked processes (or on Ray: agent.parallel.use_ray); every run is
+    seeded by its world alone, so the results are the same, in the same order (only `decision_ms` is
+    timed). Fork only from a process without other threads at work: a CLI or a training run, not the
+    server."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}")
     names = list(baselines if baselines is not None else baselines_for(policy))
@@ -257,30 +256,18 @@ def evaluate(policy: str, scorers: list[Scorer], family_names: tuple[str, ...], 
     setup = (policy, scorers, names, arrivals, traces_for, seed_base)
     results: list[RunResult] = []
     traces: dict[str, Trace] = {}
-    forked = workers > 1 and len(jobs) > 1
-    if forked:
-        _FORKED = setup
-    try:
-        with fork_pool(workers) if forked else contextlib.nullcontext() as pool:
-            done = pool.imap(_run_world, jobs) if forked else (_run_world(job, setup) for job in jobs)
-            for world_results, world_traces in tqdm(done, total=len(jobs), desc=f"eval {policy}",
-                                                    disable=not progress, file=sys.stderr):
-                results += world_results
-                traces.update(world_traces)
-    finally:
-        if forked:
-            _FORKED = None
+    with worker_pool(workers if len(jobs) > 1 else 1, shared=setup) as pool:
+        for world_results, world_traces in tqdm(pool.map(_run_world, jobs), total=len(jobs), desc=f"eval {policy}",
+                                                disable=not progress, file=sys.stderr):
+            results += world_results
+            traces.update(world_traces)
     return results, traces
 
 
-# What `evaluate`'s forked workers run, set before they fork so that they inherit the scorers (models
-# included) instead of receiving them pickled.
-_FORKED: tuple | None = None
-
-
-def _run_world(job: tuple[str, int | None, int], setup: tuple | None = None) -> tuple[list[RunResult], dict[str, Trace]]:
-    """Every scorer and baseline of one evaluation world (see evaluate)."""
-    policy, scorers, names, arrivals, traces_for, seed_base = setup or _FORKED
+def _run_world(job: tuple[str, int | None, int]) -> tuple[list[RunResult], dict[str, Trace]]:
+    """Every scorer and baseline of one evaluation world (see evaluate); the scorers come with the pool
+    (agent.parallel.shared), inherited by forked workers rather than pickled per world."""
+    policy, scorers, names, arrivals, traces_for, seed_base = shared()
     name, nodes, seed = job
     results, traces = [], {}
     for scorer in [*scorers, *(HeuristicScorer(b, np.random.default_rng(seed)) for b in names)]:

@@ -35,6 +35,7 @@ import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, baselines_for, evaluate
 from agent.evaluate.goals import clearly_behind, paired_ratio
+from agent.parallel import add_ray_argument, use_ray
 from rlscore.core.rules import FALLBACK_RULE
 from rlscore.core.model import ModelValidationError, install_model, load_model, write_heuristic_model, sha256_of, sidecar_path, write_atomically
 from rlscore.core.scoring import ModelScorer
@@ -207,8 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=0.0, help="required improvement, e.g. 0.02 for 2%%")
     parser.add_argument("--promote-to", type=Path, default=None,
                         help="copy a passing candidate (and its sidecar) to this path")
+    add_ray_argument(parser)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    use_ray(args.ray_address)
     if (args.seeds is not None and args.seeds < 1) or args.arrivals < 1 or not 0 <= args.margin < 1:
         parser.error("--seeds and --arrivals must be >= 1, --margin within [0, 1)")
     serving = args.serving or Path("models") / f"{args.policy.lower()}.safetensors"

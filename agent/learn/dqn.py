@@ -40,7 +40,7 @@ from agent.learn.env import MAX_EPISODE_DECISIONS, SchedulingEnv
 from agent.learn.network import DuelingQ, NodeScorer
 from agent.learn.teachers import teacher_for, teacher_targets, world_teacher
 from agent.learn.threads import ThreadBudget
-from agent.parallel import fork_pool
+from agent.parallel import RAY_TASK_RETRIES, ClusterLost, connect_ray, ray_address, worker_pool
 from agent.sim.families import draw_node_count, families_for, family
 from agent.sim.mixed import MIXED
 from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES, input_columns
@@ -153,6 +153,9 @@ class DQNConfig(TrainConfig):
     """most torch threads; fewer while other work holds the cores (agent.learn.threads)"""
     workers: int = 2
     """processes measuring the mixed worlds' teachers"""
+    actors: int = 0
+    """with a Ray cluster (--ray-address): environment actors that play the interaction on the cluster and
+    feed this learner's replay (Ape-X); 0 or 1 plays it here"""
     teachers: dict = field(default_factory=dict)
     """family -> teacher (default: TEACHERS[policy]); a world of another family has its own picked"""
 
@@ -160,8 +163,8 @@ class DQNConfig(TrainConfig):
         problems = []
         for name in ("total_timesteps", "demo_worlds", "demo_decisions", "pretrain_steps", "batch_size", "buffer_size",
                      "num_envs", "n_step", "train_frequency", "target_network_frequency", "episode_decisions",
-                     "teacher_futures", "workers", "burn_in"):
-            minimum = 0 if name in ("total_timesteps", "pretrain_steps", "burn_in") else 1
+                     "teacher_futures", "workers", "burn_in", "actors"):
+            minimum = 0 if name in ("total_timesteps", "pretrain_steps", "burn_in", "actors") else 1
             if getattr(self, name) < minimum:
                 problems.append(f"--{name.replace('_', '-')} must be >= {minimum}")
         for name in ("mixed_share", "demo_share", "margin_decay"):
@@ -233,6 +236,16 @@ def warm_start(env: SchedulingEnv, world: tuple[str, int, int], teacher: str, bu
     return obs
 
 
+def burn_in_teacher(cfg: DQNConfig, world: tuple[str, int, int]) -> str:
+    """Who fills an interaction world before the network plays it: its family's teacher, or for a
+    family without one (mixed worlds) the first candidate, without measuring them all."""
+    teachers = cfg.teachers or TEACHERS[cfg.policy]
+    name, nodes, _ = world
+    if name not in teachers:
+        return CANDIDATE_TEACHERS[cfg.policy][0]
+    return teacher_for(teachers, name, nodes)
+
+
 def _world_teacher(job: tuple) -> str:
     """The teacher of one world of a family without one (run in a worker)."""
     cfg, name, nodes, seed = job
@@ -250,8 +263,8 @@ def assign_teachers(cfg: DQNConfig, plan: list[tuple[str, int, int]]) -> list[st
     unknown = [(cfg, name, nodes, seed) for name, nodes, seed in plan if name not in teachers]
     picked: list[str] = []
     if unknown:
-        with fork_pool(max(1, cfg.workers)) as pool:
-            picked = pool.map(_world_teacher, unknown)
+        with worker_pool(max(1, cfg.workers)) as pool:
+            picked = list(pool.map(_world_teacher, unknown))
     out, it = [], iter(picked)
     for name, nodes, _ in plan:
         out.append(next(it) if name not in teachers else teacher_for(teachers, name, nodes))
@@ -487,21 +500,17 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     # 5: interaction
     episode_returns: list[float] = []
     env_seconds = 0.0
-    if cfg.total_timesteps > 0:
+    on_ray = cfg.total_timesteps > 0 and cfg.actors > 1 and ray_address() is not None
+    if on_ray:
+        episode_returns, env_seconds = interact_on_ray(cfg, q_network, learn, demos, scale, rng, losses)
+    elif cfg.total_timesteps > 0:
         replay = Replay(cfg.buffer_size, cfg.max_nodes)
         envs = [make_env(cfg) for _ in range(cfg.num_envs)]
         worlds = iter(world_plan(cfg, 10**6, cfg.seed + 1))
-        default_teachers = cfg.teachers or TEACHERS[cfg.policy]
-
-        def burn_teacher(world: tuple[str, int, int]) -> str:
-            name, nodes, _ = world
-            if name not in default_teachers:
-                return CANDIDATE_TEACHERS[cfg.policy][0]
-            return teacher_for(default_teachers, name, nodes)
 
         def begin(env: SchedulingEnv) -> dict:
             world = next(worlds)
-            return warm_start(env, world, burn_teacher(world), cfg.burn_in, rng)
+            return warm_start(env, world, burn_in_teacher(cfg, world), cfg.burn_in, rng)
 
         obs = [begin(env) for env in envs]
         played = np.zeros(cfg.num_envs, dtype=int)
@@ -558,5 +567,144 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         "interaction_steps": cfg.total_timesteps, "environment_seconds": round(env_seconds, 1),
         "final_losses": {k: round(float(np.mean(v)), 5) if v else None for k, v in losses.items()},
         "threads": budget.wanted, "threads_lowered": budget.lowered,
+        "environment_actors": cfg.actors if on_ray else 0,
     })
     return actor.eval(), record
+
+
+# --- interaction on Ray (Ape-X) ------------------------------------------------------------------------
+
+ACTOR_ENVS = 4
+"""environments one actor steps side by side (one forward pass for all of them)"""
+ACTOR_STEPS = 256
+"""environment steps an actor plays per call, with the weights it was handed"""
+
+
+class EnvironmentActor:
+    """A Ray actor: plays its own stream of worlds with the learner's latest weights and returns the
+    n-step transitions (observations trimmed to the cluster's nodes) and the returns of finished episodes."""
+
+    def __init__(self, cfg: DQNConfig, index: int, scale: float):
+        torch.set_num_threads(1)
+        self.cfg, self.scale = cfg, scale
+        self.rng = np.random.default_rng([cfg.seed, 1 + index])
+        actor = make_actor(cfg)
+        self.network = DuelingQ(actor) if cfg.dueling else actor
+        self.worlds = iter(world_plan(cfg, 10**6, cfg.seed + 1 + 7919 * (index + 1)))
+        self.envs = [make_env(cfg) for _ in range(ACTOR_ENVS)]
+        self.obs = [self._begin(env) for env in self.envs]
+        self.nsteps = [NStep(cfg.n_step, cfg.gamma) for _ in self.envs]
+        self.played = np.zeros(len(self.envs), dtype=int)
+        self.returns = np.zeros(len(self.envs))
+
+    def _begin(self, env: SchedulingEnv) -> dict:
+        world = next(self.worlds)
+        return warm_start(env, world, burn_in_teacher(self.cfg, world), self.cfg.burn_in, self.rng)
+
+    def play(self, weights: dict, epsilon: float, steps: int) -> tuple[list, list[float], float]:
+        cfg, started = self.cfg, time.time()
+        self.network.load_state_dict(weights)
+        out, finished = _Transitions(), []
+        for _ in range(max(1, steps // len(self.envs))):
+            stacked = {k: torch.from_numpy(np.stack([o[k] for o in self.obs])) for k in ("nodes", "pod", "action_mask")}
+            with torch.no_grad():
+                greedy = self.network(stacked["nodes"], stacked["pod"],
+                                      stacked["action_mask"].bool()).argmax(dim=1).numpy()
+            for i, env in enumerate(self.envs):
+                valid = np.flatnonzero(self.obs[i]["action_mask"])
+                action = int(self.rng.choice(valid)) if self.rng.random() < epsilon else int(greedy[i])
+                next_obs, reward, terminated, truncated, _ = env.step(action)
+                self.returns[i] += reward
+                self.played[i] += 1
+                ended = terminated or truncated or self.played[i] >= cfg.episode_decisions
+                clipped = float(np.clip(reward * self.scale, -cfg.reward_clip, cfg.reward_clip))
+                self.nsteps[i].push(self.obs[i], action, clipped, None, next_obs, terminated, ended, out)
+                if ended:
+                    finished.append(float(self.returns[i]))
+                    self.returns[i], self.played[i] = 0.0, 0
+                    next_obs = self._begin(env)
+                    self.nsteps[i] = NStep(cfg.n_step, cfg.gamma)
+                self.obs[i] = next_obs
+        return out.items, finished, time.time() - started
+
+
+class _Transitions:
+    """What NStep flushes, kept as a list (observations trimmed to the cluster's nodes) to send back."""
+
+    def __init__(self):
+        self.items: list = []
+
+    def add(self, obs, action, ret, discount, next_obs, expert=None) -> None:
+        self.items.append((_trim(obs), action, ret, discount, _trim(next_obs)))
+
+
+def _trim(obs: dict) -> dict:
+    width = int(obs["action_mask"].sum())
+    return {"nodes": obs["nodes"][:width].copy(), "pod": obs["pod"], "action_mask": obs["action_mask"][:width].copy()}
+
+
+def _pad(obs: dict, slots: int) -> dict:
+    nodes = np.zeros((slots, obs["nodes"].shape[1]), np.float32)
+    nodes[:len(obs["nodes"])] = obs["nodes"]
+    mask = np.zeros(slots, obs["action_mask"].dtype)
+    mask[:len(obs["action_mask"])] = obs["action_mask"]
+    return {"nodes": nodes, "pod": obs["pod"], "action_mask": mask}
+
+
+def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Replay, scale: float,
+                    rng: np.random.Generator, losses: dict) -> tuple[list[float], float]:
+    """The interaction phase with `cfg.actors` EnvironmentActors on the Ray cluster feeding the replay:
+    as each actor hands in its steps, the learner takes the gradient steps they are worth
+    (one per `train_frequency`) and hands that actor the newest weights. An actor whose process dies
+    is restarted (a new stream of worlds); a cluster that goes away ends the run with ClusterLost."""
+    ray = connect_ray(ray_address())
+    remote = ray.remote(num_cpus=1, max_restarts=RAY_TASK_RETRIES, max_task_retries=RAY_TASK_RETRIES)(
+        EnvironmentActor)
+    actors = [remote.remote(cfg, k, scale) for k in range(cfg.actors)]
+    replay = Replay(cfg.buffer_size, cfg.max_nodes)
+    demo_rows = int(round(cfg.demo_share * cfg.batch_size))
+    decay = int(cfg.margin_decay * cfg.total_timesteps)
+
+    def epsilon(step: int) -> float:
+        return linear_schedule(cfg.start_e, cfg.end_e, int(cfg.exploration_fraction * cfg.total_timesteps), step)
+
+    def weights():
+        return ray.put({k: v.detach().clone() for k, v in q_network.state_dict().items()})
+
+    submitted, step, learned, env_seconds, episode_returns = 0, 0, 0, 0.0, []
+    current = weights()
+    running = {}
+    for actor in actors:
+        running[actor.play.remote(current, epsilon(0), ACTOR_STEPS)] = actor
+        submitted += ACTOR_STEPS
+    bar = tqdm(total=cfg.total_timesteps, desc=f"dqn {cfg.policy} ({cfg.actors} actors on Ray)",
+               disable=not cfg.progress, mininterval=1.0, file=sys.stderr)
+    while running:
+        [ref], _ = ray.wait(list(running), num_returns=1)
+        actor = running.pop(ref)
+        try:
+            transitions, finished, seconds = ray.get(ref)
+        except ray.exceptions.RayError as error:
+            raise ClusterLost(f"DQN on Ray: an environment actor failed for good or the cluster went away "
+                              f"({type(error).__name__}: {str(error)[:300]}); no model is written") from None
+        for obs, action, ret, discount, next_obs in transitions:
+            replay.add(_pad(obs, cfg.max_nodes), action, ret, discount, _pad(next_obs, cfg.max_nodes))
+        played = min(ACTOR_STEPS, cfg.total_timesteps - step)
+        step += played
+        env_seconds += seconds
+        episode_returns += finished
+        bar.update(played)
+        while learned < step // cfg.train_frequency and len(replay) >= cfg.batch_size:
+            pull = linear_schedule(cfg.margin_weight, min(cfg.margin_floor, cfg.margin_weight), decay, step)
+            learn(_cat(demos.sample(demo_rows, rng), replay.sample(cfg.batch_size - demo_rows, rng)), demo_rows, pull)
+            learned += 1
+        if submitted < cfg.total_timesteps:
+            current = weights()
+            running[actor.play.remote(current, epsilon(step), ACTOR_STEPS)] = actor
+            submitted += ACTOR_STEPS
+        bar.set_postfix(margin=f"{np.mean(losses['margin'] or [0]):.3f}", td=f"{np.mean(losses['td'] or [0]):.3f}",
+                        ret=f"{np.mean(episode_returns[-10:]) if episode_returns else 0:.1f}", refresh=False)
+    bar.close()
+    for actor in actors:
+        ray.kill(actor)
+    return episode_returns, env_seconds

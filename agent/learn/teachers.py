@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlscore.core.rules import RULES
-from agent.parallel import fork_pool
+from agent.parallel import worker_pool
 from agent.sim.families import TRAIN_NODES
 from rlscore.core.state import NodeState, PodRequest
 
@@ -44,8 +44,8 @@ def pick_teachers(policy: str, families: tuple[str, ...], seeds: int = 10, arriv
     groups += [(family_name, band) for family_name in families for band in ranges]
     jobs = [(b, family_name, k, policy, arrivals, band) for family_name, band in groups for k in range(seeds)
             for b in names]
-    with fork_pool(workers) as pool:  # one process per core
-        values = iter(pool.map(_objective, jobs, chunksize=4))
+    with worker_pool(workers) as pool:  # one process per core, or Ray tasks
+        values = iter(list(pool.map(_objective, jobs)))
     measured = {}
     for group in groups:
         table = np.array([[next(values) for _ in names] for _ in range(seeds)])
@@ -85,10 +85,10 @@ def world_teacher(policy: str, world, seed: int, default: str, rules: list[str],
     """The teacher of one world (see above) and each rule's cost summed over `futures` streams: over
     `decisions` placements from an empty cluster, plus the energy the cluster is committed to at the
     end (EE, EL), on the policy's objective (agent.sim.outcomes.cost). `seed` draws the streams. With
-    `pool` (agent.parallel.fork_pool), one rule per job: the same sums, in the same order, on every core."""
+    `pool` (agent.parallel.worker_pool), one rule per job: the same sums, in the same order, on every core."""
     candidates = list(dict.fromkeys((default, *rules)))
     jobs = [(policy, world, seed, rule, decisions, futures) for rule in candidates]
-    costs = dict(zip(candidates, pool.map(_rule_cost, jobs) if pool is not None else map(_rule_cost, jobs)))
+    costs = dict(zip(candidates, (pool.map if pool is not None else map)(_rule_cost, jobs)))
     best = min(costs, key=costs.get)
     if costs[default] - costs[best] <= margin * abs(costs[default]):
         return default, costs

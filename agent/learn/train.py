@@ -22,6 +22,7 @@ import typing
 from pathlib import Path
 
 from agent.learn.dqn import DQNConfig
+from agent.parallel import add_ray_argument, use_ray
 from rlscore.core.state import POLICIES
 
 # set by the command line's own options (or not options at all)
@@ -64,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", default=None, help="file name (default <policy>.safetensors)")
     parser.add_argument("--no-eval", action="store_true", help="skip the evaluation recorded in the sidecar")
     parser.add_argument("--no-progress", action="store_true")
+    add_ray_argument(parser)
     docs = field_docs(DQNConfig)
     hints = typing.get_type_hints(DQNConfig)
     for f in dataclasses.fields(DQNConfig):
@@ -85,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    use_ray(args.ray_address)
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(DQNConfig) if f.name not in NOT_OPTIONS}
     extra: dict = {}
     if args.profile is not None:

@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 from rlscore.core.state import POLICIES
+from agent.parallel import add_ray_argument, use_ray
 
 START_SEED_BASE = 4 * 10**6  # the profile's seeds that choose the starting model; the gate judges on others
 # fine-tuning on one cluster: a few minutes (rlscore-train's options)
@@ -89,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server", default=None, help="suggestion server URL: stage the candidate at once "
                                                        "(otherwise the server's watch finds it)")
     parser.add_argument("--token-file", type=Path, default=None, help="bearer token for the server's rollout API")
+    add_ray_argument(parser)
+    parser.add_argument("--actors", type=int, default=0,
+                        help="with --ray-address: environment actors the fine-tuning plays on (rlscore-train --actors)")
     args = parser.parse_args(argv)
+    use_ray(args.ray_address)
 
     from agent.evaluate import gate
     from agent.learn import train
@@ -127,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     train_args, record["training"] = training_args(policy, start, record["init"], profile, work, candidate.name,
                                                    args.timesteps)
     print(f"    {record['training']['reason']}", file=sys.stderr)
+    if args.ray_address:
+        train_args += [f"--ray-address={args.ray_address}", f"--actors={args.actors}"]
     if _step("train", record, lambda: train.main(train_args)) != 0:
         return finish(2, "training failed")
 

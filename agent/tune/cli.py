@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from rlscore.core.profile import ProfileError, load_profile, save_profile
+from agent.parallel import add_ray_argument, use_ray
 from agent.sim.cluster_profile import profile_world, world_profile
 from agent.sim.families import FAMILIES
 from rlscore.core.state import POLICIES
@@ -59,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=16, help="without --profile: the generated cluster's size")
     parser.add_argument("--cluster-seed", type=int, default=1, help="without --profile: seed of the generated cluster")
     parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=1, help="processes a trial's replays run on")
+    add_ray_argument(parser)
     parser.add_argument("--method", choices=(*ALL_METHODS, "all"), default="rl")
     parser.add_argument("--tuner", type=Path, default=ROOT / "models" / "tuner.pt", help="the RL tuner (--method rl)")
     parser.add_argument("--seed", type=int, default=0, help="sampler seed (random, bo, tpe)")
@@ -75,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.trials, args.arrivals, args.nodes) < 1 or (args.replays is not None and args.replays < 1) \
             or args.check_replays < 0:
         parser.error("--trials, --replays, --arrivals and --nodes must be >= 1, --check-replays >= 0")
+    if args.workers < 1:
+        parser.error("--workers must be >= 1")
+    use_ray(args.ray_address)
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=UserWarning, module="optuna")  # GPSampler is experimental
 
@@ -96,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(exc))
 
     started = time.perf_counter()
-    task = TuningTask(profile_world(profile), args.policy, args.replay_seed, args.arrivals, profile.name, args.replays)
+    task = TuningTask(profile_world(profile), args.policy, args.replay_seed, args.arrivals, profile.name, args.replays,
+                      workers=args.workers)
     default = task.default_objective
     print(f"cluster {profile.name}: {task.world.size} nodes, policy {args.policy}; default weights "
           f"({DEFAULT.label}) objective {default:.4f}", file=sys.stderr)

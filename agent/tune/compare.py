@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from agent.evaluate.compare import measure
 from rlscore.core.model import load_model
-from agent.parallel import fork_pool
+from agent.parallel import add_ray_argument, shared, use_ray, worker_pool
 from rlscore.core.scoring import ModelScorer
 from agent.sim.simulator import Simulation
 from rlscore.core.state import POLICIES
@@ -46,17 +46,15 @@ from agent.tune.trials import relative_improvement
 
 ROOT = Path(__file__).resolve().parents[2]
 GOAL_IMPROVEMENT = 0.20
-_TUNER: RLTuner | None = None
-_MODELS: dict = {}  # policy -> the learned scorer's model; loaded once, before the workers fork
-
-
-def compare_cluster(cluster: Cluster, trials: int, sampler_seeds: tuple[int, ...], fresh_replays: int) -> dict:
+def compare_cluster(cluster: Cluster, trials: int, sampler_seeds: tuple[int, ...], fresh_replays: int,
+                    tuner: RLTuner, models: dict) -> dict:
+    """Every tuning method on one held-out cluster; `models`: policy -> the learned scorer's model."""
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=UserWarning, module="optuna")
     task = cluster.task()
     fresh = task.fresh_seeds(fresh_replays)
     t0 = time.perf_counter()
-    rl = _TUNER.tune(task, trials)
+    rl = tuner.tune(task, trials)
     rl_seconds = time.perf_counter() - t0  # the default and five trials, nothing cached yet
     runs = {"rl": [rl], **{m: [tune(task, m, trials, s) for s in sampler_seeds] for m in METHODS}}
     seen = {c: task.improvement(c) for c in CATALOGUE}
@@ -74,8 +72,8 @@ def compare_cluster(cluster: Cluster, trials: int, sampler_seeds: tuple[int, ...
             "out_of_sample": float(np.mean([task.improvement(lg.best[0], fresh) for lg in logs])),
             "chosen": [lg.best[0].label for lg in logs],
         }
-    if cluster.policy in _MODELS:
-        scorer = ModelScorer(_MODELS[cluster.policy])
+    if cluster.policy in models:
+        scorer = ModelScorer(models[cluster.policy])
 
         def learned(seeds: tuple[int, ...]) -> float:
             values = [measure(scorer, Simulation(task.world, s), s, cluster.policy, task.arrivals)[0].objective
@@ -87,7 +85,8 @@ def compare_cluster(cluster: Cluster, trials: int, sampler_seeds: tuple[int, ...
 
 
 def _job(args):
-    return compare_cluster(*args)
+    """One cluster on a worker_pool: the tuner and the models come with the pool (loaded once)."""
+    return compare_cluster(*args, *shared())
 
 
 def summarize(results: list[dict]) -> dict:
@@ -149,7 +148,6 @@ def markdown(summary: dict, trials: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global _TUNER
     parser = argparse.ArgumentParser(prog="python -m agent.tune.compare", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--policies", default="EE,LB,EL")
@@ -162,26 +160,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, default=ROOT / "models", help="the learned scorers; 'none' to skip")
     parser.add_argument("--workers", type=int, default=max(1, min(2, multiprocessing.cpu_count())))
     parser.add_argument("--out", type=Path, default=Path("eval/tune"))
+    add_ray_argument(parser)
     args = parser.parse_args(argv)
+    use_ray(args.ray_address)
     policies = [p.strip().upper() for p in args.policies.split(",") if p.strip()]
     if not policies or any(p not in POLICIES for p in policies):
         parser.error(f"--policies: expected a comma-separated subset of {', '.join(POLICIES)}")
     if min(args.clusters, args.trials, args.sampler_seeds, args.fresh_replays, args.workers) < 1:
         parser.error("--clusters, --trials, --sampler-seeds, --fresh-replays and --workers must be >= 1")
     try:
-        _TUNER = RLTuner.load(args.tuner)
+        tuner = RLTuner.load(args.tuner)
     except ValueError as exc:
         parser.error(str(exc))
+    models: dict = {}
     if str(args.models) != "none":
         try:
-            _MODELS.update({p: load_model(args.models / f"{p.lower()}.safetensors", expected_policy=p) for p in policies})
+            models = {p: load_model(args.models / f"{p.lower()}.safetensors", expected_policy=p) for p in policies}
         except ValueError as exc:
             parser.error(str(exc))
     jobs = [(draw(p, i, held_out=True), args.trials, tuple(range(args.sampler_seeds)), args.fresh_replays)
             for p in policies for i in range(args.clusters)]
     started = time.perf_counter()
-    with fork_pool(args.workers) as pool:
-        results = list(tqdm(pool.imap_unordered(_job, jobs), total=len(jobs), desc="held-out clusters", file=sys.stderr))
+    with worker_pool(args.workers, shared=(tuner, models)) as pool:
+        results = list(tqdm(pool.map(_job, jobs), total=len(jobs), desc="held-out clusters", file=sys.stderr))
     results.sort(key=lambda r: (POLICIES.index(r["policy"]), r["cluster"]))
     summary = summarize(results)
     args.out.mkdir(parents=True, exist_ok=True)

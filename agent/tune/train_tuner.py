@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from agent.parallel import fork_pool
+from agent.parallel import add_ray_argument, use_ray, worker_pool
 from agent.tune.clusters import Cluster, training_clusters
 from agent.tune.rl_tuner import (DOMAIN_FEATURES, RLTuner, TrainConfig, domain_features, evaluate_on_table,
                                  train_on_table)
@@ -47,8 +47,8 @@ def _row(args):
 def build_table(clusters: list[Cluster], arrivals: int, replays: int | None, workers: int
                 ) -> tuple[np.ndarray, np.ndarray]:
     jobs = [(c, arrivals, replays) for c in clusters]
-    with fork_pool(workers) as pool:
-        rows = list(tqdm(pool.imap(_row, jobs), total=len(jobs), desc="simulating the catalogue", file=sys.stderr))
+    with worker_pool(workers) as pool:
+        rows = list(tqdm(pool.map(_row, jobs), total=len(jobs), desc="simulating the catalogue", file=sys.stderr))
     return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
 
 
@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=max(1, min(2, multiprocessing.cpu_count())))
     parser.add_argument("--table", type=Path, default=None, help="reuse a simulated table instead of simulating")
     parser.add_argument("--out", type=Path, default=ROOT / "models" / "tuner.pt")
+    add_ray_argument(parser)
     args = parser.parse_args(argv)
+    use_ray(args.ray_address)
     if args.clusters < 5 or min(args.iterations, args.trials, args.arrivals, args.workers) < 1 or (
             args.replays is not None and args.replays < 1):
         parser.error("--clusters must be >= 5; --iterations, --trials, --arrivals, --replays, --workers >= 1")

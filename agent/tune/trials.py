@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agent.evaluate.compare import measure
+from agent.parallel import ray_address, shared, worker_pool
 from agent.sim.simulator import Simulation
 from agent.sim.world import World
 from agent.tune.kube_scores import DEFAULT, KubeScorer, ScoreConfig
@@ -42,6 +43,7 @@ class TuningTask:
     arrivals: int = TRIAL_ARRIVALS
     name: str = "cluster"
     replays: int | None = None  # per trial; None: the policy's TRIAL_REPLAYS
+    workers: int = 1  # processes a trial's replays run on (agent.parallel.worker_pool; Ray when configured)
     _cache: dict = field(default_factory=dict, repr=False)
     simulated: int = 0  # replays actually run (cache misses)
 
@@ -73,8 +75,15 @@ class TuningTask:
 
     def objective(self, config: ScoreConfig, seeds: tuple[int, ...] | None = None) -> float:
         """The policy's objective per arrival with `config` placing the pods (lower is better), the
-        mean over the trial's replays or over `seeds`."""
-        return float(np.mean([self.replay(config, s) for s in (self.seeds if seeds is None else seeds)]))
+        mean over the trial's replays or over `seeds`; the replays not yet cached run side by side."""
+        seeds = self.seeds if seeds is None else seeds
+        missing = [s for s in dict.fromkeys(seeds) if (config, s) not in self._cache]
+        if len(missing) > 1 and (self.workers > 1 or ray_address()):
+            with worker_pool(self.workers, shared=(self.world, self.policy, self.arrivals)) as pool:
+                for s, value in zip(missing, pool.map(_replay, [(config, s) for s in missing])):
+                    self._cache[(config, s)] = value
+                    self.simulated += 1
+        return float(np.mean([self.replay(config, s) for s in seeds]))
 
     @property
     def default_objective(self) -> float:
@@ -84,6 +93,14 @@ class TuningTask:
         """Relative improvement over kube-scheduler's default weights on the same replays
         (0.2 = 20% lower objective); 0 when the default already scores 0."""
         return relative_improvement(self.objective(DEFAULT, seeds), self.objective(config, seeds))
+
+
+def _replay(job: tuple[ScoreConfig, int]) -> float:
+    """One replay of a worker_pool (TuningTask.objective): the same number TuningTask.replay computes."""
+    world, policy, arrivals = shared()
+    config, seed = job
+    result, _ = measure(KubeScorer(config), Simulation(world, seed), seed, policy, arrivals)
+    return result.objective
 
 
 @dataclass

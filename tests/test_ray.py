@@ -1,0 +1,180 @@
+"""Ray as the execution backend, on a real Ray cluster started on this machine: a head node and a
+worker node as separate processes on loopback, run from .venv-ray (.venv plus Ray, `make ray-venv`).
+The commands themselves run in .venv-ray too; .venv, which runs the rest of the suite, has no Ray."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.processes import free_port, wait_for
+
+ROOT = Path(__file__).resolve().parents[1]
+RAY_PY = ROOT / ".venv-ray" / "bin" / "python"
+RAY_CLI = ROOT / ".venv-ray" / "bin" / "ray"
+ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT),
+       # a node that stops answering is declared dead within seconds (Ray's default is ~30 s)
+       "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
+       "RAY_health_check_initial_delay_ms": "1000",
+       # a driver whose head went away gives up after 10 s (default 60 s)
+       "RAY_gcs_rpc_server_reconnect_timeout_s": "10"}
+# the evaluation every test compares: a few small worlds, ~1 s each
+EVAL = ["--policy", "EE", "--families", "poisson,two-d", "--seeds", "3", "--arrivals", "120", "--nodes", "6",
+        "--no-model"]
+
+pytestmark = pytest.mark.integration
+
+
+class RayNodes:
+    """`ray start --block` processes (each in its own session, so that a kill takes its raylet and
+    workers with it)."""
+
+    def __init__(self, tmp: Path):
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.tmp = tmp
+        self.nodes: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, head: bool = False) -> None:
+        args = [str(RAY_CLI), "start", "--block", "--num-cpus=1", "--object-store-memory=100000000",
+                "--disable-usage-stats"]
+        args += (["--head", f"--port={self.port}", "--include-dashboard=false", f"--temp-dir={self.tmp}"] if head
+                 else [f"--address={self.address}"])
+        self.nodes[name] = subprocess.Popen(args, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                            start_new_session=True)
+        wait_for(lambda: self.alive() >= len(self.nodes), 90, f"Ray node {name}", interval_s=1.0)
+
+    def alive(self) -> int:
+        out = subprocess.run([str(RAY_PY), "-c", (
+            "import ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
+            "print(sum(n['Alive'] for n in ray.nodes()))") % self.address],
+            env=ENV, capture_output=True, text=True, timeout=60)
+        return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else 0
+
+    def kill(self, name: str) -> None:
+        os.killpg(self.nodes.pop(name).pid, signal.SIGKILL)
+
+    def stop(self) -> None:
+        for name in list(self.nodes):
+            try:
+                os.killpg(self.nodes[name].pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.nodes.pop(name).wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if not RAY_PY.exists():
+        pytest.fail(f"{RAY_PY} missing: run `make ray-venv` (make py-test builds it)")
+    nodes = RayNodes(Path("/tmp") / f"ray-{os.getpid()}")  # Ray's socket paths must stay short
+    try:
+        nodes.start("head", head=True)
+        nodes.start("worker")
+        yield nodes
+    finally:
+        nodes.stop()
+
+
+def rlscore(module: str, *args: str, python: Path = RAY_PY, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([str(python), "-m", module, *args], env=ENV, capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def table(out: Path) -> tuple[str, list[dict]]:
+    """The evaluation's outputs without the one timed column."""
+    rows = list(csv.DictReader(io.StringIO((out / "runs.csv").read_text())))
+    for row in rows:
+        row.pop("decision_ms")
+    return (out / "summary.md").read_text(), rows
+
+
+def test_an_evaluation_on_ray_gives_the_same_table_as_on_this_machine(cluster, tmp_path):
+    local = rlscore("agent.evaluate.cli", *EVAL, "--out", str(tmp_path / "local"), "--no-progress",
+                    python=ROOT / ".venv" / "bin" / "python")
+    assert local.returncode == 0, local.stderr[-2000:]
+    on_ray = rlscore("agent.evaluate.cli", *EVAL, "--out", str(tmp_path / "ray"), "--no-progress",
+                     "--ray-address", cluster.address)
+    assert on_ray.returncode == 0, on_ray.stderr[-2000:]
+    assert table(tmp_path / "ray") == table(tmp_path / "local")
+    assert on_ray.stdout.replace(str(tmp_path / "ray"), "OUT") == local.stdout.replace(str(tmp_path / "local"), "OUT")
+
+
+def test_the_dqn_learner_takes_its_interaction_from_environment_actors_on_ray(cluster, tmp_path):
+    run = rlscore("agent.learn.train", "--policy", "LB", "--families", "poisson", "--total-timesteps", "1024",
+                  "--demo-worlds", "2", "--demo-decisions", "32", "--pretrain-steps", "10", "--batch-size", "32",
+                  "--burn-in", "10", "--max-nodes", "8", "--actors", "2", "--no-eval", "--log-dir", "",
+                  "--no-progress", "--out", str(tmp_path), "--ray-address", cluster.address)
+    assert run.returncode == 0, run.stderr[-2000:]
+    training = json.loads((tmp_path / "lb.json").read_text())["training"]
+    assert training["environment_actors"] == 2
+    assert training["interaction_steps"] == 1024
+    # one gradient step per train_frequency (4) environment steps, once the replay holds a batch
+    assert 1024 // 4 - 32 <= training["gradient_steps"] - 10 <= 1024 // 4
+    from rlscore.core.model import load_model
+    assert load_model(tmp_path / "lb.safetensors", expected_policy="LB") is not None
+
+
+def test_a_worker_node_killed_mid_evaluation_costs_time_not_results(cluster, tmp_path):
+    local = rlscore("agent.evaluate.cli", *EVAL, "--out", str(tmp_path / "local"), "--no-progress",
+                    python=ROOT / ".venv" / "bin" / "python")
+    assert local.returncode == 0, local.stderr[-2000:]
+    cluster.start("doomed")
+    run = subprocess.Popen([str(RAY_PY), "-m", "agent.evaluate.cli", *EVAL, "--out", str(tmp_path / "ray"),
+                            "--ray-address", cluster.address], env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    stderr: list[str] = []
+    reader = threading.Thread(target=lambda: stderr.extend(iter(lambda: run.stderr.read(64), "")), daemon=True)
+    reader.start()
+    # the progress bar shows the first world done: the others are spread over the three nodes
+    wait_for(lambda: re.search(r"eval EE:.*\| *[1-9]\d*/\d+", "".join(stderr)), 300, "the first world")
+    assert run.poll() is None, "the evaluation ended before the node could be killed"
+    cluster.kill("doomed")
+    stdout, _ = run.communicate(timeout=600)
+    reader.join(timeout=10)
+    assert run.returncode == 0, "".join(stderr)[-2000:]
+    assert table(tmp_path / "ray") == table(tmp_path / "local")
+    assert cluster.alive() == 2
+
+
+def test_without_ray_installed_the_commands_work_and_ray_address_says_what_is_missing(tmp_path):
+    python = ROOT / ".venv" / "bin" / "python"
+    assert subprocess.run([str(python), "-c", "import ray"], capture_output=True).returncode != 0, \
+        ".venv must not have Ray: the suite checks that every command works without it"
+    run = rlscore("agent.evaluate.cli", *EVAL, "--out", str(tmp_path / "out"), "--ray-address", "auto",
+                  python=python)
+    assert run.returncode != 0
+    assert "Ray is not installed" in run.stderr and "rlscore[distributed]" in run.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_that_loses_its_cluster_exits_non_zero_and_writes_nothing(tmp_path):
+    nodes = RayNodes(Path("/tmp") / f"ray-lost-{os.getpid()}")
+    try:
+        nodes.start("head", head=True)
+        run = subprocess.Popen([str(RAY_PY), "-m", "agent.evaluate.cli", *EVAL, "--seeds", "8",
+                                "--out", str(tmp_path / "out"), "--ray-address", nodes.address],
+                               env=ENV, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stderr: list[str] = []
+        reader = threading.Thread(target=lambda: stderr.extend(iter(lambda: run.stderr.read(64), "")), daemon=True)
+        reader.start()
+        wait_for(lambda: re.search(r"eval EE:.*\| *[1-9]\d*/\d+", "".join(stderr)), 300, "the first world")
+        nodes.kill("head")
+        run.wait(timeout=180)
+        reader.join(timeout=10)
+    finally:
+        nodes.stop()
+    assert run.returncode != 0, "".join(stderr)[-2000:]
+    said = "".join(stderr)
+    assert "Ray cluster" in said or "GCS" in said, said[-2000:]  # ours (ClusterLost) or Ray's own last word
+    assert not (tmp_path / "out").exists()
