@@ -69,7 +69,14 @@ test: py-test go-test e2e ## the test suite: unit, integration (real Prometheus,
 py-test: install serve-venv ray-venv deps check-go bin/kubectl bin/helm images ## Python unit and integration tests
 	GO=$(GO) $(PY) -m pytest --ignore=tests/e2e -m "not reproduction"
 
-e2e: local-bin bin/helm install deps images ## end-to-end tests on a fresh local cluster (builds the binaries first)
+# KubeRay's RayCluster CRD, from the operator's Go module, for the e2e test of deploy/overlays/ray
+KUBERAY_VERSION := v1.5.0
+build/crds/ray.io_rayclusters.yaml: | check-go
+	@mkdir -p build/crds
+	dir=$$(cd plugin-go && $(GO) mod download -json github.com/ray-project/kuberay/ray-operator@$(KUBERAY_VERSION) \
+	  | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p') && cp "$$dir/config/crd/bases/ray.io_rayclusters.yaml" $@ && chmod u+w $@
+
+e2e: local-bin bin/helm install deps images build/crds/ray.io_rayclusters.yaml ## end-to-end tests on a fresh local cluster (builds the binaries first)
 	$(PY) -m pytest tests/e2e -m "not reproduction"
 
 verify: install deps ## re-run the experiments behind the shipped models' figures (reproduction tier, ~1 h)
@@ -129,6 +136,7 @@ VERSION := 0.1.0
 SCHEDULER_IMAGE := $(REGISTRY)/kube-scheduler:$(K8S_VERSION)-rlscore.0
 SERVER_IMAGE := $(REGISTRY)/suggestion-server:$(VERSION)
 PROBE_IMAGE := $(REGISTRY)/latency-probe:$(VERSION)
+TRAINER_IMAGE := $(REGISTRY)/trainer:$(VERSION)
 
 check-docker:
 	@command -v docker >/dev/null || { echo "docker not found: kind needs Docker (make local-up and make images need none)"; exit 1; }
@@ -200,6 +208,20 @@ build/wheels/probe.stamp: build/src-serve.stamp | $(VENV)/.installed
 	$(PY) -m pip wheel --quiet --no-deps --wheel-dir build/wheels/probe ./build/src-serve
 	$(PY) -m pip wheel --quiet --wheel-dir build/wheels/probe "prometheus-client>=0.20"
 	@touch $@
+
+# the training image's wheels: the whole source tree with the train and distributed extras (torch from
+# TORCH_WHEEL where it is set, as for .venv)
+build/wheels/train.stamp: pyproject.toml README.md $(SERVE_SOURCES) $(shell find agent -name '*.py') | $(VENV)/.installed
+	@rm -rf build/wheels/train build/src-train && mkdir -p build/wheels/train build/src-train
+	cp -r pyproject.toml README.md rlscore suggestion_server latency_probe agent build/src-train/
+	@find build/src-train -name __pycache__ -prune -exec rm -rf {} +
+	$(PY) -m pip wheel --quiet --wheel-dir build/wheels/train $(if $(TORCH_WHEEL),"$(TORCH_WHEEL)") './build/src-train[train,distributed]'
+	@touch $@
+
+image-trainer: deps-containers build/wheels/train.stamp $(if $(filter debootstrap,$(BASE_FROM)),build/images/debian-python.stamp) ## the retraining and Ray image (rlscore[train,distributed], ~2 GB)
+	$(BUILD_IMAGE) -f deploy/images/trainer.Containerfile --build-arg BASE=$(BASE) \
+	  --build-arg VERSION=$(VERSION) -t $(TRAINER_IMAGE) .
+	@printf '%-48s %6d MB\n' $(TRAINER_IMAGE) $$(( $$($(LIST_IMAGE) $(TRAINER_IMAGE)) / 1000000 ))
 
 print-images: ## print the three image references `make images` builds
 	@echo $(SCHEDULER_IMAGE) $(SERVER_IMAGE) $(PROBE_IMAGE)
@@ -279,10 +301,11 @@ sim-to-real: install ## on the local cluster: live runs of a hot workload replay
 	@env=$$(local-cluster/cluster.sh env) && eval "$$env" && $(PY) -m agent.live.sim_to_real --policy $(POLICY) \
 	  --runs $(RUNS) --pods $(PODS) --out eval/sim-to-real/$(POLICY)-runs.json
 
-bench: install deps local-bin images ## print figures: models, training, /suggest (also under faults), plugin overhead, cluster throughput, image sizes
+bench: install ray-venv deps local-bin images ## print figures: models, training, /suggest (also under faults), plugin overhead, cluster throughput, image sizes
 	PYTHONPATH=$(CURDIR) $(PY) bench/agent_bench.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/server_bench.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/fault_bench.py
+	PYTHONPATH=$(CURDIR) $(RAY_VENV)/bin/python bench/ray_bench.py
 	cd plugin-go && $(GO) test ./pkg/rlscore/ -run '^$$' -bench 'PreScoreScore|ClusterRequestedFromSnapshot' -benchtime 2s
 	PYTHONPATH=$(CURDIR) $(PY) bench/cluster_bench.py
 

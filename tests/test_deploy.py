@@ -24,6 +24,10 @@ def pod_specs(objects: list[dict]):
             yield obj, obj["spec"]["template"]["spec"]
         elif obj["kind"] == "CronJob":
             yield obj, obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        elif obj["kind"] == "RayCluster":
+            yield obj, obj["spec"]["headGroupSpec"]["template"]["spec"]
+            for group in obj["spec"]["workerGroupSpecs"]:
+                yield obj, group["template"]["spec"]
 
 
 def test_overlays_exist():
@@ -170,9 +174,12 @@ def test_retraining_overlay_shares_the_models_and_needs_only_node_reads():
     assert container["command"] == ["rlscore-retrain"]
     args = dict(a.removeprefix("--").split("=", 1) for a in container["args"])
     assert args["model-dir"] == "/var/lib/rlscore/models" and args["token-file"] == "/etc/rlscore/token/token"
-    # the image's shipped model is a starting point too: where the image puts it, under no volume
-    dockerfile = (ROOT / "deploy" / "images" / "suggestion-server.Dockerfile").read_text()
-    assert "COPY models /opt/rlscore/models" in dockerfile
+    # the job runs the training image (the server's has no torch), whose shipped models are starting
+    # points too: where the image puts them, under no volume
+    assert container["image"] == "rlscore/trainer:0.1.0"
+    containerfile = (ROOT / "deploy" / "images" / "trainer.Containerfile").read_text()
+    assert "'rlscore[train,distributed]'" in containerfile
+    assert "models/ee.safetensors" in containerfile and "/opt/rlscore/models/" in containerfile
     assert args["start-from"] == "/opt/rlscore/models/ee.safetensors"
     assert not any(args["start-from"].startswith(m["mountPath"]) for m in container["volumeMounts"])
     # one volume: the job writes candidates where the server looks for them
@@ -200,3 +207,34 @@ def test_retraining_overlay_shares_the_models_and_needs_only_node_reads():
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]
     policy = by[("NetworkPolicy", "rlscore-suggestion-server")]["spec"]["ingress"][0]["from"]
     assert {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "rlscore-retrain"}}} in policy
+
+
+def test_ray_overlay_runs_retraining_on_a_ray_cluster_of_the_training_image():
+    """overlays/ray: the CronJob of overlays/retraining connects to the RayCluster's head with the Ray
+    client; the Ray pods run the training image, need no Kubernetes API, and take connections only
+    from each other and from that job. (The e2e test tests/e2e/test_ray_cluster.py has a real
+    kube-apiserver with KubeRay's CRD accept the RayCluster.)"""
+    objects = render(ROOT / "deploy" / "overlays" / "ray")
+    by = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    ray_cluster = by[("RayCluster", "rlscore-ray")]
+    job = by[("CronJob", "rlscore-retrain")]["spec"]["jobTemplate"]["spec"]["template"]
+    args = job["spec"]["containers"][0]["args"]
+    assert f"--ray-address=ray://{ray_cluster['metadata']['name']}-head-svc.rlscore-system.svc:10001" in args
+    assert "--actors=2" in args
+    specs = [ray_cluster["spec"]["headGroupSpec"]["template"]["spec"],
+             *(g["template"]["spec"] for g in ray_cluster["spec"]["workerGroupSpecs"])]
+    for spec in specs:
+        assert spec["containers"][0]["image"] == job["spec"]["containers"][0]["image"] == "rlscore/trainer:0.1.0"
+        assert spec["automountServiceAccountToken"] is False and spec["serviceAccountName"] == "rlscore-ray"
+        assert {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]} == {"/tmp", "/dev/shm"}
+    # no Role or binding names the Ray account
+    for obj in objects:
+        if obj["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            assert all(s.get("name") != "rlscore-ray" for s in obj.get("subjects", [])), obj["metadata"]["name"]
+    policy = by[("NetworkPolicy", "rlscore-ray")]["spec"]
+    client = next(rule for rule in policy["ingress"] if rule.get("ports"))
+    assert client["from"] == [{"podSelector": {"matchLabels": {"rlscore.io/ray-client": "true"}}}]
+    assert job["metadata"]["labels"]["rlscore.io/ray-client"] == "true"
+    # the Ray version the pods start is the one the image installs (pyproject's distributed extra)
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert '"ray>=2.9"' in pyproject and ray_cluster["spec"]["rayVersion"].startswith("2.")

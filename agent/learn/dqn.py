@@ -155,7 +155,7 @@ class DQNConfig(TrainConfig):
     """processes measuring the mixed worlds' teachers"""
     actors: int = 0
     """with a Ray cluster (--ray-address): environment actors that play the interaction on the cluster and
-    feed this learner's replay (Ape-X); 0 or 1 plays it here"""
+    feed this learner's replay (Ape-X), one cpu each; 0 plays it here"""
     teachers: dict = field(default_factory=dict)
     """family -> teacher (default: TEACHERS[policy]); a world of another family has its own picked"""
 
@@ -500,7 +500,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     # 5: interaction
     episode_returns: list[float] = []
     env_seconds = 0.0
-    on_ray = cfg.total_timesteps > 0 and cfg.actors > 1 and ray_address() is not None
+    on_ray = cfg.total_timesteps > 0 and cfg.actors > 0 and ray_address() is not None
     if on_ray:
         episode_returns, env_seconds = interact_on_ray(cfg, q_network, learn, demos, scale, rng, losses)
     elif cfg.total_timesteps > 0:
@@ -658,6 +658,11 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Re
     (one per `train_frequency`) and hands that actor the newest weights. An actor whose process dies
     is restarted (a new stream of worlds); a cluster that goes away ends the run with ClusterLost."""
     ray = connect_ray(ray_address())
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    if cpus < cfg.actors:  # an actor without a cpu would wait for one for good
+        print(f"the Ray cluster has {cpus} cpus: {max(cpus, 1)} environment actors instead of {cfg.actors}",
+              file=sys.stderr)
+        cfg.actors = max(cpus, 1)
     remote = ray.remote(num_cpus=1, max_restarts=RAY_TASK_RETRIES, max_task_retries=RAY_TASK_RETRIES)(
         EnvironmentActor)
     actors = [remote.remote(cfg, k, scale) for k in range(cfg.actors)]
