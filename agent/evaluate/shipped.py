@@ -151,9 +151,15 @@ def reproduction(path: Path) -> dict:
             "objective": [[r.nodes, r.seed, r.objective] for r in results]}
 
 
-def ship(target: Path, candidate: Path, twin: Path | None, progress: bool = True) -> None:
+class NotShipped(SystemExit):
+    """The candidate is behind the model it would replace: the shipped model stays."""
+
+
+def ship(target: Path, candidate: Path, twin: Path | None, progress: bool = True, force: bool = False) -> None:
     """Measure the candidate as a shipped model is measured (evaluation, hold-out, the ablation against
-    its twin and the model it replaces, a reproduction record) and copy it to `target`."""
+    its twin and the model it replaces, a reproduction record) and copy it to `target`, unless it is
+    behind the model it replaces beyond noise on the mixed worlds' evaluation seeds (`force` ships it
+    anyway); the measurements stay in the candidate's sidecar either way."""
     meta = json.loads(sidecar_path(candidate).read_text())
     if "evaluation" not in meta:
         evaluate_shipped_model(candidate, progress=progress)
@@ -169,12 +175,17 @@ def ship(target: Path, candidate: Path, twin: Path | None, progress: bool = True
         meta["ablation"]["twin_training"] = json.loads(sidecar_path(twin).read_text())["training"]
     meta["reproduce"] = reproduction(candidate)
     _write_sidecar(candidate, meta)
+    if previous is not None:
+        versus = meta["ablation"]["evaluation"]["mixed"].get("vs_previous") or {}
+        previous.unlink()
+        sidecar_path(previous).unlink()
+        previous = None
+        if versus.get("reading") == "behind" and not force:
+            raise NotShipped(f"{candidate} is behind {target} on the mixed worlds (x{versus['ratio']}, 95% interval "
+                             f"{versus['ci95']}): {target} stays; its measurements are in {sidecar_path(candidate)}")
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(candidate, target)
     shutil.copyfile(sidecar_path(candidate), sidecar_path(target))
-    if previous is not None:
-        previous.unlink()
-        sidecar_path(previous).unlink()
 
 
 def verify(path: Path, progress: bool = True) -> list[str]:
@@ -208,10 +219,14 @@ def main(argv: list[str] | None = None) -> int:
         command = sub.add_parser(name, help=what)
         command.add_argument("model", type=Path)
         command.add_argument("--no-progress", action="store_true")
+    mx = sub.add_parser("mixed", help="measure a model on the mixed worlds against every rule into its sidecar")
+    mx.add_argument("model", type=Path)
+    mx.add_argument("--no-progress", action="store_true")
     sh = sub.add_parser("ship", help="measure a candidate as shipped models are (ablation included) and copy it in")
     sh.add_argument("target", type=Path)
     sh.add_argument("candidate", type=Path)
     sh.add_argument("--twin", type=Path, default=None, help="its demonstrations-only twin (the ablation)")
+    sh.add_argument("--force", action="store_true", help="ship even when behind the model it replaces")
     sh.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     progress = not args.no_progress
@@ -223,6 +238,13 @@ def main(argv: list[str] | None = None) -> int:
         for c in checks:
             if not c.ok:
                 print(f"  missed: {c.family} at {c.nodes} nodes: {c.described()}")
+    elif args.command == "mixed":
+        meta = json.loads(sidecar_path(args.model).read_text())
+        meta["ablation"] = ablation(args.model, None, None, progress=progress)
+        _write_sidecar(args.model, meta)
+        for key in ("evaluation", "holdout"):
+            for family_name, cell in meta["ablation"][key].items():
+                print(f"{args.model} {key} {family_name}: vs {cell['best_rule']} {cell['vs_best_rule']}")
     elif args.command == "verify":
         problems = verify(args.model, progress)
         for problem in problems:
@@ -230,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.model}: {'reproduces its sidecar' if not problems else f'{len(problems)} differences'}")
         return 1 if problems else 0
     else:
-        ship(args.target, args.candidate, args.twin, progress)
+        ship(args.target, args.candidate, args.twin, progress, args.force)
         print(f"shipped {args.candidate} as {args.target}")
     return 0
 
