@@ -151,8 +151,8 @@ def reproduction(path: Path) -> dict:
             "objective": [[r.nodes, r.seed, r.objective] for r in results]}
 
 
-class NotShipped(SystemExit):
-    """The candidate is behind the model it would replace: the shipped model stays."""
+class NotShipped(Exception):
+    """The candidate is behind the model it would replace: the shipped model stays (exit status 3)."""
 
 
 def ship(target: Path, candidate: Path, twin: Path | None, progress: bool = True, force: bool = False) -> None:
@@ -252,7 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.model}: {'reproduces its sidecar' if not problems else f'{len(problems)} differences'}")
         return 1 if problems else 0
     else:
-        ship(args.target, args.candidate, args.twin, progress, args.force)
+        try:
+            ship(args.target, args.candidate, args.twin, progress, args.force)
+        except NotShipped as refused:
+            print(f"not shipped: {refused}", file=sys.stderr)
+            return 3
         print(f"shipped {args.candidate} as {args.target}")
     return 0
 
