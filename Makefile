@@ -50,11 +50,13 @@ serve-venv: $(SERVE_VENV)/.installed ## a venv with only rlscore[serve] (what th
 RAY_VENV := .venv-ray
 $(RAY_VENV)/.installed: $(VENV)/.installed
 	@test -x $(RAY_VENV)/bin/python || $(PYTHON) -m venv $(RAY_VENV)
+	@rm -f $(RAY_VENV)/lib/python*/site-packages/rlscore-dev.pth
+	$(RAY_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(RAY_VENV)/bin/python -m pip install --quiet "ray>=2.9"
+	@# last, so that pip above never sees .venv's own pip on its path
 	$(RAY_VENV)/bin/python -c 'import sysconfig, pathlib; site = pathlib.Path(sysconfig.get_path("purelib")); \
 	  dev = pathlib.Path("$(VENV)").resolve() / site.relative_to(sysconfig.get_path("data")); \
 	  (site / "rlscore-dev.pth").write_text(f"import site; site.addsitedir({str(dev)!r})\n")'
-	$(RAY_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(RAY_VENV)/bin/python -m pip install --quiet "ray>=2.9"
 	@touch $@
 
 ray-venv: $(RAY_VENV)/.installed ## .venv plus Ray (rlscore[distributed]) for the Ray tests and benchmarks

@@ -146,10 +146,19 @@ def test_shipped_model_is_small_reproducible_and_runs_at_5000_nodes(policy):
     training = meta["training"]
     for key in ("steps", "seed", "seconds", "hyperparameters", "git_commit", "command", "algorithm"):
         assert key in training, key
-    assert training["wall_seconds"] < 15 * 60  # trained within 15 minutes on the 2-core machine
-    # the trainers were compared and the sidecar says which one shipped
-    assert sum(c["shipped"] for c in meta["candidates"]) == 1
-    assert {c["algorithm"].split(",")[0].split()[0].lower() for c in meta["candidates"]} >= {"ppo", "double"}
+    if training["algorithm"].startswith("DQN"):
+        # trained by this DQN within the 20 minutes per policy on the 2-core machine, learning from
+        # demonstrations and TD; measured beside its demonstrations-only twin, reproducible cheaply
+        assert training.get("wall_seconds", training["seconds"]) < 20 * 60
+        assert training["td_steps"] > 0 and training["demonstrations"]["decisions"] > 0
+        assert meta["ablation"]["twin_training"]["td_steps"] == 0
+        assert meta["ablation"]["twin_training"]["gradient_steps"] >= training["gradient_steps"] - 100
+        assert {"mixed", "mixed-wide"} <= set(meta["ablation"]["holdout"])
+        assert "reproduce" in meta
+    else:  # the earlier wave's models: its trainers were compared and the sidecar says which one shipped
+        assert training["wall_seconds"] < 15 * 60
+        assert sum(c["shipped"] for c in meta["candidates"]) == 1
+        assert {c["algorithm"].split(",")[0].split()[0].lower() for c in meta["candidates"]} >= {"ppo", "double"}
 
     model = load_model(path)
     sim = Simulation.of_family("poisson", seed=5, nodes=5000)
@@ -236,3 +245,17 @@ def test_evaluation_on_two_workers_measures_what_one_does(policy):
     assert all(_same_run(a, b) for a, b in zip(serial, forked))
     assert sorted(forked_traces) == sorted(serial_traces) and model.name in forked_traces
     assert forked_traces[model.name].active_nodes == serial_traces[model.name].active_nodes
+
+
+@pytest.mark.parametrize("policy", ["EE", "LB", "EL"])
+def test_shipped_model_reproduces_its_recorded_runs(policy):
+    """The sidecar's `reproduce` record (a few hold-out seeds of one family, per seed): the model file is
+    the one that was measured, run by run."""
+    meta = _meta(policy)
+    if "reproduce" not in meta:
+        pytest.skip(f"{policy}: the earlier wave's model records no reproduction (make verify re-runs its tables)")
+    record = meta["reproduce"]
+    model = load_model(MODELS / f"{policy.lower()}.safetensors", expected_policy=policy)
+    results, _ = evaluate(policy, [ModelScorer(model)], (record["family"],), record["seeds"], record["arrivals"],
+                          baselines=(), progress=False, seed_base=record["seed_base"], workers=1)
+    assert [[r.nodes, r.seed, r.objective] for r in results] == record["objective"]

@@ -242,7 +242,7 @@ def test_without_onset_and_linger_usage_follows_the_pod_exactly():
     ((10.0, 15.0), "EE", (None, None)),  # EE and LB are served pods without limits
     ((10.0, 15.0), "LB", (None, None)),
     ((10.0, 15.0), "EL", (10.0, 15.0)),
-    (None, "EL", (20.0, 30.0)),  # EL's defaults for a pod without limits, as the server's
+    (None, "EL", (None, None)),  # a pod without limits has none under EL either, as the server serves it
     ((10.0, 15.0), None, (10.0, 15.0)),  # no policy: the pod as it is
 ])
 def test_scorers_see_the_pod_as_the_server_serves_it_to_their_policy(limits, policy, seen):

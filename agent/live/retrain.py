@@ -292,7 +292,9 @@ def choose_start(policy: str, models: list[Path], profile: Path, seeds: int | No
 
 
 def _describe_start(start: Path | None, info: dict) -> str:
-    lines = [f"    not a starting point: {reason}" for reason in info["refused"].values()]
+    # the loader's reasons name the file alone (they reach HTTP clients too); here the path helps
+    lines = [f"    not a starting point: {path}: {reason.removeprefix(Path(path).name + ': ')}"
+             for path, reason in info["refused"].items()]
     if start is None:
         lines.append("    starting from scratch: no usable model")
     else:
