@@ -34,7 +34,11 @@ def _by_key(objects: list[dict]) -> dict:
     return {(o["kind"], o["metadata"]["name"]): o for o in objects}
 
 
-@pytest.mark.parametrize("sets", [(), ("tls.enabled=true",), ("tls.enabled=true", "tls.certManager=true"),
+RETRAINING = ("retraining.enabled=true", "server.apiTokenSecret=rlscore-api-token")
+
+
+@pytest.mark.parametrize("sets", [(), ("tls.enabled=true",), (*RETRAINING, "retraining.ray.enabled=true"),
+                                  ("tls.enabled=true", "tls.certManager=true"),
                                   ("prometheus.enabled=false", "prometheusURL=http://prom:9090",
                                    "nodeExporter.enabled=false", "server.replicas=1")])
 def test_chart_lints(sets):
@@ -44,7 +48,9 @@ def test_chart_lints(sets):
     assert "0 chart(s) failed" in helm(*args)
 
 
-@pytest.mark.parametrize("overlay, sets", [("cluster", ()), ("tls", ("tls.enabled=true",))])
+@pytest.mark.parametrize("overlay, sets", [("cluster", ()), ("tls", ("tls.enabled=true",)),
+                                          ("retraining", RETRAINING),
+                                          ("ray", (*RETRAINING, "retraining.ray.enabled=true"))])
 def test_chart_installs_what_the_overlay_installs(overlay, sets):
     chart = _by_key(template(*sets))
     kustomized = _by_key(_without_hash_suffixes([o for o in render(ROOT / "deploy" / "overlays" / overlay)
@@ -54,17 +60,36 @@ def test_chart_installs_what_the_overlay_installs(overlay, sets):
         got = chart[key]
         if key[0] in ("Deployment", "DaemonSet"):
             want_spec, got_spec = expected["spec"]["template"]["spec"], got["spec"]["template"]["spec"]
+            for field in ("replicas", "strategy"):
+                assert got["spec"].get(field) == expected["spec"].get(field), (key, field)
             for field in ("serviceAccountName", "securityContext", "priorityClassName", "affinity",
                           "topologySpreadConstraints", "tolerations", "hostNetwork", "volumes"):
-                assert got_spec.get(field) == want_spec.get(field), (key, field)
-            for want_c, got_c in zip(want_spec["containers"], got_spec["containers"], strict=True):
+                assert _named(got_spec.get(field)) == _named(want_spec.get(field)), (key, field)
+            for want_c, got_c in zip(want_spec.get("initContainers", []) + want_spec["containers"],
+                                     got_spec.get("initContainers", []) + got_spec["containers"], strict=True):
                 for field in ("image", "args", "ports", "resources", "securityContext", "readinessProbe",
                               "livenessProbe", "volumeMounts", "envFrom"):
-                    assert got_c.get(field) == want_c.get(field), (key, want_c["name"], field)
+                    assert _named(got_c.get(field)) == _named(want_c.get(field)), (key, want_c["name"], field)
                 assert {e["name"]: e.get("value") for e in got_c.get("env", [])} == \
                     {e["name"]: e.get("value") for e in want_c.get("env", [])}, key
-        elif key[0] in ("PodDisruptionBudget", "NetworkPolicy", "Service", "ClusterRole", "Role"):
+        elif key[0] in ("PodDisruptionBudget", "NetworkPolicy", "Service", "ClusterRole", "Role",
+                        "PersistentVolumeClaim"):
             assert got.get("spec", got.get("rules")) == expected.get("spec", expected.get("rules")), key
+        elif key[0] in ("ClusterRoleBinding", "RoleBinding"):
+            assert (got["roleRef"], got["subjects"]) == (expected["roleRef"], expected["subjects"]), key
+        elif key[0] == "ServiceAccount":
+            assert got.get("automountServiceAccountToken") == expected.get("automountServiceAccountToken"), key
+        elif key[0] == "CronJob":
+            want_job, got_job = expected["spec"]["jobTemplate"]["spec"], got["spec"]["jobTemplate"]["spec"]
+            for c in want_job["template"]["spec"]["containers"] + got_job["template"]["spec"]["containers"]:
+                c.pop("imagePullPolicy", None)  # the chart says the default explicitly
+                c["args"] = sorted(c["args"])  # the overlay's patch appends; the chart lists them in place
+            assert (got["spec"]["schedule"], got_job) == (expected["spec"]["schedule"], want_job), key
+        elif key[0] == "RayCluster":
+            groups = [got["spec"]["headGroupSpec"], *got["spec"]["workerGroupSpecs"]]
+            for c in (c for g in groups for c in g["template"]["spec"]["containers"]):
+                c.pop("imagePullPolicy")  # the chart says the default explicitly
+            assert got["spec"] == expected["spec"], key
         elif key == ("ConfigMap", "rl-scheduler-config"):
             want_cfg = yaml.safe_load(expected["data"]["scheduler-config.yaml"])
             got_cfg = yaml.safe_load(got["data"]["scheduler-config.yaml"])
@@ -72,6 +97,13 @@ def test_chart_installs_what_the_overlay_installs(overlay, sets):
             assert got_cfg == want_cfg
         elif key[0] == "ConfigMap":
             assert got["data"] == expected["data"], key
+
+
+def _named(value):
+    """Volumes and mounts in name order: kustomize's patches merge them in an order of their own."""
+    if isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value):
+        return sorted(value, key=lambda v: v["name"])
+    return value
 
 
 def _without_hash_suffixes(objects: list[dict]) -> list[dict]:
@@ -146,3 +178,25 @@ def test_images_come_from_the_registry_make_images_pushed_to():
     ours = {i for i in images if i.startswith("reg.example.com/rl/")}
     assert ours == set(built)
     assert all(i.startswith("quay.io/prometheus/") for i in images - ours)
+
+
+@pytest.mark.parametrize("sets, message", [
+    (("retraining.enabled=true",), "retraining.enabled: set server.apiTokenSecret too"),
+    (("retraining.ray.enabled=true",), "retraining.ray.enabled: the Ray cluster runs the retraining job's work"),
+    ((*RETRAINING, "retraining.policy=XX"), 'retraining.policy: "XX" is not one of EE, LB, EL'),
+])
+def test_the_chart_refuses_retraining_it_cannot_run(sets, message):
+    args = ["template", "rlscore", str(CHART), "--kube-version", "v1.35.4"]
+    for s in sets:
+        args += ["--set", s]
+    r = subprocess.run([str(HELM), *args], capture_output=True, text=True)
+    assert r.returncode != 0 and message in r.stderr, r.stderr
+
+
+def test_retraining_for_another_policy_starts_from_that_policys_shipped_model():
+    objects = _by_key(template(*RETRAINING, "retraining.policy=lb"))
+    job = objects[("CronJob", "rlscore-retrain")]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    args = job["containers"][0]["args"]
+    assert "--policy=LB" in args and "--start-from=/opt/rlscore/models/lb.safetensors" in args
+    assert not any(a.startswith("--ray-address") for a in args)
+    assert ("RayCluster", "rlscore-ray") not in objects

@@ -23,3 +23,15 @@ securityContext:
 {{- define "rlscore.image" -}}
 {{ trimSuffix "/" .root.Values.images.registry }}/{{ index .root.Values.images .name }}
 {{- end }}
+
+{{- /* what the Ray head and workers share: a token-less account, non-root, RuntimeDefault seccomp */ -}}
+{{- define "rlscore.rayPod" -}}
+serviceAccountName: rlscore-ray
+automountServiceAccountToken: false
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 10001
+  runAsGroup: 10001
+  fsGroup: 10001
+  seccompProfile: {type: RuntimeDefault}
+{{- end }}
