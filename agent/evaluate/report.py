@@ -161,9 +161,15 @@ def readme_table(models: Path = MODELS) -> str:
         meta = json.loads((models / f"{policy.lower()}.json").read_text())
         training = meta.get("training", {})
         evaluation, holdout = meta.get("evaluation", {}), meta.get("holdout", {})
-        steps = f"{training.get('td_steps', 0)} TD steps" if training.get("td_steps") else "no TD"
-        trained = (f"{training.get('algorithm', '?').split(':')[0]}; {training.get('demonstrations', {}).get('decisions', '?')}"
-                   f" demonstrations, {steps}, {training.get('wall_seconds', training.get('seconds', '?'))} s")
+        seconds = f"{training.get('wall_seconds', training.get('seconds', '?'))} s"
+        algorithm = training.get("algorithm", "?")
+        if "demonstrations" in training:  # the DQN: what taught it and how far TD took it
+            steps = f"{training['td_steps']} TD steps" if training.get("td_steps") else "no TD"
+            trained = (f"{algorithm.split(':')[0]}; {training['demonstrations'].get('decisions', '?')} demonstrations, "
+                       f"{steps}, {seconds}")
+        else:  # an earlier trainer's model (a rule selector or a behaviour clone): no TD at all
+            name = "rule selector" if algorithm.startswith("selector") else algorithm.split(" of ")[0]
+            trained = f"{name} (earlier trainer, no TD), {seconds}"
         goals = " / ".join(f"{r.get('goals_met', '?')}/{r.get('goals_total', '?')}" for r in (evaluation, holdout))
         misses = " / ".join(str(r.get("missed_beyond_noise", "?")) for r in (evaluation, holdout))
         lines.append(f"| {policy} | {trained} | {goals} | {misses} |")

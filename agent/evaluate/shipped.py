@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         command = sub.add_parser(name, help=what)
         command.add_argument("model", type=Path)
         command.add_argument("--no-progress", action="store_true")
-    mx = sub.add_parser("mixed", help="measure a model on the mixed worlds against every rule into its sidecar")
+    mx = sub.add_parser("mixed", help="measure a model on the mixed worlds against every rule into its sidecar "
+                                      "(and record a reproduction where it has none)")
     mx.add_argument("model", type=Path)
     mx.add_argument("--no-progress", action="store_true")
     sh = sub.add_parser("ship", help="measure a candidate as shipped models are (ablation included) and copy it in")
@@ -241,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "mixed":
         meta = json.loads(sidecar_path(args.model).read_text())
         meta["ablation"] = ablation(args.model, None, None, progress=progress)
+        meta.setdefault("reproduce", reproduction(args.model))
         _write_sidecar(args.model, meta)
         for key in ("evaluation", "holdout"):
             for family_name, cell in meta["ablation"][key].items():

@@ -65,7 +65,7 @@ func TestParseModelRefusesWhatItCannotServe(t *testing.T) {
 		{"other feature count", "expects 30+3", edit(func(e map[string]any) { e["node_features"] = 30 })},
 		{"unknown policy", `unknown policy "XX"`, edit(func(e map[string]any) { e["policy"] = "XX" })},
 		{"one layer", "1 layers", edit(func(e map[string]any) { e["layers"] = e["layers"].([]any)[:1] })},
-		{"short lambda", "layer 0 lambda: 34 rows", edit(func(e map[string]any) {
+		{"short lambda", fmt.Sprintf("layer 0 lambda: %d rows, expected %d", numNodeFeatures+numPodFeatures-1, numNodeFeatures+numPodFeatures), edit(func(e map[string]any) {
 			layer(e, 0)["lambda"] = layer(e, 0)["lambda"].([]any)[1:]
 		})},
 		{"ragged gamma", "layer 1 gamma: a row of 7", edit(func(e map[string]any) {
@@ -103,7 +103,7 @@ func fakeServer(t *testing.T, metrics func() string, model []byte) *httptest.Ser
 	return srv
 }
 
-const metricsBody = `{"feature_spec_version": 3, "default_policy": "EE", "el_default_latency_ms": {"soft": 20, "hard": 30},
+const metricsBody = `{"feature_spec_version": 4, "default_policy": "EE", "el_default_latency_ms": {"soft": 20, "hard": 30},
  "stale_after_s": 30, "snapshot_age_s": %AGE%, "model_versions": {"EE": "ee-random", "LB": null, "EL": null},
  "nodes": {"names": ["a", "b"], "cpu_utilization": [0.5, null], "memory_utilization": [0.1, 0.2],
   "latency_ms": [5, 50], "network_receive_bytes_per_s": [1, 2], "tcp_established": [3, 4],
@@ -197,7 +197,7 @@ func TestLocalScorerRefreshRefusesBadAnswers(t *testing.T) {
 	model := exportModel(randomModel(rand.New(rand.NewSource(3)), 4, 4))
 	tests := []struct{ name, body, want string }{
 		{"not json", "{", "node-metrics"},
-		{"other feature spec", `{"feature_spec_version": 4}`, "feature spec 4"},
+		{"other feature spec", `{"feature_spec_version": 3}`, "the server serves feature spec 3, this plugin computes 4"},
 		{"column too short", strings.Replace(strings.Replace(metricsBody, "%AGE%", "1", 1), `"tcp_established": [3, 4]`,
 			`"tcp_established": [3]`, 1), "nodes.tcp_established has 1 entries for 2 names"},
 		{"bad settings", strings.Replace(strings.Replace(metricsBody, "%AGE%", "1", 1), `"stale_after_s": 30`,
