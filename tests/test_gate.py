@@ -133,6 +133,7 @@ SHIPPED_LB = SHIPPED_EE.with_name("lb.safetensors")
 SHORT = ["--demo-worlds", "8", "--pretrain-steps", "400", "--total-timesteps", "3000", "--teacher-futures", "1"]
 
 
+@pytest.mark.reproduction  # a training run judged on 48 seeds (~160 s): make verify
 def test_a_model_far_behind_the_clusters_best_rule_is_retrained_past_where_it_started(tmp_path):
     """On the local cluster's calibrated profile after pods began to use 3x their requests, an LB model
     that never learned (random weights) is far behind the best rule; fine-tuning as rlscore-retrain
@@ -195,18 +196,20 @@ def test_the_verdict_carries_its_paired_reading_over_the_profiles_default_seeds(
           "--no-progress"])
     verdict = json.loads(sidecar_path(candidate).read_text())["gate"]
     assert verdict["seeds"] == 48 and verdict["paired"]["serving"]["seeds"] == 48
-    # the shipped LB balances requests: far ahead of a random network, behind the rules that read
-    # measured load on this profile's mean (x1.084 of TargetLoadPacking, 95% 1.000-1.170, measured)
-    assert verdict["paired"]["serving"]["reading"] == "ahead" and not verdict["promote"]
+    for side in ("serving", "best_baseline"):  # each reading is what its interval says
+        paired = verdict["paired"][side]
+        low, high = paired["ci95"]
+        assert low <= paired["ratio"] <= high, paired
+        assert paired["reading"] == ("behind" if low > 1.0 else "ahead" if high < 1.0 else "tie"), paired
+    # measured: the shipped LB is behind headroom-balance on this profile beyond noise (x1.096, 95%
+    # 1.042-1.158) and level with an untrained network (x1.011, 0.948-1.082), whose inputs already
+    # hold every rule's standing: refused
     best = verdict["paired"]["best_baseline"]
-    assert best["ratio"] > 1.0, best  # behind on the mean
-    low, high = best["ci95"]
-    assert best["reading"] == ("behind" if low > 1.0 else "ahead" if high < 1.0 else "tie"), best
+    assert verdict["best_baseline"] == "headroom-balance" and best["reading"] == "behind" and not verdict["promote"]
     said = {"behind": "behind beyond noise", "ahead": "ahead beyond noise", "tie": "not told apart from a tie"}
     assert "over 48 seeds, 95% " in verdict["reason"] and said[best["reading"]] in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("serving_arg", ["same path", "another path to it"])
 def test_a_model_is_not_judged_against_itself_and_its_sidecar_is_left_alone(tmp_path, churn_profile, capsys,
                                                                             serving_arg):
     """`--candidate models/ee.safetensors` with the default serving model once wrote a verdict into the

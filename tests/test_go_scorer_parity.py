@@ -19,6 +19,7 @@ import orjson
 import pytest
 import uvicorn
 
+from rlscore.core.features import FEATURE_SPEC_VERSION, NUM_NODE_FEATURES, NUM_POD_FEATURES
 from rlscore.core.state import POLICIES, PodRequest
 from suggestion_server.app import create_app
 from tests.helpers.processes import free_port, wait_for
@@ -142,12 +143,14 @@ def test_in_process_scorer_matches_the_server(live_server, tmp_path):
 def test_node_metrics_and_model_endpoints(live_server):
     app, url = live_server
     metrics = httpx.get(f"{url}/v1/node-metrics").json()
-    assert metrics["feature_spec_version"] == 3 and metrics["default_policy"] == "EE"
+    assert metrics["feature_spec_version"] == FEATURE_SPEC_VERSION and metrics["default_policy"] == "EE"
     assert set(metrics["model_versions"]) == set(POLICIES) and all(metrics["model_versions"].values())
     weights = httpx.get(f"{url}/v1/models/el").json()
     assert weights["format"] == "rlscore-deepsets-weights" and weights["policy"] == "EL"
     assert weights["version"] == metrics["model_versions"]["EL"]
-    assert len(weights["layers"][0]["lambda"]) == 35 and len(weights["layers"][-1]["bias"]) == 1
+    # exported in the plugin's feature spec, whatever spec the model was trained on (EL's: 3)
+    assert len(weights["layers"][0]["lambda"]) == NUM_NODE_FEATURES + NUM_POD_FEATURES
+    assert len(weights["layers"][-1]["bias"]) == 1
     bad = httpx.get(f"{url}/v1/models/fast")
     assert bad.status_code == 422 and "unknown policy" in bad.text
     app.state.services.registry.policies["LB"].model = None  # as after a model file failed to validate

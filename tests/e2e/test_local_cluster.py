@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import ROOT, E2ECluster, cleanup
+from tests.helpers.crds import install_ray_crd
 from tests.helpers.metrics import counter
 
 NODES = [f"kwok-node-{i}" for i in range(4)]
@@ -156,6 +157,7 @@ def test_deploy_overlays_pass_server_side_dry_run(cluster):
     kubectl = [str(ROOT / "bin" / "kubectl"), "--kubeconfig", cluster.kubeconfig]
     # the namespace must exist for its objects to dry-run; the overlays create it in a real install
     subprocess.run(kubectl + ["create", "namespace", "rlscore-system"], capture_output=True)
+    install_ray_crd(cluster.kubeconfig)  # overlays/ray holds a RayCluster (the KubeRay operator's CRD)
     for overlay in sorted((ROOT / "deploy" / "overlays").iterdir()):
         r = subprocess.run(kubectl + ["apply", "--dry-run=server", "-k", str(overlay)], capture_output=True, text=True)
         assert r.returncode == 0, f"{overlay.name}: {r.stderr}"
@@ -163,10 +165,14 @@ def test_deploy_overlays_pass_server_side_dry_run(cluster):
 
 
 @pytest.mark.parametrize("sets", [(), ("tls.enabled=true",), ("server.apiTokenSecret=rlscore-api-token",
-                                                             "server.replicas=1", "prometheus.enabled=false")])
+                                                             "server.replicas=1", "prometheus.enabled=false"),
+                                  ("server.apiTokenSecret=rlscore-api-token", "retraining.enabled=true",
+                                   "retraining.ray.enabled=true")])
 def test_helm_chart_passes_server_side_dry_run(cluster, sets):
     kubectl = [str(ROOT / "bin" / "kubectl"), "--kubeconfig", cluster.kubeconfig]
     subprocess.run(kubectl + ["create", "namespace", "rlscore-system"], capture_output=True)
+    if "retraining.ray.enabled=true" in sets:
+        install_ray_crd(cluster.kubeconfig)
     args = [str(ROOT / "bin" / "helm"), "template", "rlscore", str(ROOT / "deploy" / "helm" / "rlscore"),
             "--namespace", "rlscore-system", "--kube-version", "v1.35.4"]
     for s in sets:

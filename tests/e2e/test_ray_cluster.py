@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import copy
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.helpers.crds import install_ray_crd
+
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = ROOT / "bin" / "kubectl"
-CRD = ROOT / "build" / "crds" / "ray.io_rayclusters.yaml"
 
 
 def kubectl(cluster, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -23,25 +23,9 @@ def kubectl(cluster, *args: str, stdin: str | None = None) -> subprocess.Complet
                           capture_output=True, text=True, timeout=120)
 
 
-def _wait_established(cluster, crd: str, timeout_s: float = 60.0) -> None:
-    """`kubectl wait --for=condition=Established` errors out while a new CRD has no conditions yet."""
-    jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = kubectl(cluster, "get", "crd", crd, "-o", f"jsonpath={jsonpath}")
-        if got.returncode == 0 and got.stdout.strip() == "True":
-            return
-        time.sleep(0.5)
-    pytest.fail(f"CRD {crd} not Established after {timeout_s:.0f} s")
-
-
 @pytest.fixture(scope="module")
 def ray_objects(cluster):
-    if not CRD.exists():
-        pytest.fail(f"{CRD} missing: run `make build/crds/ray.io_rayclusters.yaml` (make e2e fetches it)")
-    applied = kubectl(cluster, "apply", "--server-side", "-f", str(CRD))
-    assert applied.returncode == 0, applied.stderr
-    _wait_established(cluster, "rayclusters.ray.io")
+    install_ray_crd(cluster.kubeconfig)
     kubectl(cluster, "create", "namespace", "rlscore-system")  # may exist already
     rendered = subprocess.run([str(KUBECTL), "kustomize", str(ROOT / "deploy" / "overlays" / "ray")],
                               capture_output=True, text=True, check=True).stdout
