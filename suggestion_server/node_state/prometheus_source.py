@@ -20,6 +20,11 @@ import msgspec
 from suggestion_server import metrics
 
 
+
+# answers larger than this are decoded in a worker thread; every this many series the loop yields
+PARSE_INLINE_BYTES = 64 * 1024
+YIELD_EVERY_SERIES = 500
+
 class _Labels(msgspec.Struct):
     """The labels that say which node a series belongs to; the others are skipped unread."""
 
@@ -153,7 +158,9 @@ class PrometheusSource:
             try:
                 async with asyncio.timeout(self.timeout_s):
                     status, body = await self._get(client, query)
-                vector = instant_vector(status, body)
+                # decoding a large answer takes milliseconds: off the loop that answers /suggest
+                vector = await asyncio.to_thread(instant_vector, status, body) if len(body) > PARSE_INLINE_BYTES \
+                    else instant_vector(status, body)
             except (httpx.HTTPError, QueryError, TimeoutError) as exc:  # refused, timed out, too large, PromQL error
                 reason = ("timeout" if isinstance(exc, (TimeoutError, httpx.TimeoutException)) else
                           "too_large" if isinstance(exc, AnswerTooLarge) else
@@ -162,7 +169,9 @@ class PrometheusSource:
                 detail = f"no answer within {self.timeout_s:g} s" if reason == "timeout" else str(exc)[:200]
                 problems.append(f"prometheus {field}: {type(exc).__name__}: {detail}")
                 continue
-            for series in vector:
+            for k, series in enumerate(vector):
+                if k and k % YIELD_EVERY_SERIES == 0:
+                    await asyncio.sleep(0)  # thousands of series: let /suggest in between
                 node = series_node(series.metric, ip_to_node)
                 try:
                     value = float(series.value[1])

@@ -69,6 +69,33 @@ class FaultyPrometheus:
     - "deep": an answer nested thousands of levels deep;
     - "invent": the real answer plus `invent` series of node names no cluster has, new ones each time."""
 
+    def _huge_body(self) -> bytes:
+        """Built once: the answer is the fault, not the proxy's time making it."""
+        if getattr(self, "_huge", None) is None:
+            series = b",".join(b'{"metric":{"node":"flood-%08d"},"value":[1,"0.5"]}' % i
+                               for i in range(self.huge_series))
+            self._huge = b'{"status":"success","data":{"resultType":"vector","result":[' + series + b"]}}"
+        return self._huge
+
+    def _with_ghosts(self, body: bytes) -> bytes:
+        """The answer plus `invent` series of new node names. Spliced as bytes where the answer is a
+        compact vector (Prometheus's): this proxy shares its process (and GIL) with the benchmark's
+        client, whose timings a json round trip per answer would disturb."""
+        stripped = body.rstrip()
+        start, self._counter = self._counter, self._counter + self.invent
+        now = time.time()
+        if stripped.startswith(b'{"status":"success","data":{"resultType":"vector","result":[') and \
+                stripped.endswith(b"]}}"):
+            ghosts = b",".join(b'{"metric":{"node":"ghost-%d"},"value":[%.3f,"0.5"]}' % (i, now)
+                               for i in range(start, start + self.invent))
+            return stripped[:-3] + (b"" if stripped.endswith(b"[]}}") else b",") + ghosts + b"]}}"
+        data = json.loads(body)
+        if data.get("status") == "success" and data["data"]["resultType"] == "vector":
+            data["data"]["result"] += [{"metric": {"node": f"ghost-{i}"}, "value": [now, "0.5"]}
+                                       for i in range(start, start + self.invent)]
+            return json.dumps(data).encode()
+        return body
+
     def __init__(self, upstream: str):
         self.upstream, self.mode = upstream, "pass"
         self.huge_series, self.invent = 400_000, 5000
@@ -105,21 +132,14 @@ class FaultyPrometheus:
                     time.sleep(1.0)
                 return
             if mode == "huge":
-                series = b",".join(b'{"metric":{"node":"flood-%08d"},"value":[1,"0.5"]}' % i
-                                   for i in range(self.huge_series))
-                body = b'{"status":"success","data":{"resultType":"vector","result":[' + series + b"]}}"
+                body = self._huge_body()
             elif mode == "deep":
                 body = b'{"status":"success","data":{"resultType":"vector","result":' + b"[" * 5000 + b"]" * 5000 + b"}}"
             else:
                 answer = httpx.get(f"{self.upstream}{request.path}", timeout=10)
                 body = answer.content
                 if mode == "invent":
-                    data = json.loads(body)
-                    if data.get("status") == "success" and data["data"]["resultType"] == "vector":
-                        start, self._counter = self._counter, self._counter + self.invent
-                        data["data"]["result"] += [{"metric": {"node": f"ghost-{i}"}, "value": [time.time(), "0.5"]}
-                                                   for i in range(start, start + self.invent)]
-                        body = json.dumps(data).encode()
+                    body = self._with_ghosts(body)
             request.send_response(200)
             request.send_header("content-type", "application/json")
             request.send_header("content-length", str(len(body)))
