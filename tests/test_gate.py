@@ -210,6 +210,7 @@ def test_the_verdict_carries_its_paired_reading_over_the_profiles_default_seeds(
     assert "over 48 seeds, 95% " in verdict["reason"] and said[best["reading"]] in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("serving_arg", ["same path", "another path to it"])
 def test_a_model_is_not_judged_against_itself_and_its_sidecar_is_left_alone(tmp_path, churn_profile, capsys,
                                                                             serving_arg):
     """`--candidate models/ee.safetensors` with the default serving model once wrote a verdict into the
