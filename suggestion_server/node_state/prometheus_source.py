@@ -19,11 +19,10 @@ import msgspec
 
 from suggestion_server import metrics
 
-
-
 # answers larger than this are decoded in a worker thread; every this many series the loop yields
 PARSE_INLINE_BYTES = 64 * 1024
 YIELD_EVERY_SERIES = 500
+
 
 class _Labels(msgspec.Struct):
     """The labels that say which node a series belongs to; the others are skipped unread."""
@@ -158,9 +157,10 @@ class PrometheusSource:
             try:
                 async with asyncio.timeout(self.timeout_s):
                     status, body = await self._get(client, query)
-                # decoding a large answer takes milliseconds: off the loop that answers /suggest
-                vector = await asyncio.to_thread(instant_vector, status, body) if len(body) > PARSE_INLINE_BYTES \
-                    else instant_vector(status, body)
+                if len(body) > PARSE_INLINE_BYTES:  # milliseconds of decoding: off the loop that answers /suggest
+                    vector = await asyncio.to_thread(instant_vector, status, body)
+                else:
+                    vector = instant_vector(status, body)
             except (httpx.HTTPError, QueryError, TimeoutError) as exc:  # refused, timed out, too large, PromQL error
                 reason = ("timeout" if isinstance(exc, (TimeoutError, httpx.TimeoutException)) else
                           "too_large" if isinstance(exc, AnswerTooLarge) else

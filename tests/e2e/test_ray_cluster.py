@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import copy
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.helpers.crds import install_ray_crd
-
-ROOT = Path(__file__).resolve().parents[2]
-KUBECTL = ROOT / "bin" / "kubectl"
+from tests.helpers.crds import KUBECTL, ROOT, install_ray_crd
 
 
 def kubectl(cluster, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -5,7 +5,6 @@ invents node names)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -69,37 +68,10 @@ class FaultyPrometheus:
     - "deep": an answer nested thousands of levels deep;
     - "invent": the real answer plus `invent` series of node names no cluster has, new ones each time."""
 
-    def _huge_body(self) -> bytes:
-        """Built once: the answer is the fault, not the proxy's time making it."""
-        if getattr(self, "_huge", None) is None:
-            series = b",".join(b'{"metric":{"node":"flood-%08d"},"value":[1,"0.5"]}' % i
-                               for i in range(self.huge_series))
-            self._huge = b'{"status":"success","data":{"resultType":"vector","result":[' + series + b"]}}"
-        return self._huge
-
-    def _with_ghosts(self, body: bytes) -> bytes:
-        """The answer plus `invent` series of new node names. Spliced as bytes where the answer is a
-        compact vector (Prometheus's): this proxy shares its process (and GIL) with the benchmark's
-        client, whose timings a json round trip per answer would disturb."""
-        stripped = body.rstrip()
-        start, self._counter = self._counter, self._counter + self.invent
-        now = time.time()
-        if stripped.startswith(b'{"status":"success","data":{"resultType":"vector","result":[') and \
-                stripped.endswith(b"]}}"):
-            ghosts = b",".join(b'{"metric":{"node":"ghost-%d"},"value":[%.3f,"0.5"]}' % (i, now)
-                               for i in range(start, start + self.invent))
-            return stripped[:-3] + (b"" if stripped.endswith(b"[]}}") else b",") + ghosts + b"]}}"
-        data = json.loads(body)
-        if data.get("status") == "success" and data["data"]["resultType"] == "vector":
-            data["data"]["result"] += [{"metric": {"node": f"ghost-{i}"}, "value": [now, "0.5"]}
-                                       for i in range(start, start + self.invent)]
-            return json.dumps(data).encode()
-        return body
-
     def __init__(self, upstream: str):
         self.upstream, self.mode = upstream, "pass"
         self.huge_series, self.invent = 400_000, 5000
-        self._counter = 0
+        self._counter, self._huge = 0, None
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -116,6 +88,28 @@ class FaultyPrometheus:
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def _huge_body(self) -> bytes:
+        """Built once: the answer is the fault, not the proxy's time making it."""
+        if self._huge is None:
+            series = b",".join(b'{"metric":{"node":"flood-%08d"},"value":[1,"0.5"]}' % i
+                               for i in range(self.huge_series))
+            self._huge = b'{"status":"success","data":{"resultType":"vector","result":[' + series + b"]}}"
+        return self._huge
+
+    def _with_ghosts(self, body: bytes) -> bytes:
+        """The answer plus `invent` series of new node names, spliced into Prometheus's compact JSON as
+        bytes: this proxy shares its process (and GIL) with the benchmark's client, whose timings a
+        json round trip per answer would disturb."""
+        stripped = body.rstrip()
+        if stripped.startswith(b'{"status":"success","data":{"resultType":"vector","result":[') and \
+                stripped.endswith(b"]}}"):
+            start, self._counter = self._counter, self._counter + self.invent
+            now = time.time()
+            ghosts = b",".join(b'{"metric":{"node":"ghost-%d"},"value":[%.3f,"0.5"]}' % (i, now)
+                               for i in range(start, start + self.invent))
+            return stripped[:-3] + (b"" if stripped.endswith(b"[]}}") else b",") + ghosts + b"]}}"
+        return body  # an error or another result type: passed on as it is
 
     def handle(self, request: BaseHTTPRequestHandler) -> None:
         mode = self.mode
