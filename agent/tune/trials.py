@@ -68,8 +68,7 @@ class TuningTask:
         """The policy's objective per arrival on one seeded replay with `config` placing the pods."""
         key = (config, seed)
         if key not in self._cache:
-            result, _ = measure(KubeScorer(config), Simulation(self.world, seed), seed, self.policy, self.arrivals)
-            self._cache[key] = result.objective
+            self._cache[key] = replay_objective(self.world, self.policy, self.arrivals, config, seed)
             self.simulated += 1
         return self._cache[key]
 
@@ -95,12 +94,15 @@ class TuningTask:
         return relative_improvement(self.objective(DEFAULT, seeds), self.objective(config, seeds))
 
 
-def _replay(job: tuple[ScoreConfig, int]) -> float:
-    """One replay of a worker_pool (TuningTask.objective): the same number TuningTask.replay computes."""
-    world, policy, arrivals = shared()
-    config, seed = job
+def replay_objective(world, policy: str, arrivals: int, config: ScoreConfig, seed: int) -> float:
+    """The policy's objective per arrival on one seeded replay of `world` with `config` placing the pods."""
     result, _ = measure(KubeScorer(config), Simulation(world, seed), seed, policy, arrivals)
     return result.objective
+
+
+def _replay(job: tuple[ScoreConfig, int]) -> float:
+    """One replay of a worker_pool (TuningTask.objective), the pool's shared value being the task's world."""
+    return replay_objective(*shared(), *job)
 
 
 @dataclass
