@@ -57,9 +57,21 @@ def _pods(policy: str, rng: np.random.Generator) -> list[PodRequest]:
             PodRequest(cpu[2], 128 * MIB, None, 30.0), PodRequest(cpu[3], 0.0, 50.0, 50.0)]
 
 
-def _run_go(test: str, env: dict) -> None:
-    result = subprocess.run([GO, "test", "-count=1", "-run", f"^{test}$", "-v", "./pkg/rlscore/"], cwd=PLUGIN,
-                            env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
+@pytest.fixture(scope="module")
+def go_test_binary(tmp_path_factory) -> Path:
+    """The Go test binary, compiled before the server's snapshot starts to age: a cold build takes
+    longer than the snapshot's stale_after_s on a slow machine, and a stale snapshot is left to the server."""
+    binary = tmp_path_factory.mktemp("go") / "rlscore.test"
+    result = subprocess.run([GO, "test", "-c", "-o", str(binary), "./pkg/rlscore/"], cwd=PLUGIN,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return binary
+
+
+def _run_go(binary: Path, test: str, env: dict) -> None:
+    result = subprocess.run([str(binary), "-test.count=1", "-test.run", f"^{test}$", "-test.v"],
+                            cwd=PLUGIN / "pkg" / "rlscore", env={**os.environ, **env}, capture_output=True, text=True,
+                            timeout=300)
     lines = [line for line in result.stdout.splitlines() if line.strip().startswith(("---", "parity", "ok", "FAIL"))
              or "_test.go" in line]
     print("\n".join(lines))
@@ -88,7 +100,7 @@ def live_server():
     thread.join(10)
 
 
-def test_in_process_scorer_matches_the_server(live_server, tmp_path):
+def test_in_process_scorer_matches_the_server(go_test_binary, live_server, tmp_path):
     app, url = live_server
     table = app.state.services.table
     rng = np.random.default_rng(7)
@@ -137,7 +149,7 @@ def test_in_process_scorer_matches_the_server(live_server, tmp_path):
         expected[pod["name"]] = answer["scores"]
     path = tmp_path / "cluster.json"
     path.write_bytes(orjson.dumps({"server": url, "nodes": nodes, "pods": pods, "expected": expected}))
-    _run_go("TestLocalScorerMatchesServer", {"RLSCORE_PARITY_CLUSTER": str(path)})
+    _run_go(go_test_binary, "TestLocalScorerMatchesServer", {"RLSCORE_PARITY_CLUSTER": str(path)})
 
 
 def test_node_metrics_and_model_endpoints(live_server):
