@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlscore.core.rules import FALLBACK_RULE
-from rlscore.core.model import AnyModel, ModelValidationError, load_model, model_path
+from rlscore.core.model import AnyModel, ModelValidationError, load_model, model_path, sidecar_path
 from rlscore.core.state import POLICIES
 from suggestion_server import metrics
 
@@ -27,7 +27,7 @@ class PolicyModel:
     model: AnyModel | None = None
     error: str | None = None
     loaded_at: float | None = None
-    file_stamp: tuple[float, int] | None = field(default=None, repr=False)
+    file_stamp: tuple | None = field(default=None, repr=False)
 
     def status(self) -> dict:
         return {"policy": self.policy, "path": str(self.path),
@@ -47,12 +47,21 @@ def _training_steps(model: AnyModel | None) -> int | None:
     return steps if isinstance(steps, int) else None
 
 
-def file_stamp(path: Path) -> tuple[float, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_mtime, st.st_size
+def file_stamp(path: Path) -> tuple | None:
+    """The model file's and its sidecar's inode, mtime and size (None without a model file): a change
+    to either (rewritten, or renamed over) is a new model to validate; an unchanged pair keeps the
+    verdict it had."""
+    stamps = []
+    for p in (path, sidecar_path(path)):
+        try:
+            st = p.stat()
+        except OSError:
+            if p == path:
+                return None
+            stamps.append(None)
+            continue
+        stamps.append((st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(stamps)
 
 
 class ModelRegistry:
@@ -94,7 +103,9 @@ class ModelRegistry:
             self.load(policy)
 
     def reload_changed(self) -> list[str]:
-        """Reload the policies whose file changed (mtime or size) since the last attempt."""
+        """Reload the policies whose model file or sidecar changed (mtime or size) since the last
+        attempt; an unchanged file keeps its model or its refusal without being read again, so a burst
+        of reloads costs the scoring path nothing."""
         changed = [p for p, e in self.policies.items() if file_stamp(e.path) != e.file_stamp]
         for policy in changed:
             self.load(policy)

@@ -65,13 +65,18 @@ def router(services: Services) -> APIRouter:
                                                   f"({model.version}), which has no weights")
         return Response(orjson.dumps(model.export()), media_type="application/json")
 
-    @models.post("/models/reload", responses=CHANGE_RESPONSES, summary="Load every policy's model file again")
-    async def reload_models(request: Request) -> JSONResponse:
+    @models.post("/models/reload", responses=CHANGE_RESPONSES,
+                 summary="Load the model files that changed (or every one, with force=true)")
+    async def reload_models(request: Request, force: bool = False) -> JSONResponse:
         if (refused := changes_closed(s, request)) is not None:
             return refused
-        await asyncio.to_thread(s.registry.load_all)
+        if force:
+            await asyncio.to_thread(s.registry.load_all)
+            reloaded = list(s.registry.policies)
+        else:
+            reloaded = await asyncio.to_thread(s.registry.reload_changed)
         s.rollout.watch()
-        return JSONResponse({"policies": s.registry.status()})
+        return JSONResponse({"reloaded": reloaded, "policies": s.registry.status()})
 
     @models.get("/v1/rollout", summary="Each policy's rollout: stage, candidate, agreement, placement costs, history")
     async def rollout_status() -> dict:

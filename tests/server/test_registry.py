@@ -85,3 +85,31 @@ def test_model_with_non_finite_output_at_serving_time_falls_back(tmp_path, make_
     assert r["scores"]["near"] == 100
     near_only = post(client, {**body, "nodes": [node("near", latency=10.0), node("mid", latency=20.0)]}).json()
     assert near_only["source"] == "model"
+
+
+def test_reload_reads_only_files_that_changed_and_a_sidecar_change_counts(tmp_path, make_client):
+    """A burst of reloads re-reads nothing unchanged (the scoring path pays nothing), keeps a refusal
+    as it was, and a rewritten sidecar alone is a change; force=true reads every file again."""
+    copy_models(tmp_path)
+    client = make_client(model_dir=tmp_path, allow_unauthenticated_changes=True)
+    assert client.post("/models/reload").json()["reloaded"] == []
+    failures_before = _load_failures(client, "EE")
+    side = sidecar_path(tmp_path / "ee.safetensors")
+    side.write_bytes(b"[" * 5000 + b"]" * 5000)
+    first = client.post("/models/reload").json()
+    assert first["reloaded"] == ["EE"]
+    error = {s["policy"]: s for s in first["policies"]}["EE"]["error"]
+    assert error and "nest" in error
+    again = client.post("/models/reload").json()
+    assert again["reloaded"] == [] and {s["policy"]: s for s in again["policies"]}["EE"]["error"] == error
+    forced = client.post("/models/reload?force=true").json()
+    assert forced["reloaded"] == ["EE", "LB", "EL"]
+    assert {s["policy"]: s for s in forced["policies"]}["EE"]["error"] == error
+    assert _load_failures(client, "EE") == failures_before + 2  # the first refusal and the forced one
+
+
+def _load_failures(client, policy: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(f'rlscore_model_load_failures_total{{policy="{policy}"}}'):
+            return float(line.split()[-1])
+    return 0.0
