@@ -36,7 +36,8 @@ def free_port() -> int:
 
 
 def start(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([str(RAY), "start", "--block", "--disable-usage-stats", *args], env=ENV,
+    return subprocess.Popen([str(RAY), "start", "--block", "--disable-usage-stats", "--object-store-memory=200000000",
+                             *args], env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -60,13 +61,16 @@ def measure(workers: int, work: Path) -> dict:
     temp = Path(tempfile.mkdtemp(prefix="rb", dir="/tmp"))
     nodes = [start(["--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false", f"--temp-dir={temp}"])]
     try:
-        for _ in range(workers):
-            nodes.append(start([f"--address={address}", "--num-cpus=1"]))
-        deadline = time.monotonic() + 120
-        while alive(address) < workers + 1:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{workers} Ray workers did not join")
-            time.sleep(1)
+        # one node at a time, each joined before the next starts: two raylets registering with a head
+        # at once on one host do not both join
+        for joined in range(1, workers + 2):
+            if joined > 1:
+                nodes.append(start([f"--address={address}", "--num-cpus=1"]))
+            deadline = time.monotonic() + 120
+            while alive(address) < joined:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"Ray node {joined} of {workers + 1} did not join within 120 s")
+                time.sleep(1)
         run("agent.evaluate.cli", [*EVAL, "--out", str(work / "warm"), "--seeds", "1", "--ray-address", address])
         eval_s = run("agent.evaluate.cli", [*EVAL, "--out", str(work / f"eval-{workers}"), "--ray-address", address])
         run("agent.learn.train", [*TRAIN, "--actors", str(workers), "--out", str(work / f"train-{workers}"),

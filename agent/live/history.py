@@ -228,17 +228,18 @@ def read_history(core, prometheus, start: float, end: float, step_s: float = 5.0
 
     nodes = node_records(core)
     by_name = {n.name: n for n in nodes}
-    for labels, _, values in read("node_latency"):
-        if (node := by_name.get(labels.get("node", ""))) is not None:
-            node.latency_ms, node.latency_std_ms = float(values.mean()), float(values.std())
-    _kepler_power(read, by_name)
-    _background_cpu(read, by_name, notes)
-
+    # the one query that must answer, first: a Prometheus that is down is reported before the optional
+    # queries each spend the client's retries on it
     created = {(lab.get("namespace", ""), lab.get("pod", "")): (times, values)
                for lab, times, values in read("pod_created") if lab.get("pod")}
     if not created:
         raise HistoryError("prometheus has no kube_pod_created series in the window: is kube-state-metrics "
                            "scraped? (rlscore-calibrate reads pod history from it)")
+    for labels, _, values in read("node_latency"):
+        if (node := by_name.get(labels.get("node", ""))) is not None:
+            node.latency_ms, node.latency_std_ms = float(values.mean()), float(values.std())
+    _kepler_power(read, by_name)
+    _background_cpu(read, by_name, notes)
 
     def per_pod(name: str) -> dict[tuple[str, str], tuple[dict, np.ndarray, np.ndarray]]:
         return {(lab.get("namespace", ""), lab.get("pod", "")): (lab, t, v) for lab, t, v in read(name)}

@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="another model to start from, e.g. the image's shipped one (repeatable): the best "
                              "on the profile, the serving model included, is fine-tuned")
     parser.add_argument("--seeds", type=int, default=None,
-                        help="held-out seeds the gate judges on (default: rlscore-gate's, by the profile's size)")
+                        help="held-out seeds the gate judges on, and as many apart from them that choose the "
+                             "starting model (default: rlscore-gate's, by the profile's size)")
     parser.add_argument("--margin", type=float, default=0.0, help="improvement the gate requires")
     parser.add_argument("--no-heuristic-fallback", action="store_true",
                         help="when the gate refuses the retrained candidate, do not hand over the best heuristic "
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         return finish(2, "calibration failed")
 
     start, record["init"] = _step("choose start", record, lambda: choose_start(policy, [serving, *args.start_from],
-                                                                                 profile))
+                                                                                 profile, args.seeds))
     print(_describe_start(start, record["init"]), file=sys.stderr)
     train_args, record["training"] = training_args(policy, start, record["init"], profile, work, candidate.name,
                                                    args.timesteps)

@@ -24,6 +24,7 @@ import torch
 from kubernetes import client
 from prometheus_api_client import PrometheusConnect
 
+from rlscore.core.features import NODE_FEATURES
 from rlscore.core.model import load_model, sidecar_path
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
@@ -75,9 +76,21 @@ class Server:
 
 
 def stale_model(path: Path) -> Path:
-    """The model serving before the loop: untrained, so a candidate can be seen to do better."""
-    torch.manual_seed(5)
-    return save_model(path, NodeScorer((64, 64)), "EE", {"training": {"steps": 0, "note": "e2e stale model"}})
+    """The model serving before the loop: one that spreads pods (its score is each node's standing
+    under least-allocated, as a model taught another objective would), so that a candidate can be seen
+    to pack better. An untrained network was used before; its live placements follow small feature
+    differences, and in one run it packed as well as the rule that replaced it."""
+    net = NodeScorer((4, 4))
+    column = NODE_FEATURES.index("rule:least-allocated")
+    with torch.no_grad():
+        for layer in net.layers:
+            for linear in (layer.Lambda, layer.Gamma, layer.Delta):
+                linear.weight.zero_()
+            layer.Lambda.bias.zero_()
+        net.layers[0].Lambda.weight[0, column] = 1.0
+        net.layers[1].Lambda.weight[0, 0] = 1.0
+        net.layers[2].Lambda.weight[0, 0] = 10.0
+    return save_model(path, net, "EE", {"training": {"steps": 0, "note": "e2e stale model: spreads (least-allocated)"}})
 
 
 def local_busy(cluster: E2ECluster) -> dict[str, str]:
@@ -114,7 +127,13 @@ def wait_for(check, timeout_s: float, what: str, interval_s: float = 1.0):
 
 def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_path):
     live = cluster.live
-    figures: dict = {}
+    figures: dict = {"phase_seconds": {}}
+    clock = [time.monotonic()]
+
+    def phase(name: str) -> None:  # printed with the figures: where the test's minutes go
+        now = time.monotonic()
+        figures["phase_seconds"][name] = round(now - clock[0], 1)
+        clock[0] = now
 
     # 1. the workload the profile describes, placed by rl-scheduler (the shipped EL model, in process:
     #    latency limits, then packing, so both active nodes and violations depend on its choices)
@@ -129,6 +148,7 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
     calibrated, _ = calibrate.build_profile(history, "e2e-baseline")
     profile = save_profile(calibrated, tmp_path / "cluster.yaml")
     cleanup(cluster)
+    phase("baseline replay and calibration")
 
     # sim-to-real: the recorded pods replayed in the calibrated simulator by the same model
     # (agent.live.sim_to_real, as `make sim-to-real` runs it)
@@ -152,6 +172,7 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
     assert watched["pods_watched"] == out["pods_recorded"], out
     assert watched["choices"] >= 0.9 * out["pods_recorded"], out
     assert watched["same_choice"] >= 0.9 * watched["choices"], out
+    phase("sim-to-real")
 
     # 2. our server: a stale EE model, the profile as the drift reference, candidates staged by themselves
     models = tmp_path / "models"
@@ -209,17 +230,19 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
         # 85% cpu that Prometheus measured live
         figures["sim_to_real_shifted"] = {"stale": shifted_sim_to_real(cluster, stale, stale_start, stale_end,
                                                                        models / "ee.safetensors")}
+        phase("server start, shifted replay, drift, sim-to-real")
 
         # 4. retraining on the cluster's history: nothing serves before the rollout says so
         before = (models / "ee.safetensors").read_bytes()
         work = tmp_path / "retrain"
         code = retrain.main(["--policy", "EE", "--prometheus", cluster.prometheus_url, "--kubeconfig",
                              cluster.kubeconfig, "--window", f"{time.time() - start:.3f}s", "--model-dir", str(models),
-                             "--work", str(work), "--timesteps", "3000",
+                             "--work", str(work), "--timesteps", "3000", "--seeds", "12",
                              "--start-from", str(ROOT / "models" / "ee.safetensors"),
                              "--query", f"node_cpu_busy={local_busy(cluster)['node_cpu_busy']}",
                              "--metrics-interval", str(REFRESH_S)])
         outcome = json.loads((work / "retrain.json").read_text())
+        phase("retrain")
         figures["retrain_seconds"] = outcome["seconds"]
         figures["retrain_start"] = outcome["init"]
         figures["gate"] = outcome["gate"]["reason"]
@@ -253,6 +276,7 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
         figures["rollout"] = {h["to"]: {"after": h["compared"], "agreement": h["agreement"]} for h in status["history"]}
         assert canary["compared"] >= 20
         cleanup(cluster)
+        phase("rollout replay")
 
         # 6. the promoted model serves; the same shifted workload as under the stale one, measured live
         assert httpx.post(f"{server.url}/suggest", json={"pod": {"name": "p"}, "nodes": ["kwok-node-0"],
@@ -275,6 +299,7 @@ def test_drift_retrain_gate_and_staged_rollout_while_scheduling(cluster, tmp_pat
         figures["mean_active_nodes"] = {"stale": float(np.mean(stale.active_nodes)),
                                         "promoted": float(np.mean(promoted.active_nodes))}
         figures["stale_version"], figures["promoted_version"] = stale_version, candidate_version
+        phase("promoted replay and sim-to-real")
         print(json.dumps(figures, indent=2))
         assert np.mean(promoted.active_nodes) <= 0.9 * np.mean(stale.active_nodes), figures
     finally:
