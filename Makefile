@@ -68,8 +68,12 @@ deps: ## Debian packages the tests use (Prometheus), installed with apt-get when
 
 test: py-test go-test e2e ## the test suite: unit, integration (real Prometheus, uvicorn, scheduler, Go) and end to end on a fresh local cluster
 
+# two pytest workers (a module stays on one, with its servers and clusters); the tests that need a
+# quiet machine run after them, alone
+PYTEST_WORKERS ?= 2
 py-test: install serve-venv ray-venv deps check-go bin/kubectl bin/helm images ## Python unit and integration tests
-	GO=$(GO) $(PY) -m pytest --ignore=tests/e2e -m "not reproduction"
+	GO=$(GO) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --ignore=tests/e2e -m "not reproduction and not serial"
+	GO=$(GO) $(PY) -m pytest --ignore=tests/e2e -m "serial and not reproduction"
 
 # KubeRay's RayCluster CRD, from the operator's Go module, for the e2e test of deploy/overlays/ray
 KUBERAY_VERSION := v1.5.0

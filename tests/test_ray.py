@@ -131,7 +131,7 @@ def test_a_worker_node_killed_mid_evaluation_costs_time_not_results(cluster, tmp
     assert local.returncode == 0, local.stderr[-2000:]
     cluster.start("doomed")
     run = subprocess.Popen([str(RAY_PY), "-m", "agent.evaluate.cli", *EVAL, "--out", str(tmp_path / "ray"),
-                            "--ray-address", cluster.address], env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
+                            "--ray-address", cluster.address], env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
     stderr: list[str] = []
     reader = threading.Thread(target=lambda: stderr.extend(iter(lambda: run.stderr.read(64), "")), daemon=True)
@@ -140,8 +140,8 @@ def test_a_worker_node_killed_mid_evaluation_costs_time_not_results(cluster, tmp
     wait_for(lambda: re.search(r"eval EE:.*\| *[1-9]\d*/\d+", "".join(stderr)), 300, "the first world")
     assert run.poll() is None, "the evaluation ended before the node could be killed"
     cluster.kill("doomed")
-    stdout, _ = run.communicate(timeout=600)
-    reader.join(timeout=10)
+    run.wait(timeout=600)
+    reader.join(timeout=10)  # reads stderr to its end
     assert run.returncode == 0, "".join(stderr)[-2000:]
     assert table(tmp_path / "ray") == table(tmp_path / "local")
     assert cluster.alive() == 2

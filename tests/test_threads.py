@@ -77,6 +77,7 @@ def test_the_busy_time_of_the_processs_own_cores_is_read_from_proc_stat(tmp_path
 
 @pytest.mark.skipif(busy_cpu_seconds() is None or len(own_cores()) < 2,
                     reason="needs Linux's /proc/stat and two cores")
+@pytest.mark.serial
 def test_a_busy_process_beside_training_takes_a_thread_and_gives_it_back():
     """A real busy loop in another process holds one of two cores: the budget measures it, drops to
     one thread, and takes the second back once the loop has ended. The test and the loop run on two
