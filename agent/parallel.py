@@ -37,12 +37,31 @@ _PR_SET_PDEATHSIG = 1
 
 _SHARED: Any = None  # what the pool's jobs read with shared(): inherited by forked workers
 _RAY_ADDRESS: str | None = None
+_CARRIED: list[tuple[Callable[[], Any], Callable[[Any], None]]] = []
 
 
 class ClusterLost(SystemExit):
     """The Ray cluster went away (or a task failed on every retry): the run's results are incomplete, so
     the command ends (exit status 1, the message on stderr) before anything is written; a SystemExit,
     so that no `except Exception` on the way records a partial result."""
+
+
+def carry_to_workers(capture: Callable[[], Any], restore: Callable[[Any], None]) -> None:
+    """Module state that jobs need besides `shared` (the cluster profiles registered as scenario
+    families): forked workers inherit it; a Ray worker, a fresh process, is handed `capture()` as
+    taken when the pool opened and calls `restore` on it before each job. `restore` must be a
+    module-level function (Ray pickles it by reference)."""
+    _CARRIED.append((capture, restore))
+
+
+def carried_state() -> list[tuple[Callable[[Any], None], Any]]:
+    """The carried module state as it is now, for a Ray worker or actor (restore_carried)."""
+    return [(restore, capture()) for capture, restore in _CARRIED]
+
+
+def restore_carried(carried: list[tuple[Callable[[Any], None], Any]]) -> None:
+    for restore, state in carried:
+        restore(state)
 
 
 def shared() -> Any:
@@ -100,10 +119,12 @@ class _Forked:
         return self.pool.imap(fn, jobs)
 
 
-def _ray_job(fn: Callable[[Any], Any], job: Any, value: Any) -> Any:
-    """One job in a Ray worker: the pool's shared value (resolved from the object store) for shared()."""
+def _ray_job(fn: Callable[[Any], Any], job: Any, value: tuple[Any, list]) -> Any:
+    """One job in a Ray worker: the pool's shared value (resolved from the object store) for shared(),
+    and the driver's carried module state restored (carry_to_workers)."""
     global _SHARED
-    _SHARED = value
+    _SHARED, carried = value
+    restore_carried(carried)
     return fn(job)
 
 
@@ -112,7 +133,7 @@ class _OnRay:
 
     def __init__(self, ray, value: Any):
         self.ray = ray
-        self.value = ray.put(value)
+        self.value = ray.put((value, carried_state()))
         self.task = ray.remote(num_cpus=1, max_retries=RAY_TASK_RETRIES)(_ray_job)
         self.window = max(4, 2 * int(ray.cluster_resources().get("CPU", 1)))
 

@@ -125,6 +125,35 @@ def test_the_dqn_learner_takes_its_interaction_from_environment_actors_on_ray(cl
     assert load_model(tmp_path / "lb.safetensors", expected_policy="LB") is not None
 
 
+PROFILE = ROOT / "examples" / "cluster-profiles" / "local-usage-3x-4n.yaml"
+
+
+def test_the_gate_judges_a_cluster_profile_on_ray_as_on_this_machine(cluster, tmp_path):
+    """A profile is a scenario family registered in the driver; Ray's workers are fresh processes and
+    get it handed over (agent.parallel.carry_to_workers), or every world fails as an unknown family."""
+    for suffix in (".safetensors", ".json"):
+        (tmp_path / f"candidate{suffix}").write_bytes((ROOT / "models" / f"ee{suffix}").read_bytes())
+    args = ["--policy", "EE", "--candidate", str(tmp_path / "candidate.safetensors"), "--serving",
+            str(ROOT / "models" / "ee.safetensors"), "--profile", str(PROFILE), "--seeds", "4", "--arrivals", "120",
+            "--no-progress"]
+    local = rlscore("agent.evaluate.gate", *args, python=ROOT / ".venv" / "bin" / "python")
+    on_ray = rlscore("agent.evaluate.gate", *args, "--ray-address", cluster.address)
+    assert on_ray.returncode == local.returncode, on_ray.stderr[-2000:]
+    assert "over 4 seeds" in local.stdout + local.stderr, local.stdout + local.stderr[-2000:]
+    assert on_ray.stdout == local.stdout
+
+
+def test_fine_tuning_on_a_profile_plays_on_ray_actors(cluster, tmp_path):
+    run = rlscore("agent.learn.train", "--policy", "LB", "--profile", str(PROFILE), "--init",
+                  str(ROOT / "models" / "lb.safetensors"), "--total-timesteps", "256", "--demo-worlds", "2",
+                  "--demo-decisions", "16", "--pretrain-steps", "5", "--batch-size", "16", "--burn-in", "10",
+                  "--actors", "2", "--no-eval", "--log-dir", "", "--no-progress", "--out", str(tmp_path),
+                  "--ray-address", cluster.address)
+    assert run.returncode == 0, run.stderr[-2000:]
+    training = json.loads((tmp_path / "lb.json").read_text())["training"]
+    assert training["environment_actors"] == 2 and training["interaction_steps"] == 256
+
+
 def test_a_worker_node_killed_mid_evaluation_costs_time_not_results(cluster, tmp_path):
     local = rlscore("agent.evaluate.cli", *EVAL, "--out", str(tmp_path / "local"), "--no-progress",
                     python=ROOT / ".venv" / "bin" / "python")

@@ -40,7 +40,8 @@ from agent.learn.env import MAX_EPISODE_DECISIONS, SchedulingEnv
 from agent.learn.network import DuelingQ, NodeScorer
 from agent.learn.teachers import teacher_for, teacher_targets, world_teacher
 from agent.learn.threads import ThreadBudget
-from agent.parallel import RAY_TASK_RETRIES, ClusterLost, connect_ray, ray_address, worker_pool
+from agent.parallel import (RAY_TASK_RETRIES, ClusterLost, carried_state, connect_ray, ray_address, restore_carried,
+                            worker_pool)
 from agent.sim.families import draw_node_count, families_for, family
 from agent.sim.mixed import MIXED
 from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES, input_columns
@@ -584,7 +585,8 @@ class EnvironmentActor:
     """A Ray actor: plays its own stream of worlds with the learner's latest weights and returns the
     n-step transitions (observations trimmed to the cluster's nodes) and the returns of finished episodes."""
 
-    def __init__(self, cfg: DQNConfig, index: int, scale: float):
+    def __init__(self, cfg: DQNConfig, index: int, scale: float, carried: list):
+        restore_carried(carried)  # a cluster profile's family, registered in the learner's process
         torch.set_num_threads(1)
         self.cfg, self.scale = cfg, scale
         self.rng = np.random.default_rng([cfg.seed, 1 + index])
@@ -665,7 +667,7 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Re
         cfg.actors = max(cpus, 1)
     remote = ray.remote(num_cpus=1, max_restarts=RAY_TASK_RETRIES, max_task_retries=RAY_TASK_RETRIES)(
         EnvironmentActor)
-    actors = [remote.remote(cfg, k, scale) for k in range(cfg.actors)]
+    actors = [remote.remote(cfg, k, scale, carried_state()) for k in range(cfg.actors)]
     replay = Replay(cfg.buffer_size, cfg.max_nodes)
     demo_rows = int(round(cfg.demo_share * cfg.batch_size))
     decay = int(cfg.margin_decay * cfg.total_timesteps)

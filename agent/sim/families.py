@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from agent.parallel import carry_to_workers
 from agent.sim import mixed
 from agent.sim.world import GEN_NEW, GEN_OLD, LARGE, MEDIUM, SIZES, SMALL, Hardware, NodeSpec, PodClass, World
 from rlscore.core.state import DEFAULT_LATENCY_HARD_MS, DEFAULT_LATENCY_SOFT_MS
@@ -238,6 +239,14 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
 # Cluster profiles made families at run time (agent.sim.cluster_profile.register_profile), kept
 # apart so that FAMILIES stays the built-in set every policy is judged on.
 PROFILE_FAMILIES: dict[str, Family] = {}
+
+
+def _restore_profile_families(families: dict[str, Family]) -> None:
+    PROFILE_FAMILIES.update(families)
+
+
+# a profile registered in the driver is a family in Ray's workers too
+carry_to_workers(lambda: dict(PROFILE_FAMILIES), _restore_profile_families)
 
 
 def family(name: str) -> Family:
