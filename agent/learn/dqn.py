@@ -656,8 +656,8 @@ def _pad(obs: dict, slots: int) -> dict:
 def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Replay, scale: float,
                     rng: np.random.Generator, losses: dict) -> tuple[list[float], float]:
     """The interaction phase with `cfg.actors` EnvironmentActors on the Ray cluster feeding the replay:
-    as each actor hands in its steps, the learner takes the gradient steps they are worth
-    (one per `train_frequency`) and hands that actor the newest weights. An actor whose process dies
+    as each actor hands in its steps, it is sent off again with the newest weights there are, and the
+    learner takes the gradient steps those steps are worth (one per `train_frequency`) meanwhile. An actor whose process dies
     is restarted (a new stream of worlds); a cluster that goes away ends the run with ClusterLost."""
     ray = connect_ray(ray_address())
     cpus = int(ray.cluster_resources().get("CPU", 0))
@@ -679,7 +679,7 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Re
         return ray.put({k: v.detach().clone() for k, v in q_network.state_dict().items()})
 
     submitted, step, learned, env_seconds, episode_returns = 0, 0, 0, 0.0, []
-    current = weights()
+    current, weights_at = weights(), 0
     running = {}
     for actor in actors:
         running[actor.play.remote(current, epsilon(0), ACTOR_STEPS)] = actor
@@ -701,14 +701,18 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Re
         env_seconds += seconds
         episode_returns += finished
         bar.update(played)
+        # the actor plays on at once with the newest weights there are, while the learner takes the
+        # gradient steps its batch is worth (as Ape-X's actors do): an actor waiting for the learner
+        # and a learner waiting for the actor would share one core between them
+        if submitted < cfg.total_timesteps:
+            if learned > weights_at:
+                current, weights_at = weights(), learned
+            running[actor.play.remote(current, epsilon(step), ACTOR_STEPS)] = actor
+            submitted += ACTOR_STEPS
         while learned < step // cfg.train_frequency and len(replay) >= cfg.batch_size:
             pull = linear_schedule(cfg.margin_weight, min(cfg.margin_floor, cfg.margin_weight), decay, step)
             learn(_cat(demos.sample(demo_rows, rng), replay.sample(cfg.batch_size - demo_rows, rng)), demo_rows, pull)
             learned += 1
-        if submitted < cfg.total_timesteps:
-            current = weights()
-            running[actor.play.remote(current, epsilon(step), ACTOR_STEPS)] = actor
-            submitted += ACTOR_STEPS
         bar.set_postfix(margin=f"{np.mean(losses['margin'] or [0]):.3f}", td=f"{np.mean(losses['td'] or [0]):.3f}",
                         ret=f"{np.mean(episode_returns[-10:]) if episode_returns else 0:.1f}", refresh=False)
     bar.close()
