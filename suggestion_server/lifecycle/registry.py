@@ -47,21 +47,20 @@ def _training_steps(model: AnyModel | None) -> int | None:
     return steps if isinstance(steps, int) else None
 
 
+def _stat(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 def file_stamp(path: Path) -> tuple | None:
     """The model file's and its sidecar's inode, mtime and size (None without a model file): a change
     to either (rewritten, or renamed over) is a new model to validate; an unchanged pair keeps the
     verdict it had."""
-    stamps = []
-    for p in (path, sidecar_path(path)):
-        try:
-            st = p.stat()
-        except OSError:
-            if p == path:
-                return None
-            stamps.append(None)
-            continue
-        stamps.append((st.st_ino, st.st_mtime_ns, st.st_size))
-    return tuple(stamps)
+    model = _stat(path)
+    return None if model is None else (model, _stat(sidecar_path(path)))
 
 
 class ModelRegistry:
@@ -102,11 +101,11 @@ class ModelRegistry:
         for policy in POLICIES:
             self.load(policy)
 
-    def reload_changed(self) -> list[str]:
-        """Reload the policies whose model file or sidecar changed (mtime or size) since the last
-        attempt; an unchanged file keeps its model or its refusal without being read again, so a burst
-        of reloads costs the scoring path nothing."""
-        changed = [p for p, e in self.policies.items() if file_stamp(e.path) != e.file_stamp]
+    def reload_changed(self, force: bool = False) -> list[str]:
+        """Reload the policies whose model file or sidecar changed since the last attempt (every one
+        with `force`); an unchanged file keeps its model or its refusal without being read again, so a
+        burst of reloads costs the scoring path nothing."""
+        changed = [p for p, e in self.policies.items() if force or file_stamp(e.path) != e.file_stamp]
         for policy in changed:
             self.load(policy)
         return changed

@@ -70,11 +70,7 @@ def router(services: Services) -> APIRouter:
     async def reload_models(request: Request, force: bool = False) -> JSONResponse:
         if (refused := changes_closed(s, request)) is not None:
             return refused
-        if force:
-            await asyncio.to_thread(s.registry.load_all)
-            reloaded = list(s.registry.policies)
-        else:
-            reloaded = await asyncio.to_thread(s.registry.reload_changed)
+        reloaded = await asyncio.to_thread(s.registry.reload_changed, force)
         s.rollout.watch()
         return JSONResponse({"reloaded": reloaded, "policies": s.registry.status()})
 
