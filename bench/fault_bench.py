@@ -7,12 +7,14 @@ memory. Goal: p99 <= 10 ms through every fault on the 2-core reference machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +46,29 @@ def slow_senders(port: int, stop: threading.Event) -> None:
         s.close()
 
 
+@contextlib.contextmanager
+def running(work: Callable[[threading.Event], None]) -> Iterator[None]:
+    """`work(stop)` on a thread for the length of the block."""
+    stop = threading.Event()
+    thread = threading.Thread(target=work, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def reloads(server, path: str, count: int = 20) -> Callable[[threading.Event], None]:
+    """Back-to-back POSTs to a reload route, until `count` or stopped."""
+    def storm(stop: threading.Event) -> None:
+        for _ in range(count):
+            if stop.is_set():
+                return
+            server.post(path, json={})
+    return storm
+
+
 def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="rlscore-fault-bench-"))
     stack = Stack(workdir)
@@ -70,28 +95,15 @@ def main() -> int:
         for name, content in (("a sidecar nested 5000 deep", b"[" * 5000 + b"]" * 5000),
                               ("a 40 MB sidecar", json.dumps({"x": "y" * (40 * 2**20)}).encode())):
             side.write_bytes(content)
-            stop = threading.Event()
-            reloads = threading.Thread(target=lambda: [server.post("/models/reload", json={}) for _ in range(20)
-                                                       if not stop.is_set()], daemon=True)
-            reloads.start()
-            measure(f"reloads of {name}")
-            stop.set()
-            reloads.join()
+            with running(reloads(server, "/models/reload")):
+                measure(f"reloads of {name}")
             side.write_bytes(original)
         # not a fault: an operator forcing every file to be read again, back to back
-        stop = threading.Event()
-        forced = threading.Thread(target=lambda: [server.post("/models/reload?force=true", json={})
-                                                  for _ in range(20) if not stop.is_set()], daemon=True)
-        forced.start()
-        measure("forced reloads of the good models (not a fault)")
-        stop.set()
-        forced.join()
-        stop = threading.Event()
-        senders = threading.Thread(target=slow_senders, args=(server.port, stop), daemon=True)
-        senders.start()
-        time.sleep(2)
-        measure("clients sending headers a byte a second")
-        stop.set()
+        with running(reloads(server, "/models/reload?force=true")):
+            measure("forced reloads of the good models (not a fault)")
+        with running(lambda stop: slow_senders(server.port, stop)):
+            time.sleep(2)
+            measure("clients sending headers a byte a second")
         worst = max(r[2] for r in rows if "not a fault" not in r[0])
         print(f"\nworst p99 {worst:.2f} ms (goal <= 10 ms): {'met' if worst <= 10 else 'missed'}")
     finally:

@@ -10,19 +10,15 @@ nothing and 1 or 2 worker nodes of one cpu each, separate processes on loopback)
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RAY = Path(sys.executable).parent / "ray"
-ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
+from tests.helpers.ray_nodes import ENV, ROOT, RayNodes
+
 # Each figure is a marginal rate, between a small and a large run of the same command on the same
 # cluster: the command's fixed start (imports, connecting, Ray starting its worker processes and the
 # actors) is left out, as it is from an evaluation of hundreds of worlds. The whole-command rate of
@@ -35,25 +31,6 @@ TRAIN = ["--policy", "LB", "--families", "poisson", "--demo-worlds", "2",
          "--log-dir", "", "--no-progress"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([str(RAY), "start", "--block", "--disable-usage-stats", "--object-store-memory=200000000",
-                             *args], env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-
-
-def alive(address: str) -> int:
-    out = subprocess.run([sys.executable, "-c", "import ray; ray.init(address=%r, logging_level='ERROR'); "
-                          "print(sum(n['Alive'] for n in ray.nodes()))" % address],
-                         env=ENV, capture_output=True, text=True, timeout=120)
-    return int(out.stdout.split()[-1]) if out.returncode == 0 else 0
-
-
 def run(module: str, args: list[str]) -> float:
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", module, *args], env=ENV, check=True, cwd=ROOT,
@@ -62,24 +39,17 @@ def run(module: str, args: list[str]) -> float:
 
 
 def measure(workers: int, work: Path) -> dict:
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    temp = Path(tempfile.mkdtemp(prefix="rb", dir="/tmp"))
-    nodes = [start(["--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false", f"--temp-dir={temp}"])]
+    temp = Path(tempfile.mkdtemp(prefix="rb", dir="/tmp"))  # Ray's socket paths must stay short
+    nodes = RayNodes(temp)
     try:
-        # one node at a time, each joined before the next starts: two raylets registering with a head
-        # at once on one host do not both join
-        for joined in range(1, workers + 2):
-            if joined > 1:
-                nodes.append(start([f"--address={address}", "--num-cpus=1"]))
-            deadline = time.monotonic() + 120
-            while alive(address) < joined:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"Ray node {joined} of {workers + 1} did not join within 120 s")
-                time.sleep(1)
+        nodes.start("head", head=True, cpus=0)
+        for k in range(workers):
+            nodes.start(f"worker-{k}")
+        address = nodes.address
         run("agent.evaluate.cli", [*EVAL, "--seeds", "1", "--out", str(work / "warm"), "--ray-address", address])
-        small_s, eval_s = (run("agent.evaluate.cli", [*EVAL, "--seeds", str(n), "--out", str(work / f"eval-{workers}-{n}"),
-                                                      "--ray-address", address]) for n in (SEEDS_SMALL, SEEDS))
+        small_s, eval_s = (run("agent.evaluate.cli", [*EVAL, "--seeds", str(n), "--ray-address", address,
+                                                      "--out", str(work / f"eval-{workers}-{n}")])
+                           for n in (SEEDS_SMALL, SEEDS))
         row = {"workers": workers, "worlds_per_s": (SEEDS - SEEDS_SMALL) / (eval_s - small_s),
                "whole_worlds_per_s": SEEDS / eval_s}
         # the learner takes one gradient step per --train-frequency environment steps: 4 by default (the
@@ -97,11 +67,7 @@ def measure(workers: int, work: Path) -> dict:
             row[key] = (STEPS - STEPS_SMALL) / (seconds[STEPS] - seconds[STEPS_SMALL])
         return row
     finally:
-        for node in nodes:
-            try:
-                os.killpg(node.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        nodes.stop()
         shutil.rmtree(temp, ignore_errors=True)
 
 

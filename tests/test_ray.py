@@ -9,68 +9,22 @@ import io
 import json
 import os
 import re
-import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.processes import free_port, wait_for
+from tests.helpers.processes import wait_for
+from tests.helpers.ray_nodes import ENV, RAY_PY, RayNodes
 
 ROOT = Path(__file__).resolve().parents[1]
-RAY_PY = ROOT / ".venv-ray" / "bin" / "python"
-RAY_CLI = ROOT / ".venv-ray" / "bin" / "ray"
-ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT),
-       # a node that stops answering is declared dead within seconds (Ray's default is ~30 s)
-       "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
-       "RAY_health_check_initial_delay_ms": "1000",
-       # a driver whose head went away gives up after 10 s (default 60 s)
-       "RAY_gcs_rpc_server_reconnect_timeout_s": "10"}
+
 # the evaluation every test compares: a few small worlds, ~1 s each
 EVAL = ["--policy", "EE", "--families", "poisson,two-d", "--seeds", "3", "--arrivals", "120", "--nodes", "6",
         "--no-model"]
 
 pytestmark = pytest.mark.integration
-
-
-class RayNodes:
-    """`ray start --block` processes (each in its own session, so that a kill takes its raylet and
-    workers with it)."""
-
-    def __init__(self, tmp: Path):
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.tmp = tmp
-        self.nodes: dict[str, subprocess.Popen] = {}
-
-    def start(self, name: str, head: bool = False) -> None:
-        args = [str(RAY_CLI), "start", "--block", "--num-cpus=1", "--object-store-memory=100000000",
-                "--disable-usage-stats"]
-        args += (["--head", f"--port={self.port}", "--include-dashboard=false", f"--temp-dir={self.tmp}"] if head
-                 else [f"--address={self.address}"])
-        self.nodes[name] = subprocess.Popen(args, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                            start_new_session=True)
-        wait_for(lambda: self.alive() >= len(self.nodes), 90, f"Ray node {name}", interval_s=1.0)
-
-    def alive(self) -> int:
-        out = subprocess.run([str(RAY_PY), "-c", (
-            "import ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
-            "print(sum(n['Alive'] for n in ray.nodes()))") % self.address],
-            env=ENV, capture_output=True, text=True, timeout=60)
-        return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else 0
-
-    def kill(self, name: str) -> None:
-        os.killpg(self.nodes.pop(name).pid, signal.SIGKILL)
-
-    def stop(self) -> None:
-        for name in list(self.nodes):
-            try:
-                os.killpg(self.nodes[name].pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.nodes.pop(name).wait(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -657,8 +657,9 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Re
                     rng: np.random.Generator, losses: dict) -> tuple[list[float], float]:
     """The interaction phase with `cfg.actors` EnvironmentActors on the Ray cluster feeding the replay:
     as each actor hands in its steps, it is sent off again with the newest weights there are, and the
-    learner takes the gradient steps those steps are worth (one per `train_frequency`) meanwhile. An actor whose process dies
-    is restarted (a new stream of worlds); a cluster that goes away ends the run with ClusterLost."""
+    learner takes the gradient steps those steps are worth (one per `train_frequency`) meanwhile. An
+    actor whose process dies is restarted (a new stream of worlds); a cluster that goes away ends the
+    run with ClusterLost."""
     ray = connect_ray(ray_address())
     cpus = int(ray.cluster_resources().get("CPU", 0))
     if cpus < cfg.actors:  # an actor without a cpu would wait for one for good
@@ -679,7 +680,7 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Re
         return ray.put({k: v.detach().clone() for k, v in q_network.state_dict().items()})
 
     submitted, step, learned, env_seconds, episode_returns = 0, 0, 0, 0.0, []
-    current, weights_at = weights(), 0
+    current = weights()
     running = {}
     for actor in actors:
         running[actor.play.remote(current, epsilon(0), ACTOR_STEPS)] = actor
@@ -705,8 +706,7 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Re
         # gradient steps its batch is worth (as Ape-X's actors do): an actor waiting for the learner
         # and a learner waiting for the actor would share one core between them
         if submitted < cfg.total_timesteps:
-            if learned > weights_at:
-                current, weights_at = weights(), learned
+            current = weights()
             running[actor.play.remote(current, epsilon(step), ACTOR_STEPS)] = actor
             submitted += ACTOR_STEPS
         while learned < step // cfg.train_frequency and len(replay) >= cfg.batch_size:

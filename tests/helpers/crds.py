@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.processes import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = ROOT / "bin" / "kubectl"
@@ -24,11 +25,10 @@ def install_ray_crd(kubeconfig: str, timeout_s: float = 60.0) -> None:
                              text=True, timeout=120)
     assert applied.returncode == 0, applied.stderr
     jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def established() -> bool:
         got = subprocess.run([*kubectl, "get", "crd", "rayclusters.ray.io", "-o", f"jsonpath={jsonpath}"],
                              capture_output=True, text=True, timeout=30)
-        if got.returncode == 0 and got.stdout.strip() == "True":
-            return
-        time.sleep(0.5)
-    pytest.fail(f"CRD rayclusters.ray.io not Established after {timeout_s:.0f} s")
+        return got.returncode == 0 and got.stdout.strip() == "True"
+
+    wait_for(established, timeout_s, "CRD rayclusters.ray.io Established", interval_s=0.5)
