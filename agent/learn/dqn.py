@@ -35,6 +35,8 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
+from agent.evaluate.rollout_bound import CANDIDATES as ROLLOUT_RULES
+from agent.evaluate.rollout_bound import base_choice, branch_cost, branchable, rule_choice
 from agent.learn.common import TrainConfig, make_actor, seed_everything, training_record
 from agent.learn.env import MAX_EPISODE_DECISIONS, SchedulingEnv
 from agent.learn.network import DuelingQ, NodeScorer
@@ -90,6 +92,12 @@ class DQNConfig(TrainConfig):
     """placements recorded per demonstration world"""
     teacher_futures: int = 2
     """arrival streams a mixed world's teacher is measured on"""
+    rollout_every: int = 0
+    """label every k-th demonstrated decision by rollouts instead of the teacher (0: never): the
+    cheapest of the candidate rules' choices when the teacher places the next `rollout_horizon` pods of
+    the world's own future after it (agent.evaluate.rollout_bound; privileged, as the shaping potential is)"""
+    rollout_horizon: int = 64
+    """pods the teacher places in each rollout branch"""
     # losses
     n_step: int = 8
     """rewards summed before bootstrapping"""
@@ -164,8 +172,8 @@ class DQNConfig(TrainConfig):
         problems = []
         for name in ("total_timesteps", "demo_worlds", "demo_decisions", "pretrain_steps", "batch_size", "buffer_size",
                      "num_envs", "n_step", "train_frequency", "target_network_frequency", "episode_decisions",
-                     "teacher_futures", "workers", "burn_in", "actors"):
-            minimum = 0 if name in ("total_timesteps", "pretrain_steps", "burn_in", "actors") else 1
+                     "teacher_futures", "workers", "burn_in", "actors", "rollout_every", "rollout_horizon"):
+            minimum = 0 if name in ("total_timesteps", "pretrain_steps", "burn_in", "actors", "rollout_every") else 1
             if getattr(self, name) < minimum:
                 problems.append(f"--{name.replace('_', '-')} must be >= {minimum}")
         for name in ("mixed_share", "demo_share", "margin_decay"):
@@ -403,11 +411,18 @@ def record_demonstrations(cfg: DQNConfig, plan, teachers, rng: np.random.Generat
     episodes, rewards = [], []
     bar = tqdm(total=len(plan) * cfg.demo_decisions, desc="demonstrations", disable=not progress, mininterval=1.0,
                file=sys.stderr)
+    labelled = departed = 0
     for world, teacher in zip(plan, teachers):
         obs = warm_start(env, world, teacher, cfg.burn_in, rng)
+        branchable(env.sim)
         steps = []
         for k in range(cfg.demo_decisions):
             expert = teacher_targets(teacher, env._state, env._pod, cfg.max_nodes, rng) > 0
+            if cfg.rollout_every and k % cfg.rollout_every == 0:
+                improved = rollout_targets(cfg, env, teacher, world[2], rng)
+                labelled += 1
+                departed += not np.any(improved & expert)
+                expert = improved
             action = int(rng.choice(np.flatnonzero(expert)))
             next_obs, reward, terminated, truncated, _ = env.step(action)
             rewards.append(reward)
@@ -428,7 +443,24 @@ def record_demonstrations(cfg: DQNConfig, plan, teachers, rng: np.random.Generat
             nstep.push(obs, action, clipped, expert, next_obs, terminated, ended, demos)
     record = {"decisions": len(demos), "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards)),
               "clipped_share": float(np.mean(np.abs(np.asarray(rewards) * scale) > cfg.reward_clip))}
+    if labelled:
+        record["rollout_labels"] = {"decisions": labelled, "departed_from_teacher": departed / labelled}
     return demos, scale, record
+
+
+def rollout_targets(cfg: DQNConfig, env: SchedulingEnv, teacher: str, seed: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """The candidate rules' choices for the current pod that cost least when the teacher places the
+    next `rollout_horizon` pods after each (every branch meets the world's same future)."""
+    sim, policy = env.sim, cfg.policy
+    options = {rule_choice(rule, sim, policy, rng) for rule in ROLLOUT_RULES[policy]}
+    options.add(base_choice(teacher, sim, policy, seed))
+    end = sim.decisions + 1 + cfg.rollout_horizon
+    costs = {c: branch_cost(sim, c, teacher, policy, seed, end) for c in options}
+    best = min(costs.values())
+    target = np.zeros(cfg.max_nodes, bool)
+    target[[c for c, v in costs.items() if v <= best + 1e-9]] = True
+    return target
 
 
 def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, dict]:

@@ -1,0 +1,206 @@
+"""How much room the rules leave: one step of policy improvement by rollouts, on evaluation worlds.
+
+A learned scorer can beat the best rule only where some other placement than the rule's leads to a
+lower cost. This measures that room directly. At each measured decision the simulation is branched
+(the exogenous event stream is shared, so every branch meets the same future: common random numbers),
+each candidate rule's choice is placed in its own branch, the base rule places the next `horizon`
+pods, and the cheapest branch's placement is taken (rollout, Bertsekas' one-step lookahead). The
+rollout policy knows the future arrivals of its world: what it gains is an upper bound on what a
+scorer could gain over the base rule by departing from it among these rules' choices, not a
+policy to ship.
+
+It also says how faint the signal is that TD learning must find. Per decision it records the paired
+gain of the best branch over the base rule's branch, in units of the spread of the per-decision
+reward (what the demonstrations' reward scale normalizes to one): a gain of 0.01 such units needs
+of the order of 1/0.01^2 unpaired samples of the same situation for a TD target to tell it apart.
+
+    python -m agent.evaluate.rollout_bound --policy LB --worlds 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Iterator
+
+import numpy as np
+
+from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE
+from agent.parallel import worker_pool
+from agent.sim.mixed import MIXED
+from agent.sim.outcomes import cost
+from agent.sim.scenarios import Event
+from agent.sim.simulator import Simulation
+from rlscore.core.rules import RULES
+from rlscore.core.scoring import choose
+from rlscore.core.state import normalize_policy
+
+# the rules a mixed world's teacher is picked from (agent.learn.dqn.CANDIDATE_TEACHERS), kept here so that
+# evaluation does not import the trainer
+CANDIDATES = {
+    "EE": ("efficient-first", "best-fit", "most-allocated", "one-step-ee"),
+    "LB": ("headroom-balance", "load-variation-risk-balancing", "target-load-packing", "one-step-lb",
+           "least-utilized"),
+    "EL": ("latency-fit", "latency-pack", "one-step-el"),
+}
+
+
+class SharedEvents:
+    """An event stream that branches: copies share what has been drawn and the source, each keeps
+    its own position. Events do not depend on placements, so every branch sees the same future."""
+
+    def __init__(self, source: Iterator[Event]):
+        self._source, self._drawn, self._next = source, [], 0
+
+    def __iter__(self) -> SharedEvents:
+        return self
+
+    def __next__(self) -> Event:
+        while self._next >= len(self._drawn):
+            self._drawn.append(next(self._source))  # StopIteration ends every branch alike
+        event = self._drawn[self._next]
+        self._next += 1
+        return event
+
+    def __deepcopy__(self, memo: dict) -> SharedEvents:
+        twin = SharedEvents.__new__(SharedEvents)
+        twin._source, twin._drawn, twin._next = self._source, self._drawn, self._next
+        return twin
+
+
+def branchable(sim: Simulation) -> Simulation:
+    """`sim`, made safe to copy.deepcopy at a decision (its generator of events replaced)."""
+    sim._events = SharedEvents(sim._events)
+    return sim
+
+
+def rule_choice(rule: str, sim: Simulation, policy: str, rng: np.random.Generator) -> int:
+    state, pod = sim.candidate_state(policy)
+    return choose(RULES[rule](state, pod, rng), rng)
+
+
+def base_choice(rule: str, sim: Simulation, policy: str, seed: int) -> int:
+    """The base rule's choice, its ties broken by the decision's index: the same in every branch."""
+    return rule_choice(rule, sim, policy, np.random.default_rng([seed, sim.decisions]))
+
+
+def finish(sim: Simulation, base: str, policy: str, seed: int, end: int) -> Simulation:
+    """Let `base` place pods until `end` decisions have been made; stop at the next pod."""
+    while sim.decisions < end:
+        sim.place(base_choice(base, sim, policy, seed))
+        sim.next_decision()
+    return sim
+
+
+def branch_cost(sim: Simulation, first: int, base: str, policy: str, seed: int, end: int) -> float:
+    """Cost, to the end of the window, of placing the current pod on candidate `first`, then the
+    rest by `base`."""
+    branch = copy.deepcopy(sim)
+    start = branch.ledger.copy()
+    branch.place(first)
+    branch.next_decision()
+    finish(branch, base, policy, seed, end)
+    return cost(policy, branch.ledger.minus(start), branch.units)
+
+
+@dataclass
+class WorldBound:
+    seed: int
+    nodes: int
+    rule_objectives: dict
+    best_rule: str
+    rollout_objective: float
+    ratio: float
+    departures: float  # share of measured decisions where the rollout left the base rule's choice
+    mean_gain: float  # mean paired gain per decision, in units of the per-decision cost's spread
+    seconds: float
+
+
+def run_world(job: tuple) -> WorldBound:
+    """Every candidate rule on one world, then the rollout of the best of them, over the same window:
+    `decisions` decided by the rollout, then `tail` more by the base rule (the window's placements
+    keep costing after it). Every branch runs to the window's end, and the base rule breaks ties by
+    the decision's index, so the rollout is never worse than its base (a deterministic world with one
+    known future): what it gains is the room there is."""
+    policy, seed, decisions, tail, family_name = job
+    started = time.time()
+    rules = CANDIDATES[policy]
+
+    def fresh(rule: str) -> tuple[Simulation, int]:
+        sim = branchable(Simulation.of_family(family_name, seed, limits=policy == "EL"))
+        sim.next_decision()
+        finish(sim, rule, policy, seed, int(np.ceil(sim.world.pods_alive)))  # burn-in: one fill
+        return sim, sim.decisions + decisions + tail
+
+    objectives, spreads = {}, []
+    for rule in rules:
+        sim, end = fresh(rule)
+        costs = []
+        while sim.decisions < end:
+            before = sim.ledger.copy()
+            finish(sim, rule, policy, seed, sim.decisions + 1)
+            costs.append(cost(policy, sim.ledger.minus(before), sim.units))
+        objectives[rule] = float(np.sum(costs)) / len(costs)
+        spreads.append(float(np.std(costs)))
+    base = min(objectives, key=objectives.get)
+    spread = max(float(np.mean(spreads)), 1e-12)
+
+    sim, end = fresh(base)
+    start, departed, gains = sim.ledger.copy(), 0, []
+    for k in range(decisions):
+        options = {rule_choice(rule, sim, policy, np.random.default_rng([seed, k, i])) for i, rule in enumerate(rules)}
+        own = base_choice(base, sim, policy, seed)
+        values = {c: branch_cost(sim, c, base, policy, seed, end) for c in options | {own}}
+        pick = min(values, key=lambda c: (values[c], c != own))
+        departed += pick != own
+        gains.append((values[own] - values[pick]) / spread)
+        sim.place(pick)
+        sim.next_decision()
+    finish(sim, base, policy, seed, end)
+    rollout = cost(policy, sim.ledger.minus(start), sim.units) / (decisions + tail)
+    return WorldBound(seed=seed, nodes=len(sim.cluster), rule_objectives={k: round(v, 6) for k, v in objectives.items()},
+                      best_rule=base, rollout_objective=round(rollout, 6),
+                      ratio=round(rollout / max(objectives[base], 1e-12), 4), departures=round(departed / decisions, 3),
+                      mean_gain=round(float(np.mean(gains)), 4), seconds=round(time.time() - started, 1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--policy", required=True, type=normalize_policy)
+    parser.add_argument("--family", default=MIXED, help="scenario family of the worlds (default: mixed)")
+    parser.add_argument("--worlds", type=int, default=6)
+    parser.add_argument("--decisions", type=int, default=60, help="measured decisions per world")
+    parser.add_argument("--tail", type=int, default=100, help="decisions by the base rule after the measured ones, counted in the window")
+    parser.add_argument("--holdout", action="store_true", help="hold-out seeds instead of evaluation seeds")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--json", default="", help="also write the per-world records here")
+    args = parser.parse_args(argv)
+    for name in ("worlds", "decisions", "tail", "workers"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1")
+    base = HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE
+    jobs = [(args.policy, base + k, args.decisions, args.tail, args.family) for k in range(args.worlds)]
+    with worker_pool(args.workers) as pool:
+        results = list(pool.map(run_world, jobs))
+    for r in results:
+        print(f"seed {r.seed - base:3d} nodes {r.nodes:3d} best {r.best_rule:30s} {r.rule_objectives[r.best_rule]:.5f} "
+              f"rollout {r.rollout_objective:.5f} x{r.ratio:.3f} departs {r.departures:.2f} "
+              f"gain {r.mean_gain:.4f} ({r.seconds:.0f} s)")
+    ratios = np.array([r.ratio for r in results])
+    print(f"{args.policy} on {args.family}: rollout / best rule x{ratios.mean():.3f} (geometric "
+          f"x{np.exp(np.log(ratios).mean()):.3f}, min {ratios.min():.3f}, max {ratios.max():.3f}); departs from the best "
+          f"rule on {np.mean([r.departures for r in results]):.0%} of decisions; mean paired gain "
+          f"{np.mean([r.mean_gain for r in results]):.4f} spreads of the per-decision cost")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([asdict(r) for r in results], f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
