@@ -1,5 +1,6 @@
 """The console scripts, run as a user runs them."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +18,13 @@ def test_train_then_eval_end_to_end(tmp_path):
     out = run("rlscore-train", "--policy", "lb", "--families", "test2,usage-skew", "--demo-worlds", "2",
               "--demo-decisions", "32", "--burn-in", "10", "--pretrain-steps", "20", "--total-timesteps", "200",
               "--num-envs", "2", "--episode-decisions", "40", "--workers", "1", "--out", str(tmp_path),
-              "--name", "lb-dqn.safetensors", "--log-dir", str(tmp_path / "tb"), "--no-eval", "--no-progress")
+              "--name", "lb-dqn.safetensors", "--log-dir", str(tmp_path / "tb"), "--no-eval", "--no-progress",
+              "--teacher", "usage-skew=least-utilized", "--rollout-every", "8", "--rollout-horizon", "10")
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "lb-dqn.safetensors").is_file() and (tmp_path / "lb-dqn.json").is_file()
+    training = json.loads((tmp_path / "lb-dqn.json").read_text())["training"]
+    assert training["demonstrations"]["teachers"]["usage-skew"] == {"least-utilized": 1}
+    assert training["demonstrations"]["rollout_labels"]["decisions"] == 2 * 32 // 8
     ev = run("rlscore-eval", "--policy", "LB", "--model", str(tmp_path / "lb-dqn.safetensors"), "--families", "test2,usage-skew",
              "--nodes", "3,5", "--seeds", "1", "--arrivals", "60", "--out", str(tmp_path / "ev"), "--no-progress")
     assert ev.returncode == 0, ev.stderr
@@ -45,6 +50,12 @@ def test_clear_errors_on_bad_input(tmp_path):
     assert tr.returncode == 2 and "--total-timesteps must be >= 0" in tr.stderr
     tr = run("rlscore-train", "--policy", "LB", "--blind-to", "latency,speed")
     assert tr.returncode == 2 and "--blind-to: unknown input 'speed'" in tr.stderr
+    tr = run("rlscore-train", "--policy", "LB", "--teacher", "mixd=headroom-balance")
+    assert tr.returncode == 2 and "--teacher 'mixd=headroom-balance': unknown scenario family 'mixd'" in tr.stderr
+    tr = run("rlscore-train", "--policy", "LB", "--teacher", "mixed=nothing")
+    assert tr.returncode == 2 and "expected FAMILY=RULE" in tr.stderr
+    tr = run("rlscore-train", "--policy", "LB", "--rollout-every", "-1")
+    assert tr.returncode == 2 and "--rollout-every must be >= 0" in tr.stderr
     tr = run("rlscore-train", "--policy", "EE", "--init", str(bad))
     assert tr.returncode == 2 and "--init" in tr.stderr and "not a readable model file" in tr.stderr
 

@@ -65,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", default=None, help="file name (default <policy>.safetensors)")
     parser.add_argument("--no-eval", action="store_true", help="skip the evaluation recorded in the sidecar")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--teacher", action="append", default=[], metavar="FAMILY=RULE",
+                        help="teach this family's worlds by this rule instead of its default (repeatable); a family "
+                             "without one (mixed) has each world's teacher picked on its own machines")
     add_ray_argument(parser)
     docs = field_docs(DQNConfig)
     hints = typing.get_type_hints(DQNConfig)
@@ -119,6 +122,21 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         values["hidden"] = tuple(init.hidden)
+    if args.teacher:
+        from agent.learn.dqn import TEACHERS
+        from agent.sim.families import family
+        from rlscore.core.rules import RULES
+        teachers = dict(TEACHERS[args.policy])
+        for item in args.teacher:
+            name, _, rule = (part.strip() for part in item.partition("="))
+            if not rule or rule not in RULES:
+                parser.error(f"--teacher {item!r}: expected FAMILY=RULE with a rule of {', '.join(sorted(RULES))}")
+            try:
+                family(name)
+            except ValueError as exc:
+                parser.error(f"--teacher {item!r}: {exc}")
+            teachers[name] = rule
+        values["teachers"] = teachers
     try:
         cfg = DQNConfig(policy=args.policy, out=args.out, progress=not args.no_progress, init=str(args.init or ""),
                         profile=str(args.profile or ""), extra_metadata=extra, **values)
