@@ -167,3 +167,22 @@ def test_fine_tuning_on_a_cluster_profile_records_it(tmp_path):
 def test_rlscore_train_refuses_bad_options_by_name(tmp_path, capsys, extra, message):
     assert train_main(["--policy", "EE", "--out", str(tmp_path), *TINY, *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_demonstrations_do_not_depend_on_how_many_processes_record_them():
+    """Each world is recorded with its own random stream, on one process or two alike; rollout labels
+    (every second decision here) change some of the teacher's choices."""
+    from agent.learn.dqn import assign_teachers, record_demonstrations, world_plan
+
+    recorded = {}
+    for workers, rollout_every in ((1, 0), (2, 0), (2, 2)):
+        cfg = DQNConfig(policy="LB", families=("mixed", "usage-skew"), demo_worlds=3, demo_decisions=12, burn_in=10,
+                        max_nodes=48, workers=workers, rollout_every=rollout_every, rollout_horizon=8, progress=False)
+        plan = world_plan(cfg, cfg.demo_worlds, cfg.seed)
+        demos, scale, record = record_demonstrations(cfg, plan, assign_teachers(cfg, plan), progress=False)
+        recorded[workers, rollout_every] = (demos, scale, record)
+    (one, scale_one, _), (two, scale_two, _), (_, _, labelled) = recorded.values()
+    assert len(one) == len(two) == 36 and scale_one == scale_two
+    for name in ("nodes", "action", "ret", "expert"):
+        assert np.array_equal(getattr(one, name), getattr(two, name)), name
+    assert labelled["rollout_labels"]["decisions"] == 3 * 6

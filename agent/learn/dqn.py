@@ -403,37 +403,19 @@ def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
     return max(end, start + (end - start) * t / max(duration, 1))
 
 
-def record_demonstrations(cfg: DQNConfig, plan, teachers, rng: np.random.Generator,
-                          progress: bool) -> tuple[Replay, float, dict]:
+def record_demonstrations(cfg: DQNConfig, plan, teachers, progress: bool) -> tuple[Replay, float, dict]:
     """The teachers' decisions on the planned worlds (after each world's burn-in), with n-step
-    returns of the rewards in units of their spread (clipped at `reward_clip`); and that unit."""
-    env = make_env(cfg)
-    episodes, rewards = [], []
-    bar = tqdm(total=len(plan) * cfg.demo_decisions, desc="demonstrations", disable=not progress, mininterval=1.0,
-               file=sys.stderr)
-    labelled = departed = 0
-    for world, teacher in zip(plan, teachers):
-        obs = warm_start(env, world, teacher, cfg.burn_in, rng)
-        branchable(env.sim)
-        steps = []
-        for k in range(cfg.demo_decisions):
-            expert = teacher_targets(teacher, env._state, env._pod, cfg.max_nodes, rng) > 0
-            if cfg.rollout_every and k % cfg.rollout_every == 0:
-                improved = rollout_targets(cfg, env, teacher, world[2], rng)
-                labelled += 1
-                departed += not np.any(improved & expert)
-                expert = improved
-            action = int(rng.choice(np.flatnonzero(expert)))
-            next_obs, reward, terminated, truncated, _ = env.step(action)
-            rewards.append(reward)
-            steps.append((obs, action, reward, expert, next_obs, terminated,
-                          terminated or truncated or k == cfg.demo_decisions - 1))
-            obs = next_obs
-            bar.update()
-            if terminated or truncated:
-                break
-        episodes.append(steps)
-    bar.close()
+    returns of the rewards in units of their spread (clipped at `reward_clip`); and that unit. Worlds
+    are recorded side by side (`workers`), each with its own random stream, so the demonstrations do
+    not depend on how many processes recorded them."""
+    print(f"recording {len(plan)} worlds x {cfg.demo_decisions} decisions of demonstrations ...", file=sys.stderr)
+    jobs = [(cfg, world, teacher) for world, teacher in zip(plan, teachers)]
+    with worker_pool(max(1, cfg.workers)) as pool:
+        recorded = list(tqdm(pool.map(_record_world, jobs), total=len(jobs), desc="demonstrations",
+                             disable=not progress, mininterval=1.0, file=sys.stderr))
+    episodes = [steps for steps, _, _ in recorded]
+    rewards = [step[2] for steps in episodes for step in steps]
+    labelled, departed = sum(r[1] for r in recorded), sum(r[2] for r in recorded)
     scale = 1.0 / max(float(np.std(rewards)), 1e-6)
     demos = Replay(sum(map(len, episodes)), cfg.max_nodes)
     for steps in episodes:
@@ -446,6 +428,32 @@ def record_demonstrations(cfg: DQNConfig, plan, teachers, rng: np.random.Generat
     if labelled:
         record["rollout_labels"] = {"decisions": labelled, "departed_from_teacher": departed / labelled}
     return demos, scale, record
+
+
+def _record_world(job: tuple) -> tuple[list, int, int]:
+    """One world's demonstrated steps (run in a worker), and how many were labelled by rollouts and
+    departed from the teacher there."""
+    cfg, world, teacher = job
+    rng = np.random.default_rng([cfg.seed, world[2]])
+    env = make_env(cfg)
+    obs = warm_start(env, world, teacher, cfg.burn_in, rng)
+    branchable(env.sim)
+    steps, labelled, departed = [], 0, 0
+    for k in range(cfg.demo_decisions):
+        expert = teacher_targets(teacher, env._state, env._pod, cfg.max_nodes, rng) > 0
+        if cfg.rollout_every and k % cfg.rollout_every == 0:
+            improved = rollout_targets(cfg, env, teacher, world[2], rng)
+            labelled += 1
+            departed += not np.any(improved & expert)
+            expert = improved
+        action = int(rng.choice(np.flatnonzero(expert)))
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        steps.append((obs, action, reward, expert, next_obs, terminated,
+                      terminated or truncated or k == cfg.demo_decisions - 1))
+        obs = next_obs
+        if terminated or truncated:
+            break
+    return steps, labelled, departed
 
 
 def rollout_targets(cfg: DQNConfig, env: SchedulingEnv, teacher: str, seed: int,
@@ -483,7 +491,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         taught.setdefault(name, {}).setdefault(teacher, 0)
         taught[name][teacher] += 1
     # rewards in units of the demonstrations' spread, so that `margin` means the same for every policy
-    demos, scale, demo_record = record_demonstrations(cfg, plan, teachers, rng, cfg.progress)
+    demos, scale, demo_record = record_demonstrations(cfg, plan, teachers, cfg.progress)
     teacher_seconds = time.time() - started
 
     actor = make_actor(cfg, init)  # the served network
