@@ -33,6 +33,16 @@ def test_train_then_eval_end_to_end(tmp_path):
         assert (tmp_path / "ev" / name).stat().st_size > 0, name
     summary = (tmp_path / "ev" / "summary.md").read_text()
     assert "rl-lb" in summary and "least-utilized" in summary and "usage-skew" in summary
+    # two models on the hold-out seeds: each paired by seed with the best rule and with the first model
+    two = run("rlscore-eval", "--policy", "LB", "--model", str(tmp_path / "lb-dqn.safetensors"), "--model",
+              "models/lb.safetensors", "--families", "usage-skew", "--nodes", "3", "--seeds", "2", "--arrivals", "60",
+              "--holdout", "--out", str(tmp_path / "ev2"), "--no-progress", cwd=Path(__file__).parents[1])
+    assert two.returncode == 0, two.stderr
+    paired = [line for line in two.stdout.splitlines() if line.startswith("paired usage-skew @ ")]
+    assert len(paired) == 2 and "of rl-" not in paired[0] and f"of rl-{tmp_path.name}/lb-dqn (" in paired[1]
+    holdout_seeds = {line.split(",")[3] for line in (tmp_path / "ev2" / "runs.csv").read_text().splitlines()[1:]}
+    evaluation_seeds = {line.split(",")[3] for line in (tmp_path / "ev" / "runs.csv").read_text().splitlines()[1:]}
+    assert holdout_seeds and not holdout_seeds & evaluation_seeds
 
 
 def test_clear_errors_on_bad_input(tmp_path):

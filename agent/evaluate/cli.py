@@ -9,8 +9,9 @@ from pathlib import Path
 
 import torch
 
-from agent.evaluate.compare import EVAL_WORKERS, evaluate, summarize
-from agent.evaluate.goals import check_goals
+from agent.evaluate.compare import (EVAL_SEED_BASE, EVAL_WORKERS, HOLDOUT_SEED_BASE, best_baseline, evaluate, summarize,
+                                    values_by_seed)
+from agent.evaluate.goals import check_goals, paired_ratio
 from agent.evaluate.report import markdown_table, write_outputs
 from agent.parallel import add_ray_argument, use_ray
 from rlscore.core.model import ModelValidationError, load_model
@@ -53,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="model file, repeatable (default models/<policy>.safetensors)")
     parser.add_argument("--no-model", action="store_true", help="baselines only")
     parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--holdout", action="store_true",
+                        help="the hold-out seeds (never used to choose anything) instead of the evaluation seeds")
     parser.add_argument("--arrivals", type=int, default=300, help="pod arrivals per run")
     parser.add_argument("--workers", type=int, default=EVAL_WORKERS,
                         help="processes to run the worlds on (the results do not depend on it)")
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     trace_key = (first, (args.nodes or family(first).eval_nodes or (None,))[0])
     results, traces = evaluate(policy, scorers, families, args.seeds, args.arrivals, node_counts=args.nodes,
                                progress=not args.no_progress, traces_for=trace_key,
-                               workers=args.workers)
+                               workers=args.workers, seed_base=HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE)
     rows = summarize(results)
     checks = check_goals(policy, rows, results) if len(scorers) == 1 else []
     out = args.out or Path("eval") / policy.lower()
@@ -100,8 +103,31 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown_table(policy, rows))
     for c in checks:
         print(f"{'PASS' if c.ok else 'FAIL'} {c.family} @ {c.nodes}: {c.described()}")
+    for line in paired_lines([s.name for s in scorers], rows, results):
+        print(line)
     print(f"wrote {out}/summary.md, summary.csv, runs.csv and plots")
     return 0
+
+
+def paired_lines(models: list[str], rows: list[dict], results: list) -> list[str]:
+    """With several models: per cell, each model's objective over the best rule's and over the first
+    model's, paired by seed (95% bootstrap interval)."""
+    if len(models) < 2:
+        return []
+    objectives = values_by_seed(results, "objective")
+    out = []
+    for family_name, nodes in dict.fromkeys((r["family"], r["nodes"]) for r in rows):
+        best = best_baseline(rows, family_name, nodes, exclude="rl-")["scorer"]
+        for model in models:
+            mine = objectives[(family_name, nodes, model)]
+            parts = []
+            for other in ([best] + ([models[0]] if model != models[0] else [])):
+                paired = paired_ratio(mine, objectives[(family_name, nodes, other)])
+                if paired:
+                    parts.append(f"x{paired['ratio']} of {other} ({paired['ci95'][0]}-{paired['ci95'][1]}, "
+                                 f"{paired['reading']})")
+            out.append(f"paired {family_name} @ {nodes}: {model}: " + "; ".join(parts))
+    return out
 
 
 if __name__ == "__main__":
