@@ -161,7 +161,7 @@ class DQNConfig(TrainConfig):
     torch_threads: int = 2
     """most torch threads; fewer while other work holds the cores (agent.learn.threads)"""
     workers: int = 2
-    """processes measuring the mixed worlds' teachers"""
+    """processes measuring the mixed worlds' teachers and recording the demonstrations"""
     actors: int = 0
     """with a Ray cluster (--ray-address): environment actors that play the interaction on the cluster and
     feed this learner's replay (Ape-X), one cpu each; 0 plays it here"""
