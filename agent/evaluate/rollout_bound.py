@@ -31,7 +31,7 @@ import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE
 from agent.parallel import worker_pool
-from agent.sim.mixed import MIXED
+from agent.sim.mixed import LEADING_RULES, MIXED
 from agent.sim.outcomes import cost
 from agent.sim.scenarios import Event
 from agent.sim.simulator import Simulation
@@ -39,14 +39,9 @@ from rlscore.core.rules import RULES
 from rlscore.core.scoring import choose
 from rlscore.core.state import normalize_policy
 
-# the rules a mixed world's teacher is picked from (agent.learn.dqn.CANDIDATE_TEACHERS), kept here so that
-# evaluation does not import the trainer
-CANDIDATES = {
-    "EE": ("efficient-first", "best-fit", "most-allocated", "one-step-ee"),
-    "LB": ("headroom-balance", "load-variation-risk-balancing", "target-load-packing", "one-step-lb",
-           "least-utilized"),
-    "EL": ("latency-fit", "latency-pack", "one-step-el"),
-}
+# the rules whose choices a branch tries: those that lead some mixed worlds, and for LB the rule its
+# hot-node goal is stated against
+CANDIDATES = {**LEADING_RULES, "LB": (*LEADING_RULES["LB"], "least-utilized")}
 
 
 class SharedEvents:

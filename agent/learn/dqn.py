@@ -45,7 +45,7 @@ from agent.learn.threads import ThreadBudget
 from agent.parallel import (RAY_TASK_RETRIES, ClusterLost, carried_state, connect_ray, ray_address, restore_carried,
                             worker_pool)
 from agent.sim.families import draw_node_count, families_for, family
-from agent.sim.mixed import MIXED
+from agent.sim.mixed import LEADING_RULES, MIXED
 from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES, input_columns
 from rlscore.core.state import normalize_policy
 
@@ -66,11 +66,7 @@ TEACHERS = {
 # A world whose family has no teacher above (a mixed world, a cluster profile) is taught by the cheapest of
 # these on its own machines (the rules that lead some mixed worlds on training seeds), the first unless
 # another is cheaper by more than agent.learn.teachers.WORLD_MARGIN.
-CANDIDATE_TEACHERS = {
-    "EE": ("efficient-first", "best-fit", "most-allocated", "one-step-ee"),
-    "LB": ("headroom-balance", "load-variation-risk-balancing", "target-load-packing", "one-step-lb"),
-    "EL": ("latency-fit", "latency-pack", "one-step-el"),
-}
+CANDIDATE_TEACHERS = LEADING_RULES
 
 
 @dataclass
@@ -437,7 +433,8 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
     rng = np.random.default_rng([cfg.seed, world[2]])
     env = make_env(cfg)
     obs = warm_start(env, world, teacher, cfg.burn_in, rng)
-    branchable(env.sim)
+    if cfg.rollout_every:
+        branchable(env.sim)  # rollout branches copy the simulation
     steps, labelled, departed = [], 0, 0
     for k in range(cfg.demo_decisions):
         expert = teacher_targets(teacher, env._state, env._pod, cfg.max_nodes, rng) > 0

@@ -28,6 +28,15 @@ from agent.sim.world import GIB, Hardware, NodeSpec, PodClass, World
 
 MIXED, MIXED_WIDE = "mixed", "mixed-wide"
 
+# Per policy, the rules that lead some mixed worlds on training seeds (the first leads most): what a mixed
+# world's teacher is picked from (agent.learn.dqn) and what the rollout bound branches on
+# (agent.evaluate.rollout_bound).
+LEADING_RULES = {
+    "EE": ("efficient-first", "best-fit", "most-allocated", "one-step-ee"),
+    "LB": ("headroom-balance", "load-variation-risk-balancing", "target-load-packing", "one-step-lb"),
+    "EL": ("latency-fit", "latency-pack", "one-step-el"),
+}
+
 
 @dataclass(frozen=True)
 class MixRanges:
