@@ -98,8 +98,8 @@ class ModelRegistry:
         return entry
 
     def load_all(self) -> None:
-        for policy in POLICIES:
-            self.load(policy)
+        """Read every policy's model (at start-up)."""
+        self.reload_changed(force=True)
 
     def reload_changed(self, force: bool = False) -> list[str]:
         """Reload the policies whose model file or sidecar changed since the last attempt (every one
