@@ -117,7 +117,7 @@ def paired_lines(models: list[str], rows: list[dict], results: list) -> list[str
     objectives = values_by_seed(results, "objective")
     out = []
     for family_name, nodes in dict.fromkeys((r["family"], r["nodes"]) for r in rows):
-        best = best_baseline(rows, family_name, nodes, exclude="rl-")["scorer"]
+        best = best_baseline(rows, family_name, nodes, exclude=models[0])["scorer"]
         for model in models:
             mine = objectives[(family_name, nodes, model)]
             parts = []
