@@ -19,12 +19,14 @@ def test_train_then_eval_end_to_end(tmp_path):
               "--demo-decisions", "32", "--burn-in", "10", "--pretrain-steps", "20", "--total-timesteps", "200",
               "--num-envs", "2", "--episode-decisions", "40", "--workers", "1", "--out", str(tmp_path),
               "--name", "lb-dqn.safetensors", "--log-dir", str(tmp_path / "tb"), "--no-eval", "--no-progress",
-              "--teacher", "usage-skew=least-utilized", "--rollout-every", "8", "--rollout-horizon", "10")
+              "--teacher", "usage-skew=least-utilized", "--rollout-every", "8", "--rollout-horizon", "10",
+              "--advantage-weight", "0.5")
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "lb-dqn.safetensors").is_file() and (tmp_path / "lb-dqn.json").is_file()
     training = json.loads((tmp_path / "lb-dqn.json").read_text())["training"]
     assert training["demonstrations"]["teachers"]["usage-skew"] == {"least-utilized": 1}
     assert training["demonstrations"]["rollout_labels"]["decisions"] == 2 * 32 // 8
+    assert training["hyperparameters"]["advantage_weight"] == 0.5 and training["final_losses"]["advantage"] >= 0
     ev = run("rlscore-eval", "--policy", "LB", "--model", str(tmp_path / "lb-dqn.safetensors"), "--families", "test2,usage-skew",
              "--nodes", "3,5", "--seeds", "1", "--arrivals", "60", "--out", str(tmp_path / "ev"), "--no-progress")
     assert ev.returncode == 0, ev.stderr
@@ -66,6 +68,8 @@ def test_clear_errors_on_bad_input(tmp_path):
     assert tr.returncode == 2 and "expected FAMILY=RULE" in tr.stderr
     tr = run("rlscore-train", "--policy", "LB", "--rollout-every", "-1")
     assert tr.returncode == 2 and "--rollout-every must be >= 0" in tr.stderr
+    tr = run("rlscore-train", "--policy", "LB", "--advantage-weight", "1")
+    assert tr.returncode == 2 and "--advantage-weight needs --rollout-every" in tr.stderr
     tr = run("rlscore-train", "--policy", "EE", "--init", str(bad))
     assert tr.returncode == 2 and "--init" in tr.stderr and "not a readable model file" in tr.stderr
 

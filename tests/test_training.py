@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agent.evaluate.compare import evaluate, summarize
-from agent.learn.dqn import DQNConfig, margin_loss, td_loss, train
+from agent.learn.dqn import DQNConfig, advantage_loss, margin_loss, td_loss, train
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
 from agent.learn.train import main as train_main
@@ -30,6 +30,18 @@ def test_the_margin_loss_is_zero_once_the_teachers_choice_leads_by_the_margin():
     # 2. the third node is 0.1 behind: 0.9 + 0.8 - 1 = 0.7
     # 3. two tied teacher's choices, both right: the other node at 0 + 0.8 is below them, nothing to pay
     np.testing.assert_allclose(loss.numpy(), [0.3, 0.7, 0.0], atol=1e-6)
+
+
+def test_the_advantage_loss_fits_only_the_differences_among_the_measured_candidates():
+    nan = float("nan")
+    q = torch.tensor([[1.0, 2.0, 3.0, 9.0], [0.0, 0.0, 7.0, 0.0], [1.0, 5.0, 0.0, 0.0], [4.0, 4.0, 0.0, 0.0]])
+    advantage = torch.tensor([[10.0, 11.0, 12.0, nan], [nan, nan, 1.0, nan], [0.0, 1.0, nan, nan], [0.0, 1.0, nan, nan]])
+    loss = advantage_loss(q, advantage)
+    # 1. the same differences, shifted by 9: nothing to pay; the unmeasured 9 never counts
+    # 2. one measured candidate says nothing about differences
+    # 3. centred Q (-2, 2) against centred targets (-0.5, 0.5): 1.5^2 on each
+    # 4. Q ties two candidates that differ by 1: 0.5^2 on each
+    np.testing.assert_allclose(loss.numpy(), [0.0, 0.0, 2.25, 0.25], atol=1e-6)
 
 
 def _constant(value: float, hidden: int = 4) -> NodeScorer:
@@ -186,3 +198,12 @@ def test_demonstrations_do_not_depend_on_how_many_processes_record_them():
     for name in ("nodes", "action", "ret", "expert"):
         assert np.array_equal(getattr(one, name), getattr(two, name)), name
     assert labelled["rollout_labels"]["decisions"] == 3 * 6
+    # the labelled decisions carry the rollouts' advantages, and their labels are the best measured nodes
+    demos = recorded[2, 2][0]
+    measured = ~np.isnan(demos.advantage)
+    rows = np.flatnonzero(measured.any(axis=1))
+    assert len(rows) == 3 * 6 and not measured[np.setdiff1d(np.arange(len(demos)), rows)].any()
+    for i in rows:
+        best = np.nanmax(demos.advantage[i])
+        assert np.array_equal(demos.expert[i], measured[i] & (demos.advantage[i] >= best - 1e-6))
+        assert np.nanmin(demos.advantage[i]) == 0.0  # measured from the dearest candidate

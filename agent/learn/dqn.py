@@ -94,6 +94,10 @@ class DQNConfig(TrainConfig):
     the world's own future after it (agent.evaluate.rollout_bound; privileged, as the shaping potential is)"""
     rollout_horizon: int = 64
     """pods the teacher places in each rollout branch"""
+    advantage_weight: float = 0.0
+    """weight of regressing the Q differences among a rollout-labelled decision's candidates onto their
+    paired rollout cost differences (needs rollout_every): the branches share one future, so these
+    targets carry far less noise than a TD target, and they say by how much a departure pays"""
     # losses
     n_step: int = 8
     """rewards summed before bootstrapping"""
@@ -177,9 +181,11 @@ class DQNConfig(TrainConfig):
                 problems.append(f"--{name.replace('_', '-')} must be within 0..1")
         if not 0.0 < self.gamma <= 1.0:
             problems.append("--gamma must be within (0, 1]")
-        for name in ("margin", "margin_weight", "td_weight", "weight_decay", "reward_clip"):
+        for name in ("margin", "margin_weight", "td_weight", "weight_decay", "reward_clip", "advantage_weight"):
             if not getattr(self, name) >= 0:
                 problems.append(f"--{name.replace('_', '-')} must be >= 0")
+        if self.advantage_weight > 0 and not self.rollout_every:
+            problems.append("--advantage-weight needs --rollout-every (the rollouts measure the advantages)")
         if not self.learning_rate > 0:
             problems.append("--learning-rate must be > 0")
         if not 1 <= self.min_nodes <= self.max_nodes:
@@ -294,18 +300,20 @@ class Replay:
         self.ret = np.zeros(size, np.float32)
         self.discount = np.zeros(size, np.float32)
         self.expert = np.zeros((size, slots), bool)
+        self.advantage = np.full((size, slots), np.nan, np.float32)  # measured by rollouts, NaN elsewhere
 
     def __len__(self) -> int:
         return self.size if self.full else self.pos
 
     def add(self, obs: dict, action: int, ret: float, discount: float, next_obs: dict,
-            expert: np.ndarray | None = None) -> None:
+            expert: np.ndarray | None = None, advantage: np.ndarray | None = None) -> None:
         i = self.pos
         self.nodes[i], self.pod[i], self.width[i] = obs["nodes"], obs["pod"], int(obs["action_mask"].sum())
         self.next_nodes[i], self.next_pod[i] = next_obs["nodes"], next_obs["pod"]
         self.next_width[i] = int(next_obs["action_mask"].sum())
         self.action[i], self.ret[i], self.discount[i] = action, ret, discount
         self.expert[i] = expert if expert is not None else False
+        self.advantage[i] = advantage if advantage is not None else np.nan
         self.pos = (i + 1) % self.size
         self.full = self.full or self.pos == 0
 
@@ -321,7 +329,8 @@ class Replay:
                 "next_mask": torch.from_numpy(slots < self.next_width[idx, None]),
                 "action": torch.from_numpy(self.action[idx]), "ret": torch.from_numpy(self.ret[idx]),
                 "discount": torch.from_numpy(self.discount[idx]),
-                "expert": torch.from_numpy(self.expert[idx, :width])}
+                "expert": torch.from_numpy(self.expert[idx, :width]),
+                "advantage": torch.from_numpy(self.advantage[idx, :width])}
 
 
 def _cat(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -333,9 +342,10 @@ def _cat(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, to
         if extra == 0:
             return t
         shape = (t.shape[0], extra, *t.shape[2:])
-        return torch.cat([t, torch.zeros(shape, dtype=t.dtype)], dim=1)
+        fill = float("nan") if t.is_floating_point() and t.dim() == 2 else 0  # an unmeasured advantage
+        return torch.cat([t, torch.full(shape, fill, dtype=t.dtype)], dim=1)
 
-    wide = ("nodes", "mask", "next_nodes", "next_mask", "expert")
+    wide = ("nodes", "mask", "next_nodes", "next_mask", "expert", "advantage")
     return {k: torch.cat([pad(a[k]), pad(b[k])] if k in wide else [a[k], b[k]]) for k in a}
 
 
@@ -346,15 +356,16 @@ class NStep:
         self.n, self.gamma = n, gamma
         self.pending: deque = deque()
 
-    def push(self, obs, action, reward, expert, next_obs, terminated: bool, ended: bool, replay: Replay) -> None:
+    def push(self, obs, action, reward, expert, next_obs, terminated: bool, ended: bool, replay: Replay,
+             advantage: np.ndarray | None = None) -> None:
         """Record a step; flush the oldest when n are pending, all of them when the episode ended (a
         terminal state is not bootstrapped, a time limit is)."""
-        self.pending.append((obs, action, reward, expert))
+        self.pending.append((obs, action, reward, expert, advantage))
         while self.pending and (len(self.pending) == self.n or ended):
-            ret = sum(r * self.gamma**k for k, (_, _, r, _) in enumerate(self.pending))
-            first_obs, first_action, _, first_expert = self.pending[0]
+            ret = sum(r * self.gamma**k for k, (_, _, r, _, _) in enumerate(self.pending))
+            first_obs, first_action, _, first_expert, first_advantage = self.pending[0]
             discount = 0.0 if terminated else self.gamma ** len(self.pending)
-            replay.add(first_obs, first_action, ret, discount, next_obs, first_expert)
+            replay.add(first_obs, first_action, ret, discount, next_obs, first_expert, first_advantage)
             self.pending.popleft()
             if not ended:
                 break
@@ -393,6 +404,21 @@ def margin_loss(q: torch.Tensor, mask: torch.Tensor, expert: torch.Tensor, margi
     return augmented - best_expert
 
 
+def advantage_loss(q: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
+    """Per decision with at least two measured candidates: the mean squared error between the Q values
+    and the measured advantages over those candidates, each centred on its candidates' mean (only the
+    differences are measured). Zero on the other decisions."""
+    measured = ~torch.isnan(advantage)
+    count = measured.sum(dim=1)
+    n = count.clamp(min=1).float()
+    target = torch.where(measured, advantage, torch.zeros_like(advantage))
+    q = torch.where(measured, q, torch.zeros_like(q))
+    target = target - (target.sum(dim=1) / n).unsqueeze(1)
+    q = q - (q.sum(dim=1) / n).unsqueeze(1)
+    error = torch.where(measured, (q - target) ** 2, torch.zeros_like(q)).sum(dim=1) / n
+    return error * (count >= 2).float()
+
+
 # --- training -------------------------------------------------------------------------------------
 
 def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
@@ -416,9 +442,10 @@ def record_demonstrations(cfg: DQNConfig, plan, teachers, progress: bool) -> tup
     demos = Replay(sum(map(len, episodes)), cfg.max_nodes)
     for steps in episodes:
         nstep = NStep(cfg.n_step, cfg.gamma)
-        for obs, action, reward, expert, next_obs, terminated, ended in steps:
+        for obs, action, reward, expert, next_obs, terminated, ended, advantage in steps:
             clipped = float(np.clip(reward * scale, -cfg.reward_clip, cfg.reward_clip))
-            nstep.push(obs, action, clipped, expert, next_obs, terminated, ended, demos)
+            nstep.push(obs, action, clipped, expert, next_obs, terminated, ended, demos,
+                       None if advantage is None else advantage * scale)
     record = {"decisions": len(demos), "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards)),
               "clipped_share": float(np.mean(np.abs(np.asarray(rewards) * scale) > cfg.reward_clip))}
     if labelled:
@@ -438,34 +465,38 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
     steps, labelled, departed = [], 0, 0
     for k in range(cfg.demo_decisions):
         expert = teacher_targets(teacher, env._state, env._pod, cfg.max_nodes, rng) > 0
+        advantage = None
         if cfg.rollout_every and k % cfg.rollout_every == 0:
-            improved = rollout_targets(cfg, env, teacher, world[2], rng)
+            advantage = rollout_advantages(cfg, env, teacher, world[2], rng)
+            improved = advantage >= np.nanmax(advantage) - 1e-9  # NaN compares false
             labelled += 1
             departed += not np.any(improved & expert)
             expert = improved
         action = int(rng.choice(np.flatnonzero(expert)))
         next_obs, reward, terminated, truncated, _ = env.step(action)
         steps.append((obs, action, reward, expert, next_obs, terminated,
-                      terminated or truncated or k == cfg.demo_decisions - 1))
+                      terminated or truncated or k == cfg.demo_decisions - 1, advantage))
         obs = next_obs
         if terminated or truncated:
             break
     return steps, labelled, departed
 
 
-def rollout_targets(cfg: DQNConfig, env: SchedulingEnv, teacher: str, seed: int,
-                    rng: np.random.Generator) -> np.ndarray:
-    """The candidate rules' choices for the current pod that cost least when the teacher places the
-    next `rollout_horizon` pods after each (every branch meets the world's same future)."""
+def rollout_advantages(cfg: DQNConfig, env: SchedulingEnv, teacher: str, seed: int,
+                       rng: np.random.Generator) -> np.ndarray:
+    """Per node, how much less the candidate rules' choices for the current pod cost than the dearest
+    of them when the teacher places the next `rollout_horizon` pods after each (every branch meets the
+    world's same future), in the objective's units; NaN on the nodes no candidate chose."""
     sim, policy = env.sim, cfg.policy
     options = {rule_choice(rule, sim, policy, rng) for rule in ROLLOUT_RULES[policy]}
     options.add(base_choice(teacher, sim, policy, seed))
     end = sim.decisions + 1 + cfg.rollout_horizon
     costs = {c: branch_cost(sim, c, teacher, policy, seed, end) for c in options}
-    best = min(costs.values())
-    target = np.zeros(cfg.max_nodes, bool)
-    target[[c for c, v in costs.items() if v <= best + 1e-9]] = True
-    return target
+    worst = max(costs.values())
+    advantage = np.full(cfg.max_nodes, np.nan)
+    for c, v in costs.items():
+        advantage[c] = worst - v
+    return advantage
 
 
 def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, dict]:
@@ -496,7 +527,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     target_network = copy.deepcopy(q_network)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     gradient_steps = 0
-    losses = {"td": deque(maxlen=500), "margin": deque(maxlen=500)}
+    losses = {"td": deque(maxlen=500), "margin": deque(maxlen=500), "advantage": deque(maxlen=500)}
 
     def learn(batch: dict[str, torch.Tensor], demo_rows: int, margin_weight: float) -> None:
         nonlocal gradient_steps
@@ -513,6 +544,13 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 m = m * keep.float()
             loss = loss + margin_weight * m.mean()
             losses["margin"].append(float(m.detach().mean()))
+        if demo_rows and cfg.advantage_weight > 0:
+            advantage = batch["advantage"][:demo_rows]
+            labelled = int((~torch.isnan(advantage)).sum(dim=1).ge(2).sum())
+            if labelled:
+                a = advantage_loss(q[:demo_rows], advantage).sum() / labelled
+                loss = loss + cfg.advantage_weight * a
+                losses["advantage"].append(float(a.detach()))
         if cfg.td_weight > 0:
             td = td_loss(q_network, target_network, batch)
             loss = loss + cfg.td_weight * td.mean()
