@@ -207,3 +207,13 @@ def test_demonstrations_do_not_depend_on_how_many_processes_record_them():
         best = np.nanmax(demos.advantage[i])
         assert np.array_equal(demos.expert[i], measured[i] & (demos.advantage[i] >= best - 1e-6))
         assert np.nanmin(demos.advantage[i]) == 0.0  # measured from the dearest candidate
+    # without relabelling, a decision where the rollouts depart keeps its teacher's choice (so what the
+    # teacher meets afterwards differs)
+    cfg = DQNConfig(policy="LB", families=("mixed", "usage-skew"), demo_worlds=3, demo_decisions=12, burn_in=10,
+                    max_nodes=48, workers=2, rollout_every=2, rollout_horizon=8, rollout_relabel=False, progress=False)
+    plan = world_plan(cfg, cfg.demo_worlds, cfg.seed)
+    kept, _, record = record_demonstrations(cfg, plan, assign_teachers(cfg, plan), progress=False)
+    assert record["rollout_labels"]["decisions"] == labelled["rollout_labels"]["decisions"]
+    assert np.array_equal(np.flatnonzero((~np.isnan(kept.advantage)).any(axis=1)), rows)
+    departed = [i for i in rows if not (kept.expert[i] & (kept.advantage[i] >= np.nanmax(kept.advantage[i]) - 1e-6)).any()]
+    assert len(departed) == round(record["rollout_labels"]["departed_from_teacher"] * len(rows)) > 0

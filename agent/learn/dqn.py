@@ -94,6 +94,9 @@ class DQNConfig(TrainConfig):
     the world's own future after it (agent.evaluate.rollout_bound; privileged, as the shaping potential is)"""
     rollout_horizon: int = 64
     """pods the teacher places in each rollout branch"""
+    rollout_relabel: bool = True
+    """a rollout-labelled decision teaches its cheapest candidate (the margin loss); off, it keeps its
+    teacher's choice and its rollouts only feed the advantage regression"""
     advantage_weight: float = 0.0
     """weight of regressing the Q differences among a rollout-labelled decision's candidates onto their
     paired rollout cost differences (needs rollout_every): the branches share one future, so these
@@ -471,7 +474,8 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
             improved = advantage >= np.nanmax(advantage) - 1e-9  # NaN compares false
             labelled += 1
             departed += not np.any(improved & expert)
-            expert = improved
+            if cfg.rollout_relabel:
+                expert = improved
         action = int(rng.choice(np.flatnonzero(expert)))
         next_obs, reward, terminated, truncated, _ = env.step(action)
         steps.append((obs, action, reward, expert, next_obs, terminated,
