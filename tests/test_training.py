@@ -66,6 +66,19 @@ def test_the_td_loss_is_the_huber_loss_to_the_n_step_double_dqn_target():
     np.testing.assert_allclose(loss.detach().numpy(), expected, atol=1e-6)
 
 
+def test_rollouts_on_redrawn_futures_label_only_the_worlds_whose_arrivals_can_be_redrawn():
+    from agent.learn.dqn import assign_teachers, record_demonstrations, world_plan
+
+    cfg = DQNConfig(policy="LB", families=("mixed", "test2"), demo_worlds=4, demo_decisions=8, burn_in=10,
+                    max_nodes=48, workers=1, rollout_every=2, rollout_horizon=6, rollout_futures=2, progress=False)
+    plan = world_plan(cfg, cfg.demo_worlds, cfg.seed)
+    poisson = sum(name == "mixed" for name, _, _ in plan)  # test2's arrivals are the thesis' fixed cycle
+    assert 0 < poisson < len(plan)
+    demos, _, record = record_demonstrations(cfg, plan, assign_teachers(cfg, plan), progress=False)
+    assert record["rollout_labels"]["decisions"] == poisson * 4
+    assert int((~np.isnan(demos.advantage)).any(axis=1).sum()) == poisson * 4
+
+
 # --- a tiny world where the teacher is wrong half the time ------------------------------------------
 
 # One small node near the users, two big far ones. Strict pods (half of them) meet their limit only on

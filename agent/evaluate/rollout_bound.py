@@ -7,7 +7,9 @@ each candidate rule's choice is placed in its own branch, the base rule places t
 pods, and the cheapest branch's placement is taken (rollout, Bertsekas' one-step lookahead). The
 rollout policy knows the future arrivals of its world: what it gains is an upper bound on what a
 scorer could gain over the base rule by departing from it among these rules' choices, not a
-policy to ship.
+policy to ship. With `--futures K` it compares the branches on K futures drawn afresh at each
+decision instead (agent.sim.futures.redraw_future) and knows only what a scheduler could: what it
+gains there is room a scorer can learn from the state.
 
 It also says how faint the signal is that TD learning must find. Per decision it records the paired
 gain of the best branch over the base rule's branch, in units of the spread of the per-decision
@@ -25,15 +27,14 @@ import json
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Iterator
 
 import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE
 from agent.parallel import worker_pool
+from agent.sim.futures import branchable, redraw_future
 from agent.sim.mixed import LEADING_RULES, MIXED
 from agent.sim.outcomes import cost
-from agent.sim.scenarios import Event
 from agent.sim.simulator import Simulation
 from rlscore.core.rules import RULES
 from rlscore.core.scoring import choose
@@ -42,35 +43,6 @@ from rlscore.core.state import normalize_policy
 # the rules whose choices a branch tries: those that lead some mixed worlds, and for LB the rule its
 # hot-node goal is stated against
 CANDIDATES = {**LEADING_RULES, "LB": (*LEADING_RULES["LB"], "least-utilized")}
-
-
-class SharedEvents:
-    """An event stream that branches: copies share what has been drawn and the source, each keeps
-    its own position. Events do not depend on placements, so every branch sees the same future."""
-
-    def __init__(self, source: Iterator[Event]):
-        self._source, self._drawn, self._next = source, [], 0
-
-    def __iter__(self) -> SharedEvents:
-        return self
-
-    def __next__(self) -> Event:
-        while self._next >= len(self._drawn):
-            self._drawn.append(next(self._source))  # StopIteration ends every branch alike
-        event = self._drawn[self._next]
-        self._next += 1
-        return event
-
-    def __deepcopy__(self, memo: dict) -> SharedEvents:
-        twin = SharedEvents.__new__(SharedEvents)
-        twin._source, twin._drawn, twin._next = self._source, self._drawn, self._next
-        return twin
-
-
-def branchable(sim: Simulation) -> Simulation:
-    """`sim`, made safe to copy.deepcopy at a decision (its generator of events replaced)."""
-    sim._events = SharedEvents(sim._events)
-    return sim
 
 
 def rule_choice(rule: str, sim: Simulation, policy: str, rng: np.random.Generator) -> int:
@@ -102,6 +74,21 @@ def branch_cost(sim: Simulation, first: int, base: str, policy: str, seed: int, 
     return cost(policy, branch.ledger.minus(start), branch.units)
 
 
+def option_costs(sim: Simulation, options: set[int], base: str, policy: str, seed: int, end: int, futures: int,
+                 rng: np.random.Generator) -> dict[int, float]:
+    """Each candidate's cost to the end of the window (branch_cost): on the world's own future
+    (`futures` 0), or its mean over `futures` futures drawn afresh from this moment, every candidate
+    meeting the same ones (agent.sim.futures.redraw_future)."""
+    if futures == 0:
+        return {c: branch_cost(sim, c, base, policy, seed, end) for c in options}
+    totals = dict.fromkeys(options, 0.0)
+    for _ in range(futures):
+        future = redraw_future(copy.deepcopy(sim), rng)
+        for c in options:
+            totals[c] += branch_cost(future, c, base, policy, seed, end) / futures
+    return totals
+
+
 @dataclass
 class WorldBound:
     seed: int
@@ -119,9 +106,10 @@ def run_world(job: tuple) -> WorldBound:
     """Every candidate rule on one world, then the rollout of the best of them, over the same window:
     `decisions` decided by the rollout, then `tail` more by the base rule (the window's placements
     keep costing after it). Every branch runs to the window's end, and the base rule breaks ties by
-    the decision's index, so the rollout is never worse than its base (a deterministic world with one
-    known future): what it gains is the room there is."""
-    policy, seed, decisions, tail, family_name = job
+    the decision's index, so on the world's own future (`futures` 0) the rollout is never worse than
+    its base (a deterministic world with one known future): what it gains is the room there is. On
+    futures drawn afresh it can be worse: it does not know the one that comes."""
+    policy, seed, decisions, tail, family_name, futures = job
     started = time.time()
     rules = CANDIDATES[policy]
 
@@ -149,7 +137,8 @@ def run_world(job: tuple) -> WorldBound:
     for k in range(decisions):
         options = {rule_choice(rule, sim, policy, np.random.default_rng([seed, k, i])) for i, rule in enumerate(rules)}
         own = base_choice(base, sim, policy, seed)
-        values = {c: branch_cost(sim, c, base, policy, seed, end) for c in options | {own}}
+        values = option_costs(sim, options | {own}, base, policy, seed, end, futures,
+                              np.random.default_rng([seed, k, 2**31]))
         pick = min(values, key=lambda c: (values[c], c != own))
         departed += pick != own
         gains.append((values[own] - values[pick]) / spread)
@@ -172,14 +161,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decisions", type=int, default=60, help="measured decisions per world")
     parser.add_argument("--tail", type=int, default=100, help="decisions by the base rule after the measured ones, counted in the window")
     parser.add_argument("--holdout", action="store_true", help="hold-out seeds instead of evaluation seeds")
+    parser.add_argument("--futures", type=int, default=0,
+                        help="compare the candidates on this many futures drawn afresh at each decision, not on the "
+                             "world's own (0): the room a scheduler that cannot see the future has")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", default="", help="also write the per-world records here")
     args = parser.parse_args(argv)
     for name in ("worlds", "decisions", "tail", "workers"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1")
+    if args.futures < 0:
+        parser.error("--futures must be >= 0")
     base = HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE
-    jobs = [(args.policy, base + k, args.decisions, args.tail, args.family) for k in range(args.worlds)]
+    jobs = [(args.policy, base + k, args.decisions, args.tail, args.family, args.futures) for k in range(args.worlds)]
     with worker_pool(args.workers) as pool:
         results = list(pool.map(run_world, jobs))
     for r in results:

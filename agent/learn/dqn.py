@@ -36,7 +36,8 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from agent.evaluate.rollout_bound import CANDIDATES as ROLLOUT_RULES
-from agent.evaluate.rollout_bound import base_choice, branch_cost, branchable, rule_choice
+from agent.evaluate.rollout_bound import base_choice, option_costs, rule_choice
+from agent.sim.futures import branchable
 from agent.learn.common import TrainConfig, make_actor, seed_everything, training_record
 from agent.learn.env import MAX_EPISODE_DECISIONS, SchedulingEnv
 from agent.learn.network import DuelingQ, NodeScorer
@@ -94,6 +95,10 @@ class DQNConfig(TrainConfig):
     the world's own future after it (agent.evaluate.rollout_bound; privileged, as the shaping potential is)"""
     rollout_horizon: int = 64
     """pods the teacher places in each rollout branch"""
+    rollout_futures: int = 0
+    """compare the rollout candidates on this many futures drawn afresh from the decision on
+    (agent.sim.futures.redraw_future), not on the world's own (0): targets that know only what a
+    scheduler can; only worlds with Poisson arrivals are labelled then"""
     rollout_relabel: bool = True
     """a rollout-labelled decision teaches its cheapest candidate (the margin loss); off, it keeps its
     teacher's choice and its rollouts only feed the advantage regression"""
@@ -175,8 +180,9 @@ class DQNConfig(TrainConfig):
         problems = []
         for name in ("total_timesteps", "demo_worlds", "demo_decisions", "pretrain_steps", "batch_size", "buffer_size",
                      "num_envs", "n_step", "train_frequency", "target_network_frequency", "episode_decisions",
-                     "teacher_futures", "workers", "burn_in", "actors", "rollout_every", "rollout_horizon"):
-            minimum = 0 if name in ("total_timesteps", "pretrain_steps", "burn_in", "actors", "rollout_every") else 1
+                     "teacher_futures", "workers", "burn_in", "actors", "rollout_every", "rollout_horizon", "rollout_futures"):
+            minimum = 0 if name in ("total_timesteps", "pretrain_steps", "burn_in", "actors", "rollout_every",
+                                    "rollout_futures") else 1
             if getattr(self, name) < minimum:
                 problems.append(f"--{name.replace('_', '-')} must be >= {minimum}")
         for name in ("mixed_share", "demo_share", "margin_decay"):
@@ -463,13 +469,14 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
     rng = np.random.default_rng([cfg.seed, world[2]])
     env = make_env(cfg)
     obs = warm_start(env, world, teacher, cfg.burn_in, rng)
-    if cfg.rollout_every:
+    rollouts = cfg.rollout_every and (cfg.rollout_futures == 0 or env.sim.world.arrivals == "poisson")
+    if rollouts:
         branchable(env.sim)  # rollout branches copy the simulation
     steps, labelled, departed = [], 0, 0
     for k in range(cfg.demo_decisions):
         expert = teacher_targets(teacher, env._state, env._pod, cfg.max_nodes, rng) > 0
         advantage = None
-        if cfg.rollout_every and k % cfg.rollout_every == 0:
+        if rollouts and k % cfg.rollout_every == 0:
             advantage = rollout_advantages(cfg, env, teacher, world[2], rng)
             improved = advantage >= np.nanmax(advantage) - 1e-9  # NaN compares false
             labelled += 1
@@ -490,12 +497,13 @@ def rollout_advantages(cfg: DQNConfig, env: SchedulingEnv, teacher: str, seed: i
                        rng: np.random.Generator) -> np.ndarray:
     """Per node, how much less the candidate rules' choices for the current pod cost than the dearest
     of them when the teacher places the next `rollout_horizon` pods after each (every branch meets the
-    world's same future), in the objective's units; NaN on the nodes no candidate chose."""
+    world's same future, or the mean over `rollout_futures` futures drawn afresh), in the objective's
+    units; NaN on the nodes no candidate chose."""
     sim, policy = env.sim, cfg.policy
     options = {rule_choice(rule, sim, policy, rng) for rule in ROLLOUT_RULES[policy]}
     options.add(base_choice(teacher, sim, policy, seed))
     end = sim.decisions + 1 + cfg.rollout_horizon
-    costs = {c: branch_cost(sim, c, teacher, policy, seed, end) for c in options}
+    costs = option_costs(sim, options, teacher, policy, seed, end, cfg.rollout_futures, rng)
     worst = max(costs.values())
     advantage = np.full(cfg.max_nodes, np.nan)
     for c, v in costs.items():

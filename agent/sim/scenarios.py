@@ -29,9 +29,9 @@ class Event:
 
 
 class _EventMaker:
-    def __init__(self) -> None:
+    def __init__(self, first_pod_id: int = 0) -> None:
         self._seq = itertools.count()
-        self._pod_ids = itertools.count()
+        self._pod_ids = itertools.count(first_pod_id)
 
     def event(self, time: float, kind: str, **kw) -> Event:
         return Event(time, next(self._seq), kind, **kw)
@@ -113,12 +113,13 @@ BURST_GAP_S = 0.05  # between the pods of one burst (a Deployment's replicas cre
 
 def poisson(maker: _EventMaker, pods: PodSampler, rng: np.random.Generator, rate: float,
             mean_lifetime_s: float, hourly: tuple[float, ...] = (), start_hour: float = 0.0,
-            burst_size: float = 1.0, day_seconds: float = 86400.0) -> Iterator[Event]:
+            burst_size: float = 1.0, day_seconds: float = 86400.0, start: float = 0.0) -> Iterator[Event]:
     """Poisson arrivals with exponential lifetimes (scaled per pod class). With `hourly` (24
     multipliers by hour of day) the rate follows the day, drawn by thinning a process at the peak rate.
     With `burst_size` > 1, pods come in bursts of 1 + Poisson(burst_size - 1) pods of one class (a
-    Deployment scaled up), the bursts at rate / burst_size, so the mean rate of pods stays `rate`."""
-    t = 0.0
+    Deployment scaled up), the bursts at rate / burst_size, so the mean rate of pods stays `rate`.
+    `start`: the time of the stream's origin (a future drawn afresh from the middle of a world's day)."""
+    t = start
     departures: list[tuple[float, int]] = []
     peak = max(hourly) if hourly else 1.0
     burst_rate = rate / burst_size
@@ -155,6 +156,16 @@ def latency_shifts(times: tuple[float, ...]) -> Iterator[Event]:
     maker = _EventMaker()
     for t in sorted(times):
         yield maker.event(t, "shift-latency")
+
+
+def arrivals(world: World, rng: np.random.Generator, start: float, first_pod_id: int) -> Iterator[Event]:
+    """A fresh draw of a Poisson world's arrivals (and their departures) from time `start` on, the pods
+    numbered from `first_pod_id`: another future of the same world from that moment."""
+    if world.arrivals != "poisson":
+        raise ValueError(f"only a Poisson world's arrivals can be drawn afresh from a moment on, not {world.arrivals!r}")
+    return poisson(_EventMaker(first_pod_id), PodSampler(world.pod_classes, rng), rng, world.arrival_rate,
+                   world.mean_lifetime_s, world.hourly_rate, world.start_hour, world.burst_size, world.day_seconds,
+                   start=start)
 
 
 def events(world: World, rng: np.random.Generator) -> Iterator[Event]:

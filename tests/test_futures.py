@@ -1,0 +1,76 @@
+"""Another future of the same world (agent.sim.futures.redraw_future): the pods already there leave as
+they would have, every pod still to come is drawn afresh from the world's arrival process."""
+
+import copy
+
+import numpy as np
+import pytest
+
+from agent.evaluate.rollout_bound import finish, main
+from agent.sim.futures import branchable, redraw_future
+from agent.sim.simulator import Simulation
+
+
+def _events(sim: Simulation, count: int) -> list:
+    return [next(sim._events) for _ in range(count)]
+
+
+def _at_a_decision(seed: int) -> Simulation:
+    """A mixed world (Poisson arrivals) some way into its day, at a decision."""
+    sim = branchable(Simulation.of_family("mixed", seed))
+    sim.next_decision()
+    finish(sim, "one-step-lb", "LB", 3, 60)
+    return sim
+
+
+def test_a_redrawn_future_keeps_the_departures_of_the_pods_already_there_and_draws_new_arrivals():
+    sim = _at_a_decision(2**40 + 11)
+    first_new = 1 + max(e.pod.id for e in sim._events.past() if e.kind == "arrive")
+    assert first_new > sim.pod.id
+    own = _events(copy.deepcopy(sim), 400)
+    redrawn = _events(redraw_future(copy.deepcopy(sim), np.random.default_rng(1)), 400)
+    assert all(e.time >= sim.time for e in redrawn)
+    assert [e.time for e in redrawn] == sorted(e.time for e in redrawn)
+
+    def departures_of_those_there(events):
+        return [(e.time, e.pod_id) for e in events if e.kind == "depart" and e.pod_id < first_new]
+
+    def arrivals(events):
+        return [(round(e.time, 6), e.pod.cpu_millicores) for e in events if e.kind == "arrive"]
+
+    horizon = min(own[-1].time, redrawn[-1].time)
+    kept = departures_of_those_there([e for e in own if e.time <= horizon])
+    assert kept and kept == departures_of_those_there([e for e in redrawn if e.time <= horizon])
+    new = [e for e in redrawn if e.kind == "arrive"]
+    assert new and min(e.pod.id for e in new) == first_new
+    assert arrivals(own) != arrivals(redrawn)
+    # the new pods leave too, and one seed draws one future
+    assert any(e.kind == "depart" and e.pod_id >= first_new for e in redrawn)
+    again = _events(redraw_future(copy.deepcopy(sim), np.random.default_rng(1)), 400)
+    assert arrivals(again) == arrivals(redrawn)
+    # a redrawn future branches as the world's own does, and the original is untouched
+    assert _events(copy.deepcopy(sim), 400) == own
+
+
+def test_a_redrawn_future_runs_a_world_as_its_own_does():
+    sim = redraw_future(_at_a_decision(2**40 + 12), np.random.default_rng(2))
+    before = sim.ledger.arrivals
+    finish(sim, "one-step-lb", "LB", 3, sim.decisions + 200)
+    assert sim.ledger.arrivals - before >= 200 and len(sim.cluster.placement) > 0
+
+
+def test_only_a_poisson_worlds_future_is_redrawn():
+    sim = branchable(Simulation.of_family("test2", 2**40 + 13, nodes=4))
+    sim.next_decision()
+    with pytest.raises(ValueError, match="only a Poisson world's arrivals can be drawn afresh"):
+        redraw_future(sim, np.random.default_rng(0))
+
+
+def test_the_bound_on_redrawn_futures_runs_and_refuses_a_negative_count(tmp_path, capsys):
+    out = tmp_path / "bound.json"
+    assert main(["--policy", "LB", "--worlds", "1", "--decisions", "3", "--tail", "10", "--futures", "2",
+                 "--workers", "1", "--json", str(out)]) == 0
+    assert "LB on mixed: rollout / best rule" in capsys.readouterr().out and out.stat().st_size > 0
+    with pytest.raises(SystemExit) as exc:
+        main(["--policy", "LB", "--futures", "-1"])
+    assert exc.value.code == 2 and "--futures must be >= 0" in capsys.readouterr().err
