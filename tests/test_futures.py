@@ -69,8 +69,23 @@ def test_only_a_poisson_worlds_future_is_redrawn():
 def test_the_bound_on_redrawn_futures_runs_and_refuses_a_negative_count(tmp_path, capsys):
     out = tmp_path / "bound.json"
     assert main(["--policy", "LB", "--worlds", "1", "--decisions", "3", "--tail", "10", "--futures", "2",
-                 "--workers", "1", "--json", str(out)]) == 0
+                 "--confidence", "1", "--workers", "1", "--json", str(out)]) == 0
     assert "LB on mixed: rollout / best rule" in capsys.readouterr().out and out.stat().st_size > 0
     with pytest.raises(SystemExit) as exc:
         main(["--policy", "LB", "--futures", "-1"])
     assert exc.value.code == 2 and "--futures must be >= 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--policy", "LB", "--confidence", "2"])
+    assert "needs --futures >= 2" in capsys.readouterr().err
+
+
+def test_a_confident_pick_departs_only_on_a_gain_beyond_noise():
+    from agent.evaluate.rollout_bound import confident_pick
+
+    own, steady, noisy = 0, 1, 2
+    costs = {own: np.array([10.0, 12.0, 11.0, 13.0]), steady: np.array([9.0, 11.0, 10.0, 12.0]),
+             noisy: np.array([1.0, 19.0, 0.0, 20.0])}
+    assert confident_pick(costs, own, 0.0) == noisy  # cheapest on average
+    assert confident_pick(costs, own, 2.0) == own  # ... but its gain is noise
+    del costs[noisy]
+    assert confident_pick(costs, own, 2.0) == steady  # one less every time: beyond noise

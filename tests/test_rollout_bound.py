@@ -32,7 +32,7 @@ def test_a_branch_replays_exactly_what_the_simulation_then_does():
 
 @pytest.mark.parametrize("policy", ["LB", "EE", "EL"])
 def test_the_rollout_is_never_worse_than_its_base_rule(policy):
-    bound = run_world((policy, 2**40 + 5, 12, 20, "mixed", 0))
+    bound = run_world((policy, 2**40 + 5, 12, 20, "mixed", 0, 0.0))
     assert bound.best_rule == min(bound.rule_objectives, key=bound.rule_objectives.get)
     assert bound.rollout_objective <= bound.rule_objectives[bound.best_rule] + 1e-9
 
@@ -40,7 +40,7 @@ def test_the_rollout_is_never_worse_than_its_base_rule(policy):
 def test_the_rollout_departs_where_another_rules_choice_costs_less():
     """On this LB world the branches find cheaper placements than the best rule's, and taking them
     gains: a rollout that only ever took the base rule's choice would pass the test above."""
-    bound = run_world(("LB", 2**40 + 5, 12, 20, "mixed", 0))
+    bound = run_world(("LB", 2**40 + 5, 12, 20, "mixed", 0, 0.0))
     assert bound.departures > 0 and bound.mean_gain > 0
     assert bound.rollout_objective < bound.rule_objectives[bound.best_rule]
 

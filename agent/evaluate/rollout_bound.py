@@ -75,18 +75,30 @@ def branch_cost(sim: Simulation, first: int, base: str, policy: str, seed: int, 
 
 
 def option_costs(sim: Simulation, options: set[int], base: str, policy: str, seed: int, end: int, futures: int,
-                 rng: np.random.Generator) -> dict[int, float]:
-    """Each candidate's cost to the end of the window (branch_cost): on the world's own future
-    (`futures` 0), or its mean over `futures` futures drawn afresh from this moment, every candidate
-    meeting the same ones (agent.sim.futures.redraw_future)."""
+                 rng: np.random.Generator) -> dict[int, np.ndarray]:
+    """Each candidate's costs to the end of the window (branch_cost): on the world's own future
+    (`futures` 0: one cost), or on each of `futures` futures drawn afresh from this moment, every
+    candidate meeting the same ones (agent.sim.futures.redraw_future)."""
     if futures == 0:
-        return {c: branch_cost(sim, c, base, policy, seed, end) for c in options}
-    totals = dict.fromkeys(options, 0.0)
-    for _ in range(futures):
+        return {c: np.array([branch_cost(sim, c, base, policy, seed, end)]) for c in options}
+    costs = {c: np.zeros(futures) for c in options}
+    for k in range(futures):
         future = redraw_future(copy.deepcopy(sim), rng)
         for c in options:
-            totals[c] += branch_cost(future, c, base, policy, seed, end) / futures
-    return totals
+            costs[c][k] = branch_cost(future, c, base, policy, seed, end)
+    return costs
+
+
+def confident_pick(costs: dict[int, np.ndarray], own: int, z: float) -> int:
+    """The cheapest candidate on average, if its paired gain over `own` is more than `z` standard
+    errors (over the futures) above zero; `own` otherwise (z 0 takes the cheapest on average)."""
+    means = {c: float(v.mean()) for c, v in costs.items()}
+    pick = min(means, key=lambda c: (means[c], c != own))
+    gain = costs[own] - costs[pick]
+    if pick == own or z <= 0:
+        return pick
+    error = float(gain.std(ddof=1)) / np.sqrt(len(gain)) if len(gain) > 1 else float("inf")
+    return pick if gain.mean() > z * error else own
 
 
 @dataclass
@@ -109,7 +121,7 @@ def run_world(job: tuple) -> WorldBound:
     the decision's index, so on the world's own future (`futures` 0) the rollout is never worse than
     its base (a deterministic world with one known future): what it gains is the room there is. On
     futures drawn afresh it can be worse: it does not know the one that comes."""
-    policy, seed, decisions, tail, family_name, futures = job
+    policy, seed, decisions, tail, family_name, futures, z = job
     started = time.time()
     rules = CANDIDATES[policy]
 
@@ -139,9 +151,9 @@ def run_world(job: tuple) -> WorldBound:
         own = base_choice(base, sim, policy, seed)
         values = option_costs(sim, options | {own}, base, policy, seed, end, futures,
                               np.random.default_rng([seed, k, 2**31]))
-        pick = min(values, key=lambda c: (values[c], c != own))
+        pick = confident_pick(values, own, z)
         departed += pick != own
-        gains.append((values[own] - values[pick]) / spread)
+        gains.append(float(values[own].mean() - values[pick].mean()) / spread)
         sim.place(pick)
         sim.next_decision()
     finish(sim, base, policy, seed, end)
@@ -164,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--futures", type=int, default=0,
                         help="compare the candidates on this many futures drawn afresh at each decision, not on the "
                              "world's own (0): the room a scheduler that cannot see the future has")
+    parser.add_argument("--confidence", type=float, default=0.0, metavar="Z",
+                        help="with --futures: depart from the base rule only where the mean paired gain over the "
+                             "futures is more than Z standard errors above zero (0: wherever it is positive)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", default="", help="also write the per-world records here")
     args = parser.parse_args(argv)
@@ -172,8 +187,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name} must be >= 1")
     if args.futures < 0:
         parser.error("--futures must be >= 0")
+    if args.confidence < 0 or (args.confidence > 0 and args.futures < 2):
+        parser.error("--confidence must be >= 0, and needs --futures >= 2")
     base = HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE
-    jobs = [(args.policy, base + k, args.decisions, args.tail, args.family, args.futures) for k in range(args.worlds)]
+    jobs = [(args.policy, base + k, args.decisions, args.tail, args.family, args.futures, args.confidence)
+            for k in range(args.worlds)]
     with worker_pool(args.workers) as pool:
         results = list(pool.map(run_world, jobs))
     for r in results:

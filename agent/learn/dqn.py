@@ -503,7 +503,8 @@ def rollout_advantages(cfg: DQNConfig, env: SchedulingEnv, teacher: str, seed: i
     options = {rule_choice(rule, sim, policy, rng) for rule in ROLLOUT_RULES[policy]}
     options.add(base_choice(teacher, sim, policy, seed))
     end = sim.decisions + 1 + cfg.rollout_horizon
-    costs = option_costs(sim, options, teacher, policy, seed, end, cfg.rollout_futures, rng)
+    costs = {c: float(v.mean()) for c, v in option_costs(sim, options, teacher, policy, seed, end,
+                                                         cfg.rollout_futures, rng).items()}
     worst = max(costs.values())
     advantage = np.full(cfg.max_nodes, np.nan)
     for c, v in costs.items():
