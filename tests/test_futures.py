@@ -89,3 +89,17 @@ def test_a_confident_pick_departs_only_on_a_gain_beyond_noise():
     assert confident_pick(costs, own, 2.0) == own  # ... but its gain is noise
     del costs[noisy]
     assert confident_pick(costs, own, 2.0) == steady  # one less every time: beyond noise
+
+
+@pytest.mark.reproduction  # two LB worlds, 16 futures per decision (~2 min): make verify
+def test_on_lb_mixed_worlds_the_room_past_the_best_rule_is_foresight():
+    """docs/training.md, "Room without foresight": the rollout that knows its world's future gains over
+    the best rule; the one that compares placements on futures drawn afresh, departing only on a gain
+    beyond noise, does not."""
+    from agent.evaluate.compare import EVAL_SEED_BASE
+    from agent.evaluate.rollout_bound import run_world
+
+    for seed in (EVAL_SEED_BASE, EVAL_SEED_BASE + 1):
+        seeing = run_world(("LB", seed, 40, 100, "mixed", 0, 0.0))
+        blind = run_world(("LB", seed, 40, 100, "mixed", 16, 2.0))
+        assert seeing.ratio < 0.95 and blind.ratio > 0.99, (seeing, blind)
