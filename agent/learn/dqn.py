@@ -104,8 +104,8 @@ class DQNConfig(TrainConfig):
     teacher's choice and its rollouts only feed the advantage regression"""
     advantage_weight: float = 0.0
     """weight of regressing the Q differences among a rollout-labelled decision's candidates onto their
-    paired rollout cost differences (needs rollout_every): the branches share one future, so these
-    targets carry far less noise than a TD target, and they say by how much a departure pays"""
+    paired rollout cost differences (needs rollout_every): unlike a label, they say by how much a
+    departure pays; the branches share their futures, so the differences are paired"""
     # losses
     n_step: int = 8
     """rewards summed before bootstrapping"""
@@ -346,16 +346,15 @@ def _cat(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, to
     """Two batches as one, padded to the wider."""
     width = max(a["nodes"].shape[1], b["nodes"].shape[1])
 
-    def pad(t: torch.Tensor) -> torch.Tensor:
+    def pad(t: torch.Tensor, fill: float) -> torch.Tensor:
         extra = width - t.shape[1]
         if extra == 0:
             return t
         shape = (t.shape[0], extra, *t.shape[2:])
-        fill = float("nan") if t.is_floating_point() and t.dim() == 2 else 0  # an unmeasured advantage
         return torch.cat([t, torch.full(shape, fill, dtype=t.dtype)], dim=1)
 
-    wide = ("nodes", "mask", "next_nodes", "next_mask", "expert", "advantage")
-    return {k: torch.cat([pad(a[k]), pad(b[k])] if k in wide else [a[k], b[k]]) for k in a}
+    wide = {"nodes": 0, "mask": 0, "next_nodes": 0, "next_mask": 0, "expert": 0, "advantage": float("nan")}
+    return {k: torch.cat([pad(a[k], wide[k]), pad(b[k], wide[k])] if k in wide else [a[k], b[k]]) for k in a}
 
 
 class NStep:
