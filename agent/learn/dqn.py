@@ -723,7 +723,8 @@ class _Transitions:
     def __init__(self):
         self.items: list = []
 
-    def add(self, obs, action, ret, discount, next_obs, expert=None) -> None:
+    def add(self, obs, action, ret, discount, next_obs, expert=None, advantage=None) -> None:
+        """Replay.add's signature; an actor's own transitions have no teacher's choice nor advantage."""
         self.items.append((_trim(obs), action, ret, discount, _trim(next_obs)))
 
 
