@@ -219,7 +219,6 @@ def test_demonstrations_do_not_depend_on_how_many_processes_record_them():
     for i in rows:
         best = np.nanmax(demos.advantage[i])
         assert np.array_equal(demos.expert[i], measured[i] & (demos.advantage[i] >= best - 1e-6))
-        assert np.nanmin(demos.advantage[i]) == 0.0  # measured from the dearest candidate
     # without relabelling, a decision where the rollouts depart keeps its teacher's choice (so what the
     # teacher meets afterwards differs)
     cfg = DQNConfig(policy="LB", families=("mixed", "usage-skew"), demo_worlds=3, demo_decisions=12, burn_in=10,
