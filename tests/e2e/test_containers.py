@@ -5,10 +5,12 @@ pods are packed by RLScore's in-process scores, which the scheduler container co
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import started_cluster
 from tests.e2e.test_local_cluster import place
@@ -25,14 +27,28 @@ def test_the_images_schedule_ee_pods_onto_the_fewest_nodes(cluster):
     policies = httpx.get(f"{cluster.server_url}/policies", timeout=10).json()["policies"]
     assert {p["policy"]: p["serving"] for p in policies} == {"EE": "model", "LB": "model", "EL": "model"}
     metrics_url = cluster.values["RLSCORE_LOCAL_SCHEDULER_METRICS_URL"]
-    # the in-process scorer holds a copy of the server's state before the pods come (until then it
-    # rightly leaves a pod to the server: one of 12 in one CI run)
-    wait_for(lambda: counter(httpx.get(metrics_url, verify=False, timeout=10).text,
-                             "rlscore_in_process_last_refresh_timestamp_seconds") > 0, 60, "the scorer's first copy")
-    before = counter(httpx.get(metrics_url, verify=False, timeout=10).text, "rlscore_in_process_decisions_total",
-                     result="scored")
+
+    def scheduler_metrics() -> str:
+        return httpx.get(metrics_url, verify=False, timeout=10).text
+
+    # The in-process scorer leaves a pod to the server until its copy of the server's state holds a
+    # snapshot (a copy fetched before the server's first refresh is "stale"): wait for the server's
+    # snapshot, then for a copy fetched after it.
+    wait_for(lambda: httpx.get(f"{cluster.server_url}/v1/node-metrics", timeout=10).json()["snapshot_age_s"]
+             is not None, 60, "the server's first snapshot")
+    snapshot_seen = time.time()
+    wait_for(lambda: counter(scheduler_metrics(), "rlscore_in_process_last_refresh_timestamp_seconds") > snapshot_seen,
+             60, "the scorer's copy of that snapshot")
+    before = decisions(scheduler_metrics())
     placed = place(cluster, 12, "EE")
     assert len(set(placed.values())) == math.ceil(12 * 250 / 8000), Counter(placed.values())
-    after = counter(httpx.get(metrics_url, verify=False, timeout=10).text, "rlscore_in_process_decisions_total",
-                    result="scored")
-    assert after - before >= 12, (before, after)  # scored in the scheduler container, from the server container's model
+    after = decisions(scheduler_metrics())
+    seen = {result: after[result] - before.get(result, 0) for result in after}
+    # scored in the scheduler container, from the server container's model; else the reasons it was not
+    assert seen.get("scored", 0) >= 12, seen
+
+
+def decisions(text: str) -> dict[str, float]:
+    """The in-process scorer's decisions by result (scored, or why it left a pod to the server)."""
+    return {s.labels["result"]: s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == "rlscore_in_process_decisions_total"}
