@@ -70,6 +70,8 @@ def test_clear_errors_on_bad_input(tmp_path):
     assert tr.returncode == 2 and "--rollout-every must be >= 0" in tr.stderr
     tr = run("rlscore-train", "--policy", "LB", "--advantage-weight", "1")
     assert tr.returncode == 2 and "--advantage-weight needs --rollout-every" in tr.stderr
+    tr = run("rlscore-train", "--policy", "EL", "--rollout-every", "2", "--rollout-confidence", "2")
+    assert tr.returncode == 2 and "--rollout-confidence needs --rollout-futures >= 2" in tr.stderr
     tr = run("rlscore-train", "--policy", "EE", "--init", str(bad))
     assert tr.returncode == 2 and "--init" in tr.stderr and "not a readable model file" in tr.stderr
 

@@ -79,6 +79,37 @@ def test_rollouts_on_redrawn_futures_label_only_the_worlds_whose_arrivals_can_be
     assert int((~np.isnan(demos.advantage)).any(axis=1).sum()) == poisson * 4
 
 
+
+def test_a_rollout_label_on_redrawn_futures_departs_only_beyond_the_confidence_asked():
+    """With --rollout-confidence, the teacher's label stands unless the cheapest candidate's gain over
+    it is beyond that many standard errors over the futures: at 0 some labels depart, at an
+    unreachable confidence none does, while the measured advantages stay the same."""
+    from agent.learn.dqn import assign_teachers, record_demonstrations, world_plan
+
+    recorded = {}
+    for z, relabel in ((0.0, True), (1e9, True), (0.0, False)):
+        cfg = DQNConfig(policy="LB", families=("mixed",), demo_worlds=3, demo_decisions=16, burn_in=10, max_nodes=48,
+                        workers=1, rollout_every=2, rollout_horizon=12, rollout_futures=3, rollout_confidence=z,
+                        rollout_relabel=relabel, progress=False)
+        plan = world_plan(cfg, cfg.demo_worlds, cfg.seed)
+        recorded[z, relabel] = record_demonstrations(cfg, plan, assign_teachers(cfg, plan), progress=False)
+    (loose, _, loose_record), (strict, _, strict_record), (kept, _, _) = recorded.values()
+    assert loose_record["rollout_labels"]["departed_from_teacher"] > 0
+    assert strict_record["rollout_labels"]["departed_from_teacher"] == 0
+    # every label is the teacher's, as when the rollouts relabel nothing (the same random streams)
+    for name in ("expert", "action", "nodes"):
+        assert np.array_equal(getattr(strict, name), getattr(kept, name)), name
+    assert not np.array_equal(loose.expert, kept.expert)
+    np.testing.assert_array_equal(strict.advantage, kept.advantage)
+
+
+def test_the_rollout_confidence_needs_futures_to_measure_the_noise():
+    with pytest.raises(ValueError, match="--rollout-confidence needs --rollout-futures >= 2"):
+        DQNConfig(policy="LB", rollout_every=2, rollout_futures=1, rollout_confidence=2.0)
+    with pytest.raises(ValueError, match="--rollout-confidence must be >= 0"):
+        DQNConfig(policy="LB", rollout_every=2, rollout_futures=4, rollout_confidence=-1.0)
+
+
 # --- a tiny world where the teacher is wrong half the time ------------------------------------------
 
 # One small node near the users, two big far ones. Strict pods (half of them) meet their limit only on
@@ -211,14 +242,18 @@ def test_demonstrations_do_not_depend_on_how_many_processes_record_them():
     for name in ("nodes", "action", "ret", "expert"):
         assert np.array_equal(getattr(one, name), getattr(two, name)), name
     assert labelled["rollout_labels"]["decisions"] == 3 * 6
-    # the labelled decisions carry the rollouts' advantages, and their labels are the best measured nodes
+    # the labelled decisions carry the rollouts' advantages, and their labels are among the best measured nodes:
+    # the teacher's, or where the teacher's choice is not, the best measured
     demos = recorded[2, 2][0]
     measured = ~np.isnan(demos.advantage)
     rows = np.flatnonzero(measured.any(axis=1))
     assert len(rows) == 3 * 6 and not measured[np.setdiff1d(np.arange(len(demos)), rows)].any()
+    departed = 0
     for i in rows:
-        best = np.nanmax(demos.advantage[i])
-        assert np.array_equal(demos.expert[i], measured[i] & (demos.advantage[i] >= best - 1e-6))
+        cheapest = measured[i] & (demos.advantage[i] >= np.nanmax(demos.advantage[i]) - 1e-6)
+        assert (demos.expert[i] & cheapest).any()  # the teacher's choice where it is among them
+        departed += np.array_equal(demos.expert[i], cheapest) and not (demos.expert[i] & ~measured[i]).any()
+    assert departed >= round(labelled["rollout_labels"]["departed_from_teacher"] * len(rows)) > 0
     # without relabelling, a decision where the rollouts depart keeps its teacher's choice (so what the
     # teacher meets afterwards differs)
     cfg = DQNConfig(policy="LB", families=("mixed", "usage-skew"), demo_worlds=3, demo_decisions=12, burn_in=10,

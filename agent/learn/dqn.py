@@ -36,8 +36,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from agent.evaluate.rollout_bound import CANDIDATES as ROLLOUT_RULES
-from agent.evaluate.rollout_bound import base_choice, option_costs, rule_choice
-from agent.sim.futures import branchable
+from agent.evaluate.rollout_bound import base_choice, confident_pick, option_costs, rule_choice
 from agent.learn.common import TrainConfig, make_actor, seed_everything, training_record
 from agent.learn.env import MAX_EPISODE_DECISIONS, SchedulingEnv
 from agent.learn.network import DuelingQ, NodeScorer
@@ -46,7 +45,9 @@ from agent.learn.threads import ThreadBudget
 from agent.parallel import (RAY_TASK_RETRIES, ClusterLost, carried_state, connect_ray, ray_address, restore_carried,
                             worker_pool)
 from agent.sim.families import draw_node_count, families_for, family
+from agent.sim.futures import branchable
 from agent.sim.mixed import LEADING_RULES, MIXED
+from agent.sim.scenarios import can_draw_afresh
 from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES, input_columns
 from rlscore.core.state import normalize_policy
 
@@ -100,8 +101,13 @@ class DQNConfig(TrainConfig):
     (agent.sim.futures.redraw_future), not on the world's own (0): targets that know only what a
     scheduler can; only worlds with Poisson arrivals are labelled then"""
     rollout_relabel: bool = True
-    """a rollout-labelled decision teaches its cheapest candidate (the margin loss); off, it keeps its
-    teacher's choice and its rollouts only feed the advantage regression"""
+    """a rollout-measured decision where the teacher's choice is not among the cheapest candidates
+    teaches the cheapest instead (the margin loss); off, it keeps its teacher's choice and its rollouts
+    only feed the advantage regression"""
+    rollout_confidence: float = 0.0
+    """with rollout_futures, relabel only where the cheapest candidate's mean paired gain over the
+    teacher's choice is more than this many standard errors (over the futures) above zero
+    (rollout_bound.confident_pick): the cheapest of a few noisy means is mostly noise; 0: the cheapest"""
     advantage_weight: float = 0.0
     """weight of regressing the Q differences among a rollout-labelled decision's candidates onto their
     paired rollout cost differences (needs rollout_every): unlike a label, they say by how much a
@@ -193,6 +199,10 @@ class DQNConfig(TrainConfig):
         for name in ("margin", "margin_weight", "td_weight", "weight_decay", "reward_clip", "advantage_weight"):
             if not getattr(self, name) >= 0:
                 problems.append(f"--{name.replace('_', '-')} must be >= 0")
+        if not self.rollout_confidence >= 0:
+            problems.append("--rollout-confidence must be >= 0")
+        elif self.rollout_confidence > 0 and self.rollout_futures < 2:
+            problems.append("--rollout-confidence needs --rollout-futures >= 2 (the spread over futures measures the noise)")
         if self.advantage_weight > 0 and not self.rollout_every:
             problems.append("--advantage-weight needs --rollout-every (the rollouts measure the advantages)")
         if not self.learning_rate > 0:
@@ -468,7 +478,7 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
     rng = np.random.default_rng([cfg.seed, world[2]])
     env = make_env(cfg)
     obs = warm_start(env, world, teacher, cfg.burn_in, rng)
-    rollouts = cfg.rollout_every and (cfg.rollout_futures == 0 or env.sim.world.arrivals == "poisson")
+    rollouts = cfg.rollout_every and (cfg.rollout_futures == 0 or can_draw_afresh(env.sim.world))
     if rollouts:
         branchable(env.sim)  # rollout branches copy the simulation
     steps, labelled, departed = [], 0, 0
@@ -476,12 +486,15 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
         expert = teacher_targets(teacher, env._state, env._pod, cfg.max_nodes, rng) > 0
         advantage = None
         if rollouts and k % cfg.rollout_every == 0:
-            advantage = rollout_advantages(cfg, env, teacher, world[2], rng)
-            improved = advantage >= np.nanmax(advantage) - 1e-9  # NaN compares false
+            advantage, pick = rollout_advantages(cfg, env, teacher, world[2], rng)
             labelled += 1
-            departed += not np.any(improved & expert)
-            if cfg.rollout_relabel:
-                expert = improved
+            cheapest = advantage >= np.nanmax(advantage) - 1e-9  # NaN compares false
+            # the teacher's label stands where its choice is among the cheapest, or where the gain over
+            # it is within the noise asked (the pick is then the teacher's own choice)
+            if cheapest[pick] and not np.any(cheapest & expert):
+                departed += 1
+                if cfg.rollout_relabel:
+                    expert = cheapest
         action = int(rng.choice(np.flatnonzero(expert)))
         next_obs, reward, terminated, truncated, _ = env.step(action)
         steps.append((obs, action, reward, expert, next_obs, terminated,
@@ -493,22 +506,24 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
 
 
 def rollout_advantages(cfg: DQNConfig, env: SchedulingEnv, teacher: str, seed: int,
-                       rng: np.random.Generator) -> np.ndarray:
+                       rng: np.random.Generator) -> tuple[np.ndarray, int]:
     """Per node, how much less the candidate rules' choices for the current pod cost than the dearest
     of them when the teacher places the next `rollout_horizon` pods after each (every branch meets the
     world's same future, or the mean over `rollout_futures` futures drawn afresh), in the objective's
-    units; NaN on the nodes no candidate chose."""
+    units, NaN on the nodes no candidate chose; and the node the rollouts pick: the cheapest, or the
+    teacher's own choice unless the cheapest gains beyond `rollout_confidence` standard errors."""
     sim, policy = env.sim, cfg.policy
     options = {rule_choice(rule, sim, policy, rng) for rule in ROLLOUT_RULES[policy]}
-    options.add(base_choice(teacher, sim, policy, seed))
+    own = base_choice(teacher, sim, policy, seed)
+    options.add(own)
     end = sim.decisions + 1 + cfg.rollout_horizon
-    costs = {c: float(v.mean()) for c, v in option_costs(sim, options, teacher, policy, seed, end,
-                                                         cfg.rollout_futures, rng).items()}
-    worst = max(costs.values())
+    costs = option_costs(sim, options, teacher, policy, seed, end, cfg.rollout_futures, rng)
+    means = {c: float(v.mean()) for c, v in costs.items()}
+    worst = max(means.values())
     advantage = np.full(cfg.max_nodes, np.nan)
-    for c, v in costs.items():
+    for c, v in means.items():
         advantage[c] = worst - v
-    return advantage
+    return advantage, confident_pick(costs, own, cfg.rollout_confidence)
 
 
 def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, dict]:

@@ -158,10 +158,16 @@ def latency_shifts(times: tuple[float, ...]) -> Iterator[Event]:
         yield maker.event(t, "shift-latency")
 
 
+def can_draw_afresh(world: World) -> bool:
+    """Whether `arrivals` can draw another future of this world: only an arrival process (Poisson) has
+    one; the scripted test worlds have a single sequence."""
+    return world.arrivals == "poisson"
+
+
 def arrivals(world: World, rng: np.random.Generator, start: float, first_pod_id: int) -> Iterator[Event]:
     """A fresh draw of a Poisson world's arrivals (and their departures) from time `start` on, the pods
     numbered from `first_pod_id`: another future of the same world from that moment."""
-    if world.arrivals != "poisson":
+    if not can_draw_afresh(world):
         raise ValueError(f"only a Poisson world's arrivals can be drawn afresh from a moment on, not {world.arrivals!r}")
     return poisson(_EventMaker(first_pod_id), PodSampler(world.pod_classes, rng), rng, world.arrival_rate,
                    world.mean_lifetime_s, world.hourly_rate, world.start_hour, world.burst_size, world.day_seconds,
