@@ -59,6 +59,26 @@ def test_a_redrawn_future_runs_a_world_as_its_own_does():
     assert sim.ledger.arrivals - before >= 200 and len(sim.cluster.placement) > 0
 
 
+
+def test_a_world_made_branchable_after_it_ran_keeps_the_departures_of_the_pods_that_came_before():
+    """Training makes a world branchable after its warm start: the wrapped stream has seen none of the
+    pods already there. The redrawn future takes them from the simulation (a small scarce-near world
+    whose pods all came before once scanned its endless own stream for departures it had already met)."""
+    sim = Simulation.of_family("scarce-near", 2**40 + 14, nodes=3)
+    sim.next_decision()
+    finish(sim, "one-step-el", "EL", 3, 40)
+    there = set(sim.cluster.placement) | {sim.pod.id}
+    assert len(there) > 1
+    sim = branchable(sim)
+    redrawn = redraw_future(copy.deepcopy(sim), np.random.default_rng(3))
+    events = _events(copy.deepcopy(redrawn), 300)
+    new = {e.pod.id for e in events if e.kind == "arrive"}
+    assert new and min(new) > max(there)  # numbered past every pod there
+    left = {e.pod_id for e in events if e.kind == "depart" and e.pod_id not in new}
+    assert left == there  # each pod there leaves, and only those
+    finish(redrawn, "one-step-el", "EL", 3, redrawn.decisions + 200)  # it runs on: the scan ends
+
+
 def test_only_a_poisson_worlds_future_is_redrawn():
     sim = branchable(Simulation.of_family("test2", 2**40 + 13, nodes=4))
     sim.next_decision()

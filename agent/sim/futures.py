@@ -53,35 +53,56 @@ def branchable(sim: Simulation) -> Simulation:
     return sim
 
 
+# how far past the decision a redrawn future still looks for the departure of a pod already there, in
+# the world's mean pod lifetimes: an exponential lifetime outlives it with probability e^-50
+_DEPARTURE_LOOKAHEAD_LIFETIMES = 50.0
+
+
 def redraw_future(sim: Simulation, rng: np.random.Generator) -> Simulation:
     """`sim` (a branchable copy of a world on its own stream, at a decision) with the arrivals after
     this moment drawn afresh from its world's arrival process: the pods already there leave when they
     would have, node churn and latency shifts keep their schedule, every pod still to come is new.
-    Branchable in turn."""
-    own: SharedEvents = sim._events
-    past = own.past()
-    first_new = 1 + max((e.pod.id for e in past if e.kind == "arrive"), default=-1)  # numbered as they arrive
-    pending = first_new - sum(e.kind == "depart" for e in past)
+    Branchable in turn.
+
+    What is already there comes from the simulation's state, not from the stream's history: a stream
+    made branchable after a warm start has not seen the pods that arrived before."""
+    alive = _pods_there(sim)
+    known = alive | set(sim.cluster.lingering) | {pod_id for _, pod_id, _ in sim._usage_changes}
+    first_new = 1 + max(known | {e.pod.id for e in sim._events.past() if e.kind == "arrive"}, default=-1)
     fresh = scenarios.arrivals(sim.world, rng, sim.time, first_new)
-    sim._events = SharedEvents(heapq.merge(_known(own, first_new, pending, sim.world, sim.time), fresh))
+    until = sim.time + _DEPARTURE_LOOKAHEAD_LIFETIMES * sim.world.mean_lifetime_s
+    sim._events = SharedEvents(heapq.merge(_known(sim._events, alive, sim.world, sim.time, until), fresh))
     return sim
 
 
-def _known(events: Iterator[Event], first_new: int, pending: int, world, now: float) -> Iterator[Event]:
-    """The events of a stream that concern what is already there: the departures of the `pending` pods
-    that arrived and have not left, node churn, latency shifts; not the arrivals to come nor their
-    departures. Ends once nothing of that is left (the stream itself is endless)."""
+def _pods_there(sim: Simulation) -> set[int]:
+    """The pods whose departures are still to come: bound, waiting, evicted to be recreated, and the
+    pod of the current decision."""
+    pods = set(sim.cluster.placement)
+    pods.update(p.id for p in (*sim.waiting, *sim._retry, *sim._requeued))
+    if sim.pod is not None:
+        pods.add(sim.pod.id)
+    return pods
+
+
+def _known(events: Iterator[Event], alive: set[int], world, now: float, until: float) -> Iterator[Event]:
+    """The events of a stream that concern what is already there: the departures of the `alive` pods,
+    node churn, latency shifts; not the arrivals to come nor their departures. Ends once nothing of that
+    is left (the stream itself is endless), and at `until` in any case: a pod whose departure was drawn
+    before the stream was wrapped must not send the scan through the endless rest of it."""
+    alive = set(alive)
     last_shift = max(world.latency_shifts_s, default=0.0)
 
     def done(t: float) -> bool:
-        return pending <= 0 and not world.churn and t >= last_shift
+        return t > until or (not alive and not world.churn and t >= last_shift)
 
     if done(now):
         return
     for event in events:
-        if event.kind == "arrive" or (event.kind == "depart" and event.pod_id >= first_new):
-            continue
-        yield event
-        pending -= event.kind == "depart"
         if done(event.time):
             return
+        if event.kind == "arrive" or (event.kind == "depart" and event.pod_id not in alive):
+            continue
+        yield event
+        if event.kind == "depart":
+            alive.discard(event.pod_id)
