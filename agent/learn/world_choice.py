@@ -1,0 +1,98 @@
+"""How much choosing each world's rule can win: the best rule of each evaluated run in hindsight,
+against the rule a scheduler would choose for that world without seeing the run.
+
+The hindsight choice sees the evaluated stream; the teachers' choice (agent.learn.teachers.world_teacher,
+as training picks per-world teachers) sees only the world's machines and pod kinds, through runs on
+other streams of it. Where they differ, the gap between "the best rule of each world" and the best
+single rule is the stream's luck, which no scorer can learn. Reads the runs of an `rlscore-eval`:
+
+    rlscore-eval --policy EL --families mixed --seeds 32 --model build/el-twin.safetensors --out eval/EL
+    python -m agent.learn.world_choice --policy EL --runs eval/EL/runs.csv --futures 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from agent.learn.teachers import world_teacher
+from agent.parallel import worker_pool
+from agent.sim.mixed import LEADING_RULES
+from agent.sim.simulator import Simulation
+
+DECISIONS = 256  # placements per teacher run, as training's default demo_decisions
+
+
+def read_runs(path: Path) -> dict[tuple[str, int, int], dict[str, float]]:
+    """(family, seed, nodes) -> scorer -> objective, from an rlscore-eval runs.csv."""
+    runs: dict[tuple[str, int, int], dict[str, float]] = defaultdict(dict)
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            try:
+                key = (row["family"], int(row["seed"]), int(row["nodes"]))
+                runs[key][row["scorer"]] = float(row["objective"])
+            except (KeyError, ValueError) as e:
+                raise ValueError(f"{path}: not an rlscore-eval runs.csv (row {row!r}: {e})") from None
+    return dict(runs)
+
+
+def measure(policy: str, runs: dict, futures: int, reference: str, workers: int = 2) -> dict:
+    """Geometric means over the runs: the hindsight best rule, the teachers' choice and every model,
+    each as a ratio to `reference`, the models also to the teachers' choice; and how often the two
+    choices agree."""
+    rules = list(LEADING_RULES[policy])
+    missing = sorted({r for v in runs.values() for r in (*rules, reference) if r not in v})
+    if missing:
+        raise ValueError(f"the runs lack {', '.join(missing)}: evaluate with every baseline of {policy}")
+    models = sorted({s for v in runs.values() for s in v if s.startswith("rl-")})
+    logs: dict[str, list[float]] = defaultdict(list)
+    agree = 0
+    with worker_pool(workers) as pool:
+        for (family_name, seed, nodes), v in sorted(runs.items()):
+            world = Simulation.of_family(family_name, seed, nodes, limits=policy == "EL").world
+            chosen, _ = world_teacher(policy, world, seed, rules[0], rules, DECISIONS, futures, pool=pool)
+            hindsight = min(rules, key=v.__getitem__)
+            agree += chosen == hindsight
+            logs["hindsight best rule"].append(math.log(v[hindsight] / v[reference]))
+            logs["teachers' choice"].append(math.log(v[chosen] / v[reference]))
+            for m in models:
+                logs[m].append(math.log(v[m] / v[reference]))
+                logs[f"{m} / teachers' choice"].append(math.log(v[m] / v[chosen]))
+    return {"runs": len(runs), "agree": agree / len(runs),
+            "ratios": {k: math.exp(sum(x) / len(x)) for k, x in logs.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agent.learn.world_choice", description=__doc__.splitlines()[0])
+    parser.add_argument("--policy", required=True, choices=sorted(LEADING_RULES))
+    parser.add_argument("--runs", type=Path, required=True, help="runs.csv of an rlscore-eval with every baseline")
+    parser.add_argument("--futures", type=int, default=2, help="streams of each world the teachers' choice is made on")
+    parser.add_argument("--reference", default=None, help="the rule every ratio is to (default: the policy's first "
+                                                          "leading rule)")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    if args.futures < 1:
+        parser.error("--futures must be >= 1")
+    reference = args.reference or LEADING_RULES[args.policy][0]
+    try:
+        runs = read_runs(args.runs)
+        if not runs:
+            parser.error(f"{args.runs}: no runs")
+        result = measure(args.policy, runs, args.futures, reference, args.workers)
+    except (OSError, ValueError) as e:
+        print(f"world_choice: {e}", file=sys.stderr)
+        return 2
+    print(f"{args.policy}, {result['runs']} runs, teachers' choice on {args.futures} other streams of each world; "
+          f"ratios to {reference} (geometric means)")
+    for name, ratio in result["ratios"].items():
+        print(f"  {name:<48} x{ratio:.3f}")
+    print(f"  the teachers' choice is the hindsight best on {result['agree']:.0%} of the runs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

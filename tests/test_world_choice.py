@@ -1,0 +1,52 @@
+"""agent.learn.world_choice: the hindsight best rule of each evaluated run against the rule the
+teachers choose for its world without seeing the run."""
+
+import csv
+import math
+
+from agent.learn.teachers import world_teacher
+from agent.learn.world_choice import DECISIONS, main
+from agent.sim.mixed import LEADING_RULES
+from agent.sim.simulator import Simulation
+
+RULES = LEADING_RULES["EL"]  # latency-fit, latency-pack, one-step-el
+RUNS = [(2**40, 12), (2**40 + 1, 20)]
+
+
+def _write(path, objectives: dict, rules=RULES):
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["scorer", "family", "nodes", "seed", "objective"])
+        for (seed, nodes), by_scorer in objectives.items():
+            for scorer in (*rules, "rl-twin"):
+                w.writerow([scorer, "mixed", nodes, seed, by_scorer[scorer]])
+
+
+def test_the_teachers_choice_is_read_on_the_evaluated_runs(tmp_path, capsys):
+    # each run's hindsight best is one-step-el; the model is level with latency-fit
+    objectives = {run: {"latency-fit": 2.0, "latency-pack": 4.0, "one-step-el": 1.0, "rl-twin": 2.0} for run in RUNS}
+    runs = tmp_path / "runs.csv"
+    _write(runs, objectives)
+    chosen = [world_teacher("EL", Simulation.of_family("mixed", seed, nodes, limits=True).world, seed, RULES[0],
+                            list(RULES), DECISIONS, 1)[0] for seed, nodes in RUNS]
+    assert main(["--policy", "EL", "--runs", str(runs), "--futures", "1", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "ratios to latency-fit" in out and "hindsight best rule" in out and "x0.500" in out
+    teachers = math.exp(sum(math.log(objectives[r][c] / 2.0) for r, c in zip(RUNS, chosen)) / len(RUNS))
+    assert f"teachers' choice                                 x{teachers:.3f}" in out
+    assert f"x{2.0 / teachers:.3f}" in out  # the model against the teachers' choice
+    agree = sum(c == "one-step-el" for c in chosen) / len(RUNS)
+    assert f"hindsight best on {agree:.0%} of the runs" in out
+
+
+def test_clear_errors_on_runs_it_cannot_read(tmp_path, capsys):
+    missing = tmp_path / "missing.csv"
+    _write(missing, {RUNS[0]: {"latency-fit": 1.0, "latency-pack": 1.0, "rl-twin": 1.0}}, rules=RULES[:2])
+    assert main(["--policy", "EL", "--runs", str(missing), "--workers", "1"]) == 2
+    assert "the runs lack one-step-el" in capsys.readouterr().err
+    other = tmp_path / "summary.csv"
+    other.write_text("family,scorer,objective\nmixed,latency-fit,1.0\n")
+    assert main(["--policy", "EL", "--runs", str(other)]) == 2
+    assert "not an rlscore-eval runs.csv" in capsys.readouterr().err
+    assert main(["--policy", "EL", "--runs", str(tmp_path / "none.csv")]) == 2
+    assert "none.csv" in capsys.readouterr().err
