@@ -41,10 +41,6 @@ class SharedEvents:
         twin._source, twin._drawn, twin._next = self._source, self._drawn, self._next
         return twin
 
-    def past(self) -> list[Event]:
-        """The events this branch has consumed."""
-        return self._drawn[:self._next]
-
 
 def branchable(sim: Simulation) -> Simulation:
     """`sim`, made safe to copy.deepcopy at a decision (its generator of events replaced)."""
@@ -67,8 +63,10 @@ def redraw_future(sim: Simulation, rng: np.random.Generator) -> Simulation:
     What is already there comes from the simulation's state, not from the stream's history: a stream
     made branchable after a warm start has not seen the pods that arrived before."""
     alive = _pods_there(sim)
-    known = alive | set(sim.cluster.lingering) | {pod_id for _, pod_id, _ in sim._usage_changes}
-    first_new = 1 + max(known | {e.pod.id for e in sim._events.past() if e.kind == "arrive"}, default=-1)
+    # numbered past every pod the simulation still tracks; a gone pod's id may come again, as its
+    # departure is not among the events kept
+    tracked = alive | set(sim.cluster.lingering) | {pod_id for _, pod_id, _ in sim._usage_changes}
+    first_new = 1 + max(tracked, default=-1)
     fresh = scenarios.arrivals(sim.world, rng, sim.time, first_new)
     until = sim.time + _DEPARTURE_LOOKAHEAD_LIFETIMES * sim.world.mean_lifetime_s
     sim._events = SharedEvents(heapq.merge(_known(sim._events, alive, sim.world, sim.time, until), fresh))
