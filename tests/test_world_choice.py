@@ -4,6 +4,8 @@ teachers choose for its world without seeing the run."""
 import csv
 import math
 
+import pytest
+
 from agent.learn.teachers import world_teacher
 from agent.learn.world_choice import DECISIONS, main
 from agent.sim.mixed import LEADING_RULES
@@ -22,21 +24,33 @@ def _write(path, objectives: dict, rules=RULES):
                 w.writerow([scorer, "mixed", nodes, seed, by_scorer[scorer]])
 
 
-def test_the_teachers_choice_is_read_on_the_evaluated_runs(tmp_path, capsys):
+@pytest.mark.parametrize("steady", [False, True])
+def test_the_teachers_choice_is_read_on_the_evaluated_runs(tmp_path, capsys, steady):
     # each run's hindsight best is one-step-el; the model is level with latency-fit
     objectives = {run: {"latency-fit": 2.0, "latency-pack": 4.0, "one-step-el": 1.0, "rl-twin": 2.0} for run in RUNS}
     runs = tmp_path / "runs.csv"
     _write(runs, objectives)
-    chosen = [world_teacher("EL", Simulation.of_family("mixed", seed, nodes, limits=True).world, seed, RULES[0],
-                            list(RULES), DECISIONS, 1)[0] for seed, nodes in RUNS]
-    assert main(["--policy", "EL", "--runs", str(runs), "--futures", "1", "--workers", "1"]) == 0
+    picks = [world_teacher("EL", Simulation.of_family("mixed", seed, nodes, limits=True).world, seed, RULES[0],
+                           list(RULES), DECISIONS, 1, steady=steady) for seed, nodes in RUNS]
+    chosen = [rule for rule, _ in picks]
+    assert main(["--policy", "EL", "--runs", str(runs), "--futures", "1", "--workers", "1",
+                 *(["--steady"] if steady else [])]) == 0
     out = capsys.readouterr().out
     assert "ratios to latency-fit" in out and "hindsight best rule" in out and "x0.500" in out
+    assert ("after one fill" in out) == steady
     teachers = math.exp(sum(math.log(objectives[r][c] / 2.0) for r, c in zip(RUNS, chosen)) / len(RUNS))
     assert f"teachers' choice                                 x{teachers:.3f}" in out
     assert f"x{2.0 / teachers:.3f}" in out  # the model against the teachers' choice
     agree = sum(c == "one-step-el" for c in chosen) / len(RUNS)
     assert f"hindsight best on {agree:.0%} of the runs" in out
+
+
+def test_a_steady_teacher_run_is_measured_after_one_fill():
+    seed, nodes = RUNS[0]
+    world = Simulation.of_family("mixed", seed, nodes, limits=True).world
+    _, from_empty = world_teacher("EL", world, seed, RULES[0], list(RULES), 64, 1)
+    _, steady = world_teacher("EL", world, seed, RULES[0], list(RULES), 64, 1, steady=True)
+    assert from_empty.keys() == steady.keys() and all(from_empty[r] != steady[r] for r in RULES)
 
 
 def test_clear_errors_on_runs_it_cannot_read(tmp_path, capsys):

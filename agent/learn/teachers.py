@@ -81,13 +81,14 @@ WORLD_FUTURE_SEED_BASE = 3 * 10**6  # away from the demonstration and teacher-pi
 
 
 def world_teacher(policy: str, world, seed: int, default: str, rules: list[str], decisions: int, futures: int,
-                  margin: float = WORLD_MARGIN, pool=None) -> tuple[str, dict[str, float]]:
+                  margin: float = WORLD_MARGIN, pool=None, steady: bool = False) -> tuple[str, dict[str, float]]:
     """The teacher of one world (see above) and each rule's cost summed over `futures` streams: over
-    `decisions` placements from an empty cluster, plus the energy the cluster is committed to at the
-    end (EE, EL), on the policy's objective (agent.sim.outcomes.cost). `seed` draws the streams. With
-    `pool` (agent.parallel.worker_pool), one rule per job: the same sums, in the same order, on every core."""
+    `decisions` placements from an empty cluster (`steady`: after the rule has filled it once, as
+    evaluation measures), plus the energy the cluster is committed to at the end (EE, EL), on the
+    policy's objective (agent.sim.outcomes.cost). `seed` draws the streams. With `pool`
+    (agent.parallel.worker_pool), one rule per job: the same sums, in the same order, on every core."""
     candidates = list(dict.fromkeys((default, *rules)))
-    jobs = [(policy, world, seed, rule, decisions, futures) for rule in candidates]
+    jobs = [(policy, world, seed, rule, decisions, futures, steady) for rule in candidates]
     costs = dict(zip(candidates, (pool.map if pool is not None else map)(_rule_cost, jobs)))
     best = min(costs, key=costs.get)
     if costs[default] - costs[best] <= margin * abs(costs[default]):
@@ -101,17 +102,21 @@ def _rule_cost(job: tuple) -> float:
     from agent.sim.outcomes import cost
     from agent.sim.simulator import Simulation
 
-    policy, world, seed, rule, decisions, futures = job
+    policy, world, seed, rule, decisions, futures, steady = job
     total_cost = 0.0
     for k in range(futures):
         stream = int(np.random.SeedSequence([WORLD_FUTURE_SEED_BASE, seed, k]).generate_state(1)[0])
         sim = Simulation(world, stream)
         ties = np.random.default_rng(stream)
-        for _ in range(decisions):
+        fill = int(np.ceil(world.pods_alive)) if steady else 0
+        start = None
+        for i in range(fill + decisions):
+            if i == fill:
+                start = sim.ledger.copy()
             sim.next_decision()
             state, pod = sim.candidate_state(policy)
             sim.place(choose(teacher_targets(rule, state, pod, len(state), ties), ties))
-        total = cost(policy, sim.ledger, sim.units)
+        total = cost(policy, sim.ledger.minus(start), sim.units)
         if policy != "LB":  # the energy committed at the end (the discount only weighs LB's rates)
             total -= sim.potential(policy, gamma=0.0)
         total_cost += total

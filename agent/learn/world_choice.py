@@ -40,10 +40,11 @@ def read_runs(path: Path) -> dict[tuple[str, int, int], dict[str, float]]:
     return dict(runs)
 
 
-def measure(policy: str, runs: dict, futures: int, reference: str, workers: int = 2) -> dict:
+def measure(policy: str, runs: dict, futures: int, reference: str, workers: int = 2, steady: bool = False) -> dict:
     """Geometric means over the runs: the hindsight best rule, the teachers' choice and every model,
     each as a ratio to `reference`, the models also to the teachers' choice; and how often the two
-    choices agree."""
+    choices agree. `steady`: the teachers' runs are measured after one fill, as evaluation's are,
+    not from an empty cluster as training picks them."""
     rules = list(LEADING_RULES[policy])
     missing = sorted({r for v in runs.values() for r in (*rules, reference) if r not in v})
     if missing:
@@ -54,7 +55,8 @@ def measure(policy: str, runs: dict, futures: int, reference: str, workers: int 
     with worker_pool(workers) as pool:
         for (family_name, seed, nodes), v in sorted(runs.items()):
             world = Simulation.of_family(family_name, seed, nodes, limits=policy == "EL").world
-            chosen, _ = world_teacher(policy, world, seed, rules[0], rules, DECISIONS, futures, pool=pool)
+            chosen, _ = world_teacher(policy, world, seed, rules[0], rules, DECISIONS, futures, pool=pool,
+                                      steady=steady)
             hindsight = min(rules, key=v.__getitem__)
             agree += chosen == hindsight
             logs["hindsight best rule"].append(math.log(v[hindsight] / v[reference]))
@@ -73,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--futures", type=int, default=2, help="streams of each world the teachers' choice is made on")
     parser.add_argument("--reference", default=None, help="the rule every ratio is to (default: the policy's first "
                                                           "leading rule)")
+    parser.add_argument("--steady", action="store_true", help="measure the teachers' runs after one fill, as "
+                                                                "evaluation does (training: from an empty cluster)")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
     if args.futures < 1:
@@ -82,11 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         runs = read_runs(args.runs)
         if not runs:
             parser.error(f"{args.runs}: no runs")
-        result = measure(args.policy, runs, args.futures, reference, args.workers)
+        result = measure(args.policy, runs, args.futures, reference, args.workers, args.steady)
     except (OSError, ValueError) as e:
         print(f"world_choice: {e}", file=sys.stderr)
         return 2
-    print(f"{args.policy}, {result['runs']} runs, teachers' choice on {args.futures} other streams of each world; "
+    print(f"{args.policy}, {result['runs']} runs, teachers' choice on {args.futures} other streams of each world"
+          f"{' after one fill' if args.steady else ''}; "
           f"ratios to {reference} (geometric means)")
     for name, ratio in result["ratios"].items():
         print(f"  {name:<48} x{ratio:.3f}")
