@@ -60,7 +60,6 @@ def test_a_redrawn_future_runs_a_world_as_its_own_does():
     assert sim.ledger.arrivals - before >= 200 and len(sim.cluster.placement) > 0
 
 
-
 def test_a_world_made_branchable_after_it_ran_keeps_the_departures_of_the_pods_that_came_before():
     """Training makes a world branchable after its warm start: the wrapped stream has seen none of the
     pods already there. The redrawn future takes them from the simulation (a small scarce-near world

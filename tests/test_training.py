@@ -79,7 +79,6 @@ def test_rollouts_on_redrawn_futures_label_only_the_worlds_whose_arrivals_can_be
     assert int((~np.isnan(demos.advantage)).any(axis=1).sum()) == poisson * 4
 
 
-
 def test_a_rollout_label_on_redrawn_futures_departs_only_beyond_the_confidence_asked():
     """With --rollout-confidence, the teacher's label stands unless the cheapest candidate's gain over
     it is beyond that many standard errors over the futures: at 0 some labels depart, at an

@@ -40,7 +40,7 @@ from agent.evaluate.rollout_bound import base_choice, confident_pick, option_cos
 from agent.learn.common import TrainConfig, make_actor, seed_everything, training_record
 from agent.learn.env import MAX_EPISODE_DECISIONS, SchedulingEnv
 from agent.learn.network import DuelingQ, NodeScorer
-from agent.learn.teachers import teacher_for, teacher_targets, world_teacher
+from agent.learn.teachers import mixed_world_teacher, teacher_for, teacher_targets
 from agent.learn.threads import ThreadBudget
 from agent.parallel import (RAY_TASK_RETRIES, ClusterLost, carried_state, connect_ray, ray_address, restore_carried,
                             worker_pool)
@@ -281,10 +281,7 @@ def _world_teacher(job: tuple) -> str:
     cfg, name, nodes, seed = job
     env = make_env(cfg)
     env.reset(seed=seed, options={"family": name, "nodes": nodes})
-    rules = CANDIDATE_TEACHERS[cfg.policy]
-    teacher, _ = world_teacher(cfg.policy, env.sim.world, seed, rules[0], list(rules), cfg.demo_decisions,
-                               cfg.teacher_futures)
-    return teacher
+    return mixed_world_teacher(cfg.policy, env.sim.world, seed, cfg.demo_decisions, cfg.teacher_futures)
 
 
 def assign_teachers(cfg: DQNConfig, plan: list[tuple[str, int, int]]) -> list[str]:

@@ -18,6 +18,7 @@ import numpy as np
 from rlscore.core.rules import RULES
 from agent.parallel import worker_pool
 from agent.sim.families import TRAIN_NODES
+from agent.sim.mixed import LEADING_RULES
 from rlscore.core.state import NodeState, PodRequest
 
 TEACHER_SEED_BASE = 10**6  # below EVAL_SEED_BASE, away from the trainers' own draws
@@ -96,6 +97,14 @@ def world_teacher(policy: str, world, seed: int, default: str, rules: list[str],
     return best, costs
 
 
+def mixed_world_teacher(policy: str, world, seed: int, decisions: int, futures: int, pool=None,
+                        steady: bool = False) -> str:
+    """The teacher training gives a world of a family without one (mixed worlds): the policy's first
+    leading rule, or another of them that costs less on the world's own streams (world_teacher)."""
+    rules = LEADING_RULES[policy]
+    return world_teacher(policy, world, seed, rules[0], list(rules), decisions, futures, pool=pool, steady=steady)[0]
+
+
 def _rule_cost(job: tuple) -> float:
     """One rule's cost on one world, summed over its `futures` streams (world_teacher)."""
     from rlscore.core.scoring import choose
@@ -108,14 +117,16 @@ def _rule_cost(job: tuple) -> float:
         stream = int(np.random.SeedSequence([WORLD_FUTURE_SEED_BASE, seed, k]).generate_state(1)[0])
         sim = Simulation(world, stream)
         ties = np.random.default_rng(stream)
-        fill = int(np.ceil(world.pods_alive)) if steady else 0
-        start = None
-        for i in range(fill + decisions):
-            if i == fill:
-                start = sim.ledger.copy()
-            sim.next_decision()
-            state, pod = sim.candidate_state(policy)
-            sim.place(choose(teacher_targets(rule, state, pod, len(state), ties), ties))
+
+        def place(count: int) -> None:
+            for _ in range(count):
+                sim.next_decision()
+                state, pod = sim.candidate_state(policy)
+                sim.place(choose(teacher_targets(rule, state, pod, len(state), ties), ties))
+
+        place(int(np.ceil(world.pods_alive)) if steady else 0)
+        start = sim.ledger.copy()
+        place(decisions)
         total = cost(policy, sim.ledger.minus(start), sim.units)
         if policy != "LB":  # the energy committed at the end (the discount only weighs LB's rates)
             total -= sim.potential(policy, gamma=0.0)

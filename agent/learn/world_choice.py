@@ -19,12 +19,13 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from agent.learn.teachers import world_teacher
+from agent.learn.dqn import DQNConfig
+from agent.learn.teachers import mixed_world_teacher
 from agent.parallel import worker_pool
 from agent.sim.mixed import LEADING_RULES
 from agent.sim.simulator import Simulation
 
-DECISIONS = 256  # placements per teacher run, as training's default demo_decisions
+DECISIONS = DQNConfig.demo_decisions  # placements per teacher run, as training's default
 
 
 def read_runs(path: Path) -> dict[tuple[str, int, int], dict[str, float]]:
@@ -55,8 +56,7 @@ def measure(policy: str, runs: dict, futures: int, reference: str, workers: int 
     with worker_pool(workers) as pool:
         for (family_name, seed, nodes), v in sorted(runs.items()):
             world = Simulation.of_family(family_name, seed, nodes, limits=policy == "EL").world
-            chosen, _ = world_teacher(policy, world, seed, rules[0], rules, DECISIONS, futures, pool=pool,
-                                      steady=steady)
+            chosen = mixed_world_teacher(policy, world, seed, DECISIONS, futures, pool=pool, steady=steady)
             hindsight = min(rules, key=v.__getitem__)
             agree += chosen == hindsight
             logs["hindsight best rule"].append(math.log(v[hindsight] / v[reference]))

@@ -10,12 +10,14 @@ from collections import Counter
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import started_cluster
 from tests.e2e.test_local_cluster import place
-from tests.helpers.metrics import counter
+from tests.helpers.metrics import by_label, counter
 from tests.helpers.processes import wait_for
+
+# the in-process scorer's decisions by result: scored, or why it left a pod to the server
+DECISIONS = "rlscore_in_process_decisions_total"
 
 
 @pytest.fixture(scope="module")
@@ -39,16 +41,11 @@ def test_the_images_schedule_ee_pods_onto_the_fewest_nodes(cluster):
     snapshot_seen = time.time()
     wait_for(lambda: counter(scheduler_metrics(), "rlscore_in_process_last_refresh_timestamp_seconds") > snapshot_seen,
              60, "the scorer's copy of that snapshot")
-    before = decisions(scheduler_metrics())
+    before = by_label(scheduler_metrics(), DECISIONS, "result")
     placed = place(cluster, 12, "EE")
     assert len(set(placed.values())) == math.ceil(12 * 250 / 8000), Counter(placed.values())
-    after = decisions(scheduler_metrics())
+    after = by_label(scheduler_metrics(), DECISIONS, "result")
     seen = {result: after[result] - before.get(result, 0) for result in after}
     # scored in the scheduler container, from the server container's model; else the reasons it was not
     assert seen.get("scored", 0) >= 12, seen
 
-
-def decisions(text: str) -> dict[str, float]:
-    """The in-process scorer's decisions by result (scored, or why it left a pod to the server)."""
-    return {s.labels["result"]: s.value for family in text_string_to_metric_families(text)
-            for s in family.samples if s.name == "rlscore_in_process_decisions_total"}
