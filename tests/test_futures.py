@@ -12,7 +12,7 @@ from agent.sim.simulator import Simulation
 
 
 def _events(sim: Simulation, count: int) -> list:
-    return [next(sim._events) for _ in range(count)]
+    return [next(sim.events) for _ in range(count)]
 
 
 def _at_a_decision(seed: int) -> Simulation:

@@ -44,8 +44,8 @@ class SharedEvents:
 
 def branchable(sim: Simulation) -> Simulation:
     """`sim`, made safe to copy.deepcopy at a decision (its generator of events replaced)."""
-    if not isinstance(sim._events, SharedEvents):
-        sim._events = SharedEvents(sim._events)
+    if not isinstance(sim.events, SharedEvents):
+        sim.replace_events(SharedEvents(sim.events))
     return sim
 
 
@@ -62,25 +62,12 @@ def redraw_future(sim: Simulation, rng: np.random.Generator) -> Simulation:
 
     What is already there comes from the simulation's state, not from the stream's history: a stream
     made branchable after a warm start has not seen the pods that arrived before."""
-    alive = _pods_there(sim)
-    # numbered past every pod the simulation still tracks; a gone pod's id may come again, as its
-    # departure is not among the events kept
-    tracked = alive | set(sim.cluster.lingering) | {pod_id for _, pod_id, _ in sim._usage_changes}
-    first_new = 1 + max(tracked, default=-1)
-    fresh = scenarios.arrivals(sim.world, rng, sim.time, first_new)
+    alive = sim.pods_to_leave()
+    # a gone pod's id may come again among the new ones, as its departure is not among the events kept
+    fresh = scenarios.arrivals(sim.world, rng, sim.time, sim.first_unused_pod_id())
     until = sim.time + _DEPARTURE_LOOKAHEAD_LIFETIMES * sim.world.mean_lifetime_s
-    sim._events = SharedEvents(heapq.merge(_known(sim._events, alive, sim.world, sim.time, until), fresh))
+    sim.replace_events(SharedEvents(heapq.merge(_known(sim.events, alive, sim.world, sim.time, until), fresh)))
     return sim
-
-
-def _pods_there(sim: Simulation) -> set[int]:
-    """The pods whose departures are still to come: bound, waiting, evicted to be recreated, and the
-    pod of the current decision."""
-    pods = set(sim.cluster.placement)
-    pods.update(p.id for p in (*sim.waiting, *sim._retry, *sim._requeued))
-    if sim.pod is not None:
-        pods.add(sim.pod.id)
-    return pods
 
 
 def _known(events: Iterator[Event], alive: set[int], world, now: float, until: float) -> Iterator[Event]:

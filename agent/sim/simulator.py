@@ -401,6 +401,33 @@ class Simulation:
         pod = pod_request(self.pod)
         return state, (as_served(pod, policy) if policy is not None else pod)
 
+    # --- what a branch of this simulation needs (agent/sim/futures.py) -------------------------------
+
+    @property
+    def events(self) -> Iterator[Event]:
+        """The stream of events still to come."""
+        return self._events
+
+    def replace_events(self, events: Iterator[Event]) -> None:
+        """Go on with `events` in place of the stream still to come."""
+        self._events = events
+
+    def pods_to_leave(self) -> set[int]:
+        """The pods whose departures are still to come: bound, waiting, evicted to be recreated, and
+        the pod of the current decision."""
+        pods = set(self.cluster.placement)
+        pods.update(p.id for p in (*self.waiting, *self._retry, *self._requeued))
+        if self.pod is not None:
+            pods.add(self.pod.id)
+        return pods
+
+    def first_unused_pod_id(self) -> int:
+        """A pod id past every pod the simulation still tracks (there, or its usage still showing or
+        still to show); a gone pod's id may come again."""
+        tracked = self.pods_to_leave() | set(self.cluster.lingering)
+        tracked.update(pod_id for _, pod_id, _ in self._usage_changes)
+        return 1 + max(tracked, default=-1)
+
     def recent_peak_cpu_requested(self) -> float:
         """The largest sum of cpu requests over the cluster within the last RECENT_PEAK_WINDOW_S."""
         return self._request_peak.peak(self.time, float(self.cluster.cpu_requested.sum()))
