@@ -260,3 +260,30 @@ def test_shipped_model_reproduces_its_recorded_runs(policy):
     results, _ = evaluate(policy, [ModelScorer(model)], (record["family"],), record["seeds"], record["arrivals"],
                           baselines=(), progress=False, seed_base=record["seed_base"], workers=1)
     assert [[r.nodes, r.seed, r.objective] for r in results] == record["objective"]
+
+
+def test_the_reproduction_command_records_what_the_model_does_and_keeps_a_record_it_finds(tmp_path, capsys):
+    """`shipped reproduction` writes the runs make test re-runs into a sidecar without one, the very
+    runs the model gives, and leaves an existing record alone."""
+    import shutil
+
+    from agent.evaluate.shipped import main as shipped_main
+
+    path = tmp_path / "el.safetensors"
+    shutil.copy(MODELS / "el.safetensors", path)
+    meta = _meta("EL")
+    meta.pop("reproduce", None)
+    sidecar_path(path).write_text(json.dumps(meta))
+    assert shipped_main(["reproduction", str(path)]) == 0
+    record = json.loads(sidecar_path(path).read_text())["reproduce"]
+    model = load_model(path, expected_policy="EL")
+    results, _ = evaluate("EL", [ModelScorer(model)], (record["family"],), record["seeds"], record["arrivals"],
+                          baselines=(), progress=False, seed_base=record["seed_base"], workers=1)
+    assert record["seed_base"] == HOLDOUT_SEED_BASE and len(record["objective"]) == len(results) > 0
+    assert [[r.nodes, r.seed, r.objective] for r in results] == record["objective"]
+    record["objective"][0][2] += 1.0  # a record it finds stays as it is
+    meta["reproduce"] = record
+    sidecar_path(path).write_text(json.dumps(meta))
+    assert shipped_main(["reproduction", str(path)]) == 0
+    assert json.loads(sidecar_path(path).read_text())["reproduce"] == record
+    assert "already records" in capsys.readouterr().out

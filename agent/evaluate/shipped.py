@@ -219,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         command = sub.add_parser(name, help=what)
         command.add_argument("model", type=Path)
         command.add_argument("--no-progress", action="store_true")
+    rp = sub.add_parser("reproduction", help="record in a model's sidecar the few hold-out runs make test re-runs "
+                                             "(tests/test_shipped_models.py), where it has none")
+    rp.add_argument("model", type=Path)
     mx = sub.add_parser("mixed", help="measure a model on the mixed worlds against every rule into its sidecar "
                                       "(and record a reproduction where it has none)")
     mx.add_argument("model", type=Path)
@@ -230,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     sh.add_argument("--force", action="store_true", help="ship even when behind the model it replaces")
     sh.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    progress = not args.no_progress
+    progress = not getattr(args, "no_progress", False)
     if args.command in ("evaluate", "holdout"):
         measure = evaluate_shipped_model if args.command == "evaluate" else holdout_model
         checks = measure(args.model, progress=progress)
@@ -247,6 +250,14 @@ def main(argv: list[str] | None = None) -> int:
         for key in ("evaluation", "holdout"):
             for family_name, cell in meta["ablation"][key].items():
                 print(f"{args.model} {key} {family_name}: vs {cell['best_rule']} {cell['vs_best_rule']}")
+    elif args.command == "reproduction":
+        meta = json.loads(sidecar_path(args.model).read_text())
+        if "reproduce" in meta:
+            print(f"{args.model}: its sidecar already records a reproduction (left as it is)")
+            return 0
+        meta["reproduce"] = reproduction(args.model)
+        _write_sidecar(args.model, meta)
+        print(f"{args.model}: recorded {len(meta['reproduce']['objective'])} runs of {meta['reproduce']['family']}")
     elif args.command == "verify":
         problems = verify(args.model, progress)
         for problem in problems:
