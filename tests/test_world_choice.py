@@ -64,3 +64,23 @@ def test_clear_errors_on_runs_it_cannot_read(tmp_path, capsys):
     assert "not an rlscore-eval runs.csv" in capsys.readouterr().err
     assert main(["--policy", "EL", "--runs", str(tmp_path / "none.csv")]) == 2
     assert "none.csv" in capsys.readouterr().err
+
+
+def test_a_run_of_a_runs_csv_is_rebuilt_on_the_world_it_was_measured_on():
+    """A mixed world drawn at a given size is another world: the rebuilt run must be the evaluated one
+    (objective to the bit), whether the evaluation drew the size or was given one (--nodes)."""
+    import numpy as np
+
+    from agent.evaluate.compare import evaluate, measure, simulation_of_run
+    from rlscore.core.scoring import HeuristicScorer
+
+    drawn, _ = evaluate("EL", [], ("mixed",), seeds=2, arrivals=40, baselines=("latency-fit",), progress=False, workers=1)
+    given, _ = evaluate("EL", [], ("mixed",), seeds=1, arrivals=40, baselines=("latency-fit",), node_counts=(7,),
+                        progress=False, workers=1)
+    for r in (*drawn, *given):
+        sim = simulation_of_run(r.family, r.seed, r.nodes, "EL")
+        again, _ = measure(HeuristicScorer("latency-fit", np.random.default_rng(r.seed)), sim, r.seed, "EL", 40)
+        assert (again.nodes, again.objective, again.hard_violations) == (r.nodes, r.objective, r.hard_violations)
+    r = drawn[0]  # what the rebuild used to be: the same seed drawn at the run's size, another world
+    assert Simulation.of_family(r.family, r.seed, r.nodes, limits=True).world != simulation_of_run(
+        r.family, r.seed, r.nodes, "EL").world

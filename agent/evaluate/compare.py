@@ -219,6 +219,19 @@ def cell_of(result: RunResult) -> tuple[str, int | str, str]:
     return result.family, result.nodes if family(result.family).eval_nodes else "random", result.scorer
 
 
+def simulation_of_run(family_name: str, seed: int, nodes: int, policy: str) -> Simulation:
+    """The world a run of a runs.csv (family, seed, node count) was measured on, fresh. A family
+    without fixed evaluation sizes is drawn at a size of its own (`cells`), and drawing it at a given
+    size draws another world altogether; so the size is passed on only where the family fixes it or
+    the run's size is not the drawn one (an evaluation with --nodes)."""
+    limits = policy == "EL"
+    if not family(family_name).eval_nodes:
+        sim = Simulation.of_family(family_name, seed, None, limits=limits)
+        if len(sim.cluster) == nodes:
+            return sim
+    return Simulation.of_family(family_name, seed, nodes, limits=limits)
+
+
 def values_by_seed(results: list[RunResult], metric: str = "objective") -> dict[tuple, dict[int, float]]:
     """Each summary row's per-seed values of `metric`, for comparisons paired by seed."""
     out: dict[tuple, dict[int, float]] = {}

@@ -19,11 +19,11 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from agent.evaluate.compare import simulation_of_run
 from agent.learn.dqn import DQNConfig
 from agent.learn.teachers import mixed_world_teacher
 from agent.parallel import worker_pool
 from agent.sim.mixed import LEADING_RULES
-from agent.sim.simulator import Simulation
 
 DECISIONS = DQNConfig.demo_decisions  # placements per teacher run, as training's default
 
@@ -55,7 +55,7 @@ def measure(policy: str, runs: dict, futures: int, reference: str, workers: int 
     agree = 0
     with worker_pool(workers) as pool:
         for (family_name, seed, nodes), v in sorted(runs.items()):
-            world = Simulation.of_family(family_name, seed, nodes, limits=policy == "EL").world
+            world = simulation_of_run(family_name, seed, nodes, policy).world
             chosen = mixed_world_teacher(policy, world, seed, DECISIONS, futures, pool=pool, steady=steady)
             hindsight = min(rules, key=v.__getitem__)
             agree += chosen == hindsight
