@@ -90,6 +90,9 @@ class DQNConfig(TrainConfig):
     """placements recorded per demonstration world"""
     teacher_futures: int = 2
     """arrival streams a mixed world's teacher is measured on"""
+    teacher_steady: bool = False
+    """measure a mixed world's candidate teachers after each has filled the world once, in the steady
+    state the demonstrations are recorded in (burn_in) and evaluation measures; off, from an empty cluster"""
     rollout_every: int = 0
     """label every k-th demonstrated decision by rollouts instead of the teacher (0: never): the
     cheapest of the candidate rules' choices when the teacher places the next `rollout_horizon` pods of
@@ -281,7 +284,8 @@ def _world_teacher(job: tuple) -> str:
     cfg, name, nodes, seed = job
     env = make_env(cfg)
     env.reset(seed=seed, options={"family": name, "nodes": nodes})
-    return mixed_world_teacher(cfg.policy, env.sim.world, seed, cfg.demo_decisions, cfg.teacher_futures)
+    return mixed_world_teacher(cfg.policy, env.sim.world, seed, cfg.demo_decisions, cfg.teacher_futures,
+                               steady=cfg.teacher_steady)
 
 
 def assign_teachers(cfg: DQNConfig, plan: list[tuple[str, int, int]]) -> list[str]:
