@@ -66,6 +66,28 @@ def test_the_td_loss_is_the_huber_loss_to_the_n_step_double_dqn_target():
     np.testing.assert_allclose(loss.detach().numpy(), expected, atol=1e-6)
 
 
+@pytest.mark.parametrize("steady", [False, True])
+def test_the_mixed_worlds_teachers_are_measured_where_teacher_steady_says(steady):
+    """--teacher-steady picks each mixed world's teacher on runs after one fill, as the demonstrations
+    are recorded; off, on runs from an empty cluster: each planned world gets what world_teacher
+    measures there."""
+    from agent.learn.dqn import assign_teachers, make_env, world_plan
+    from agent.learn.teachers import mixed_world_teacher
+
+    cfg = DQNConfig(policy="EL", families=("mixed",), demo_worlds=3, demo_decisions=16, max_nodes=12, workers=1,
+                    teacher_futures=1, teacher_steady=steady, progress=False)
+    plan = world_plan(cfg, cfg.demo_worlds, cfg.seed)
+    expected, differs = [], False
+    for name, nodes, seed in plan:
+        env = make_env(cfg)
+        env.reset(seed=seed, options={"family": name, "nodes": nodes})
+        expected.append(mixed_world_teacher("EL", env.sim.world, seed, 16, 1, steady=steady))
+        other = mixed_world_teacher("EL", env.sim.world, seed, 16, 1, steady=not steady)
+        differs = differs or other != expected[-1]
+    assert differs  # these worlds tell the two settings apart
+    assert assign_teachers(cfg, plan) == expected
+
+
 def test_rollouts_on_redrawn_futures_label_only_the_worlds_whose_arrivals_can_be_redrawn():
     from agent.learn.dqn import assign_teachers, record_demonstrations, world_plan
 
