@@ -141,14 +141,23 @@ def ablation(path: Path, twin: Path | None, previous: Path | None, seeds: int = 
     return record
 
 
-def reproduction(path: Path) -> dict:
+def reproduction(path: Path, progress: bool = False) -> dict:
     """A few seeds of one family, per seed: what make test re-runs to check the model is what it says."""
     model = load_model(path)
     family_name = evaluation_families_for(model.policy)[0]
     results, _ = evaluate(model.policy, [ModelScorer(model)], (family_name,), REPRODUCE["seeds"], REPRODUCE["arrivals"],
-                          baselines=(), progress=False, seed_base=HOLDOUT_SEED_BASE, workers=1)
+                          baselines=(), progress=progress, seed_base=HOLDOUT_SEED_BASE, workers=1)
     return {"family": family_name, **REPRODUCE, "seed_base": HOLDOUT_SEED_BASE,
             "objective": [[r.nodes, r.seed, r.objective] for r in results]}
+
+
+def record_reproduction(path: Path, meta: dict, progress: bool = False) -> bool:
+    """Add a reproduction record to a model's sidecar contents where it has none (a record kept is the
+    one make test checks the file against); whether it added one."""
+    if "reproduce" in meta:
+        return False
+    meta["reproduce"] = reproduction(path, progress)
+    return True
 
 
 class NotShipped(Exception):
@@ -222,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     rp = sub.add_parser("reproduction", help="record in a model's sidecar the few hold-out runs make test re-runs "
                                              "(tests/test_shipped_models.py), where it has none")
     rp.add_argument("model", type=Path)
+    rp.add_argument("--no-progress", action="store_true")
     mx = sub.add_parser("mixed", help="measure a model on the mixed worlds against every rule into its sidecar "
                                       "(and record a reproduction where it has none)")
     mx.add_argument("model", type=Path)
@@ -233,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     sh.add_argument("--force", action="store_true", help="ship even when behind the model it replaces")
     sh.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    progress = not getattr(args, "no_progress", False)
+    progress = not args.no_progress
     if args.command in ("evaluate", "holdout"):
         measure = evaluate_shipped_model if args.command == "evaluate" else holdout_model
         checks = measure(args.model, progress=progress)
@@ -245,17 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "mixed":
         meta = json.loads(sidecar_path(args.model).read_text())
         meta["ablation"] = ablation(args.model, None, None, progress=progress)
-        meta.setdefault("reproduce", reproduction(args.model))
+        record_reproduction(args.model, meta, progress)
         _write_sidecar(args.model, meta)
         for key in ("evaluation", "holdout"):
             for family_name, cell in meta["ablation"][key].items():
                 print(f"{args.model} {key} {family_name}: vs {cell['best_rule']} {cell['vs_best_rule']}")
     elif args.command == "reproduction":
         meta = json.loads(sidecar_path(args.model).read_text())
-        if "reproduce" in meta:
+        if not record_reproduction(args.model, meta, progress):
             print(f"{args.model}: its sidecar already records a reproduction (left as it is)")
             return 0
-        meta["reproduce"] = reproduction(args.model)
         _write_sidecar(args.model, meta)
         print(f"{args.model}: recorded {len(meta['reproduce']['objective'])} runs of {meta['reproduce']['family']}")
     elif args.command == "verify":
