@@ -81,8 +81,8 @@ def test_the_mixed_worlds_teachers_are_measured_where_teacher_steady_says(steady
     for name, nodes, seed in plan:
         env = make_env(cfg)
         env.reset(seed=seed, options={"family": name, "nodes": nodes})
-        expected.append(mixed_world_teacher("EL", env.sim.world, seed, 16, 1, steady=steady))
-        other = mixed_world_teacher("EL", env.sim.world, seed, 16, 1, steady=not steady)
+        expected.append(mixed_world_teacher("EL", env.sim.world, seed, cfg.demo_decisions, cfg.teacher_futures, steady=steady))
+        other = mixed_world_teacher("EL", env.sim.world, seed, cfg.demo_decisions, cfg.teacher_futures, steady=not steady)
         differs = differs or other != expected[-1]
     assert differs  # these worlds tell the two settings apart
     assert assign_teachers(cfg, plan) == expected

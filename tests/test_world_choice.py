@@ -12,7 +12,7 @@ from agent.sim.mixed import LEADING_RULES
 from agent.sim.simulator import Simulation
 
 RULES = LEADING_RULES["EL"]  # latency-fit, latency-pack, one-step-el
-RUNS = [(2**40, 12), (2**40 + 1, 20)]
+RUNS = [(2**40, 22), (2**40 + 1, 39)]  # (seed, the size evaluation draws for it)
 
 
 def _write(path, objectives: dict, rules=RULES):
@@ -30,8 +30,8 @@ def test_the_teachers_choice_is_read_on_the_evaluated_runs(tmp_path, capsys, ste
     objectives = {run: {"latency-fit": 2.0, "latency-pack": 4.0, "one-step-el": 1.0, "rl-twin": 2.0} for run in RUNS}
     runs = tmp_path / "runs.csv"
     _write(runs, objectives)
-    picks = [world_teacher("EL", Simulation.of_family("mixed", seed, nodes, limits=True).world, seed, RULES[0],
-                           list(RULES), DECISIONS, 1, steady=steady) for seed, nodes in RUNS]
+    picks = [world_teacher("EL", Simulation.of_family("mixed", seed, None, limits=True).world, seed, RULES[0],
+                           list(RULES), DECISIONS, 1, steady=steady) for seed, _ in RUNS]
     chosen = [rule for rule, _ in picks]
     assert main(["--policy", "EL", "--runs", str(runs), "--futures", "1", "--workers", "1",
                  *(["--steady"] if steady else [])]) == 0
@@ -46,8 +46,8 @@ def test_the_teachers_choice_is_read_on_the_evaluated_runs(tmp_path, capsys, ste
 
 
 def test_a_steady_teacher_run_is_measured_after_one_fill():
-    seed, nodes = RUNS[0]
-    world = Simulation.of_family("mixed", seed, nodes, limits=True).world
+    seed, _ = RUNS[0]
+    world = Simulation.of_family("mixed", seed, None, limits=True).world
     _, from_empty = world_teacher("EL", world, seed, RULES[0], list(RULES), 64, 1)
     _, steady = world_teacher("EL", world, seed, RULES[0], list(RULES), 64, 1, steady=True)
     assert from_empty.keys() == steady.keys() and all(from_empty[r] != steady[r] for r in RULES)
