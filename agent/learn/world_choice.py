@@ -8,6 +8,11 @@ single rule is the stream's luck, which no scorer can learn. Reads the runs of a
 
     rlscore-eval --policy EL --families mixed --seeds 32 --model build/el-twin.safetensors --out eval/EL
     python -m agent.learn.world_choice --policy EL --runs eval/EL/runs.csv --futures 8
+
+Each ratio is given twice: the geometric mean of the per-run ratios (every world weighs the same,
+however small its objective) and the ratio of the sums with its paired 95% interval, the reading
+rlscore-eval's goals use (worlds weigh by their objective; a choice "beats the rule beyond noise"
+when the interval lies below 1).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from agent.evaluate.compare import simulation_of_run
+from agent.evaluate.goals import paired_ratio
 from agent.learn.dqn import DQNConfig
 from agent.learn.teachers import mixed_world_teacher
 from agent.parallel import worker_pool
@@ -42,8 +48,9 @@ def read_runs(path: Path) -> dict[tuple[str, int, int], dict[str, float]]:
 
 
 def measure(policy: str, runs: dict, futures: int, reference: str, workers: int = 2, steady: bool = False) -> dict:
-    """Geometric means over the runs: the hindsight best rule, the teachers' choice and every model,
-    each as a ratio to `reference`, the models also to the teachers' choice; and how often the two
+    """The hindsight best rule, the teachers' choice and every model, each as a ratio to `reference`,
+    the models also to the teachers' choice: geometric means of the per-run ratios ("ratios") and
+    ratios of sums paired by run ("paired", agent.evaluate.goals.paired_ratio); and how often the two
     choices agree. `steady`: the teachers' runs are measured after one fill, as evaluation's are,
     not from an empty cluster as training picks them."""
     rules = list(LEADING_RULES[policy])
@@ -52,6 +59,7 @@ def measure(policy: str, runs: dict, futures: int, reference: str, workers: int 
         raise ValueError(f"the runs lack {', '.join(missing)}: evaluate with every baseline of {policy}")
     models = sorted({s for v in runs.values() for s in v if s.startswith("rl-")})
     logs: dict[str, list[float]] = defaultdict(list)
+    values: dict[str, dict[tuple, float]] = defaultdict(dict)  # scorer -> run -> objective
     agree = 0
     with worker_pool(workers) as pool:
         for (family_name, seed, nodes), v in sorted(runs.items()):
@@ -61,11 +69,18 @@ def measure(policy: str, runs: dict, futures: int, reference: str, workers: int 
             agree += chosen == hindsight
             logs["hindsight best rule"].append(math.log(v[hindsight] / v[reference]))
             logs["teachers' choice"].append(math.log(v[chosen] / v[reference]))
+            run = (family_name, seed, nodes)
+            values[reference][run], values["hindsight best rule"][run] = v[reference], v[hindsight]
+            values["teachers' choice"][run] = v[chosen]
             for m in models:
                 logs[m].append(math.log(v[m] / v[reference]))
                 logs[f"{m} / teachers' choice"].append(math.log(v[m] / v[chosen]))
+                values[m][run] = v[m]
+    paired = {name: paired_ratio(values[name], values[reference])
+              for name in ("hindsight best rule", "teachers' choice", *models)}
+    paired.update({f"{m} / teachers' choice": paired_ratio(values[m], values["teachers' choice"]) for m in models})
     return {"runs": len(runs), "agree": agree / len(runs),
-            "ratios": {k: math.exp(sum(x) / len(x)) for k, x in logs.items()}}
+            "ratios": {k: math.exp(sum(x) / len(x)) for k, x in logs.items()}, "paired": paired}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,10 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"world_choice: {e}", file=sys.stderr)
         return 2
     print(f"{args.policy}, {result['runs']} runs, teachers' choice on {args.futures} other streams of each world"
-          f"{' after one fill' if args.steady else ''}; "
-          f"ratios to {reference} (geometric means)")
+          f"{' after one fill' if args.steady else ''}; ratios to {reference}")
+    print(f"  {'':<48} {'geometric mean':<16} ratio of sums (95%, paired by run)")
     for name, ratio in result["ratios"].items():
-        print(f"  {name:<48} x{ratio:.3f}")
+        p = result["paired"][name]
+        summed = f"x{p['ratio']:.3f} ({p['ci95'][0]:.3f}-{p['ci95'][1]:.3f}, {p['reading']})" if p else "-"
+        print(f"  {name:<48} {f'x{ratio:.3f}':<16} {summed}")
     print(f"  the teachers' choice is the hindsight best on {result['agree']:.0%} of the runs")
     return 0
 
