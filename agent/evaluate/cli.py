@@ -20,7 +20,8 @@ from agent.sim.families import FAMILIES, evaluation_families_for, family
 from rlscore.core.state import POLICIES
 
 
-def _int_list(text: str) -> tuple[int, ...]:
+def node_count_list(text: str) -> tuple[int, ...]:
+    """argparse type of --nodes: comma-separated node counts, each >= 1."""
     try:
         values = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
@@ -30,7 +31,8 @@ def _int_list(text: str) -> tuple[int, ...]:
     return values
 
 
-def _family_list(text: str) -> tuple[str, ...]:
+def family_list(text: str) -> tuple[str, ...]:
+    """argparse type of --families: comma-separated scenario families, or all."""
     if text == "all":
         return tuple(FAMILIES)
     values = tuple(x.strip() for x in text.split(",") if x.strip())
@@ -44,11 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlscore-eval", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--policy", required=True, type=str.upper, choices=POLICIES)
-    parser.add_argument("--families", type=_family_list, default=None,
+    parser.add_argument("--families", type=family_list, default=None,
                         help=f"comma-separated, from {', '.join(FAMILIES)}, or 'all' (default: the policy's)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="evaluate on this cluster profile (rlscore-calibrate) instead of the families")
-    parser.add_argument("--nodes", type=_int_list, default=None,
+    parser.add_argument("--nodes", type=node_count_list, default=None,
                         help="node counts (default: 3,10,100 for the thesis patterns, drawn per seed otherwise)")
     parser.add_argument("--model", type=Path, action="append", default=None,
                         help="model file, repeatable (default models/<policy>.safetensors)")

@@ -1,0 +1,102 @@
+"""How far apart two runs of one rule land when only its tie-breaks differ: the smallest difference
+an evaluation of these worlds can tell from chance.
+
+A rule breaks ties between equally good nodes at random, as kube-scheduler's selectHost does. On a
+world with churn a few other picks early lead to another cluster later, so one run of a rule is one
+draw of where the rule can land. This runs the rule twice on each evaluation world, once with the
+tie stream rlscore-eval gives it (the same run, to the bit) and once with another, and pairs the two
+as rlscore-eval pairs a model with a rule. A model whose paired interval against the rule is no
+narrower than this one is not told from a second run of the rule.
+
+    python -m agent.evaluate.ties --policy LB --rule headroom-balance --families mixed --seeds 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import numpy as np
+
+from agent.evaluate.cli import family_list, node_count_list
+from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE, baselines_for, cells, measure
+from agent.evaluate.goals import paired_ratio
+from agent.parallel import worker_pool
+from agent.sim.families import evaluation_families_for
+from agent.sim.simulator import Simulation
+from rlscore.core.scoring import HeuristicScorer
+from rlscore.core.state import POLICIES
+
+OTHER_TIES = 7919  # the other run's tie stream: the world's seed plus this
+
+
+def run_with_ties(policy: str, rule: str, family_name: str, nodes: int | None, seed: int, ties: int,
+                  arrivals: int) -> float:
+    """The rule's objective on the evaluation world (family, nodes, seed), its ties broken by `ties`
+    (`ties == seed`: rlscore-eval's run of it)."""
+    sim = Simulation.of_family(family_name, seed, nodes, limits=policy == "EL")
+    result, _ = measure(HeuristicScorer(rule, np.random.default_rng(ties)), sim, ties, policy, arrivals,
+                        family_name=family_name)
+    return result.objective
+
+
+def _both(job: tuple) -> tuple[float, float]:
+    policy, rule, family_name, nodes, seed, arrivals = job
+    return tuple(run_with_ties(policy, rule, family_name, nodes, seed, ties, arrivals)
+                 for ties in (seed, seed + OTHER_TIES))
+
+
+def measure_ties(policy: str, rule: str, family_names: tuple[str, ...], seeds: int, arrivals: int = 300,
+                 node_counts: tuple[int, ...] | None = None, seed_base: int = EVAL_SEED_BASE,
+                 workers: int = 1) -> list[dict]:
+    """Per cell (family, nodes): the other tie stream's objectives over the own ones, paired by seed,
+    and the spread (standard deviation) of the per-world log ratio."""
+    jobs = cells(family_names, seeds, node_counts, seed_base)
+    with worker_pool(workers if len(jobs) > 1 else 1) as pool:
+        pairs = list(pool.map(_both, [(policy, rule, name, nodes, seed, arrivals) for name, nodes, seed in jobs]))
+    by_cell: dict[tuple, tuple[dict, dict]] = {}
+    for (name, nodes, seed), (own, other) in zip(jobs, pairs):
+        mine, theirs = by_cell.setdefault((name, nodes), ({}, {}))
+        mine[seed], theirs[seed] = own, other
+    out = []
+    for (name, nodes), (own, other) in by_cell.items():
+        logs = [math.log(other[s] / own[s]) for s in own if own[s] > 0 and other[s] > 0]
+        out.append({"family": name, "nodes": nodes, "seeds": len(own), "paired": paired_ratio(other, own),
+                    "log_ratio_sd": float(np.std(logs)) if logs else None,
+                    "differ": sum(own[s] != other[s] for s in own)})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agent.evaluate.ties", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--policy", required=True, type=str.upper, choices=POLICIES)
+    parser.add_argument("--rule", required=True, help="one of the policy's baselines")
+    parser.add_argument("--families", type=family_list, default=None, help="default: the policy's")
+    parser.add_argument("--nodes", type=node_count_list, default=None, help="node counts (default: as rlscore-eval)")
+    parser.add_argument("--seeds", type=int, default=32)
+    parser.add_argument("--holdout", action="store_true", help="the hold-out seeds instead of the evaluation seeds")
+    parser.add_argument("--arrivals", type=int, default=300, help="pod arrivals per run")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    if args.rule not in baselines_for(args.policy):
+        parser.error(f"--rule {args.rule!r} is not a baseline of {args.policy}: "
+                     f"expected one of {', '.join(baselines_for(args.policy))}")
+    if args.seeds < 2 or args.arrivals < 1 or args.workers < 1:
+        parser.error("--seeds must be >= 2, --arrivals and --workers >= 1")
+    families = args.families or evaluation_families_for(args.policy)
+    rows = measure_ties(args.policy, args.rule, families, args.seeds, args.arrivals, args.nodes,
+                        HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE, args.workers)
+    print(f"{args.rule} ({args.policy}) with other tie-breaks, over its own runs, paired by seed:")
+    for r in rows:
+        p, sd = r["paired"], r["log_ratio_sd"]
+        ratio = f"x{p['ratio']:.3f} (95% {p['ci95'][0]:.3f}-{p['ci95'][1]:.3f})" if p else "no ratio (objective 0)"
+        spread = f"per-world spread (sd of log ratio) {sd:.3f}" if sd is not None else "no per-world spread"
+        print(f"  {r['family']} @ {r['nodes'] or 'random'}: {ratio}; {spread}; "
+              f"{r['differ']} of {r['seeds']} worlds differ")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
