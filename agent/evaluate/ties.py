@@ -20,7 +20,13 @@ import sys
 import numpy as np
 
 from agent.evaluate.cli import family_list, node_count_list
-from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE, baselines_for, cells, measure
+from agent.evaluate.compare import (
+    EVAL_SEED_BASE,
+    HOLDOUT_SEED_BASE,
+    baselines_for,
+    cells,
+    measure,
+)
 from agent.evaluate.goals import paired_ratio
 from agent.parallel import worker_pool
 from agent.sim.families import evaluation_families_for
