@@ -99,12 +99,14 @@ class RunResult:
 
 def run(scorer: Scorer, family_name: str, seed: int, policy: str, nodes: int | None = None,
         arrivals: int = 300, keep_trace: bool = False, burn_in: int | None = None,
-        pods_at: tuple[int, ...] = ()) -> tuple[RunResult, Trace]:
+        pods_at: tuple[int, ...] = (), ties: int | None = None) -> tuple[RunResult, Trace]:
     """One scorer on one world. The first `burn_in` arrivals (default: one fill of the world) are
     scheduled by the scorer but not measured, so what is measured is the steady state the scorer's
-    own placements lead to; then `arrivals` more, at least one fill, are measured."""
+    own placements lead to; then `arrivals` more, at least one fill, are measured. `ties` seeds the
+    stream that breaks ties between equally scored nodes (default: the world's seed)."""
     sim = Simulation.of_family(family_name, seed, nodes, limits=policy == "EL")
-    return measure(scorer, sim, seed, policy, arrivals, keep_trace, burn_in, family_name, pods_at)
+    return measure(scorer, sim, seed if ties is None else ties, policy, arrivals, keep_trace, burn_in, family_name,
+                   pods_at)
 
 
 def measure(scorer: Scorer, sim: Simulation, seed: int, policy: str, arrivals: int = 300,

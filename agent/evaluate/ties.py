@@ -22,15 +22,15 @@ import numpy as np
 from agent.evaluate.cli import family_list, node_count_list
 from agent.evaluate.compare import (
     EVAL_SEED_BASE,
+    EVAL_WORKERS,
     HOLDOUT_SEED_BASE,
     baselines_for,
     cells,
-    measure,
+    run,
 )
 from agent.evaluate.goals import paired_ratio
 from agent.parallel import worker_pool
 from agent.sim.families import evaluation_families_for
-from agent.sim.simulator import Simulation
 from rlscore.core.scoring import HeuristicScorer
 from rlscore.core.state import POLICIES
 
@@ -41,9 +41,8 @@ def run_with_ties(policy: str, rule: str, family_name: str, nodes: int | None, s
                   arrivals: int) -> float:
     """The rule's objective on the evaluation world (family, nodes, seed), its ties broken by `ties`
     (`ties == seed`: rlscore-eval's run of it)."""
-    sim = Simulation.of_family(family_name, seed, nodes, limits=policy == "EL")
-    result, _ = measure(HeuristicScorer(rule, np.random.default_rng(ties)), sim, ties, policy, arrivals,
-                        family_name=family_name)
+    result, _ = run(HeuristicScorer(rule, np.random.default_rng(ties)), family_name, seed, policy, nodes, arrivals,
+                    ties=ties)
     return result.objective
 
 
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=32)
     parser.add_argument("--holdout", action="store_true", help="the hold-out seeds instead of the evaluation seeds")
     parser.add_argument("--arrivals", type=int, default=300, help="pod arrivals per run")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=EVAL_WORKERS, help="processes to run the worlds on")
     args = parser.parse_args(argv)
     if args.rule not in baselines_for(args.policy):
         parser.error(f"--rule {args.rule!r} is not a baseline of {args.policy}: "
