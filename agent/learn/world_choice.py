@@ -58,30 +58,28 @@ def measure(policy: str, runs: dict, futures: int, reference: str, workers: int 
     if missing:
         raise ValueError(f"the runs lack {', '.join(missing)}: evaluate with every baseline of {policy}")
     models = sorted({s for v in runs.values() for s in v if s.startswith("rl-")})
-    logs: dict[str, list[float]] = defaultdict(list)
     values: dict[str, dict[tuple, float]] = defaultdict(dict)  # scorer -> run -> objective
     agree = 0
     with worker_pool(workers) as pool:
-        for (family_name, seed, nodes), v in sorted(runs.items()):
+        for run, v in sorted(runs.items()):
+            family_name, seed, nodes = run
             world = simulation_of_run(family_name, seed, nodes, policy).world
             chosen = mixed_world_teacher(policy, world, seed, DECISIONS, futures, pool=pool, steady=steady)
             hindsight = min(rules, key=v.__getitem__)
             agree += chosen == hindsight
-            logs["hindsight best rule"].append(math.log(v[hindsight] / v[reference]))
-            logs["teachers' choice"].append(math.log(v[chosen] / v[reference]))
-            run = (family_name, seed, nodes)
-            values[reference][run], values["hindsight best rule"][run] = v[reference], v[hindsight]
-            values["teachers' choice"][run] = v[chosen]
-            for m in models:
-                logs[m].append(math.log(v[m] / v[reference]))
-                logs[f"{m} / teachers' choice"].append(math.log(v[m] / v[chosen]))
-                values[m][run] = v[m]
-    paired = {name: paired_ratio(values[name], values[reference])
-              for name in ("hindsight best rule", "teachers' choice", *models)}
-    paired.update({f"{m} / teachers' choice": paired_ratio(values[m], values["teachers' choice"]) for m in models})
-    return {"runs": len(runs), "agree": agree / len(runs),
-            "ratios": {k: math.exp(sum(x) / len(x)) for k, x in logs.items()}, "paired": paired}
-
+            for name, scorer in ((reference, reference), ("hindsight best rule", hindsight),
+                                 ("teachers' choice", chosen), *((m, m) for m in models)):
+                values[name][run] = v[scorer]
+    comparisons = [("hindsight best rule", reference), ("teachers' choice", reference)]
+    for m in models:
+        comparisons += [(m, reference), (m, "teachers' choice")]
+    ratios, paired = {}, {}
+    for name, base in comparisons:
+        label = name if base == reference else f"{name} / {base}"
+        logs = [math.log(values[name][run] / values[base][run]) for run in values[base]]
+        ratios[label] = math.exp(sum(logs) / len(logs))
+        paired[label] = paired_ratio(values[name], values[base])
+    return {"runs": len(runs), "agree": agree / len(runs), "ratios": ratios, "paired": paired}
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agent.learn.world_choice", description=__doc__.splitlines()[0])
