@@ -24,7 +24,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from agent.evaluate.compare import simulation_of_run
+from agent.evaluate.compare import EVAL_WORKERS, simulation_of_run
 from agent.evaluate.goals import paired_ratio
 from agent.learn.dqn import DQNConfig
 from agent.learn.teachers import mixed_world_teacher
@@ -47,7 +47,8 @@ def read_runs(path: Path) -> dict[tuple[str, int, int], dict[str, float]]:
     return dict(runs)
 
 
-def measure(policy: str, runs: dict, futures: int, reference: str, workers: int = 2, steady: bool = False) -> dict:
+def measure(policy: str, runs: dict, futures: int, reference: str, workers: int = EVAL_WORKERS,
+            steady: bool = False) -> dict:
     """The hindsight best rule, the teachers' choice and every model, each as a ratio to `reference`,
     the models also to the teachers' choice: geometric means of the per-run ratios ("ratios") and
     ratios of sums paired by run ("paired", agent.evaluate.goals.paired_ratio); and how often the two
@@ -90,10 +91,10 @@ def main(argv: list[str] | None = None) -> int:
                                                           "leading rule)")
     parser.add_argument("--steady", action="store_true", help="measure the teachers' runs after one fill, as "
                                                                 "evaluation does (training: from an empty cluster)")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=EVAL_WORKERS, help="processes to run the worlds on")
     args = parser.parse_args(argv)
-    if args.futures < 1:
-        parser.error("--futures must be >= 1")
+    if args.futures < 1 or args.workers < 1:
+        parser.error("--futures and --workers must be >= 1")
     reference = args.reference or LEADING_RULES[args.policy][0]
     try:
         runs = read_runs(args.runs)
