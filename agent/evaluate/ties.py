@@ -38,7 +38,7 @@ from agent.evaluate.goals import paired_ratio
 from agent.parallel import worker_pool
 from agent.sim.families import evaluation_families_for
 from rlscore.core.scoring import HeuristicScorer
-from rlscore.core.state import NodeState, PodRequest, POLICIES
+from rlscore.core.state import POLICIES, NodeState, PodRequest
 
 OTHER_TIES = 7919  # the other run's tie stream: the world's seed plus this
 OTHERS = ("ties", "pick")  # what the second run changes: its tie stream, or one pick
@@ -96,15 +96,15 @@ def measure_ties(policy: str, rule: str, family_names: tuple[str, ...], seeds: i
         pairs = list(pool.map(_both, [(policy, rule, name, nodes, seed, arrivals, other)
                                       for name, nodes, seed in jobs]))
     by_cell: dict[tuple, tuple[dict, dict]] = {}
-    for (name, nodes, seed), (own, other) in zip(jobs, pairs):
+    for (name, nodes, seed), (first_run, second_run) in zip(jobs, pairs):
         mine, theirs = by_cell.setdefault((name, nodes), ({}, {}))
-        mine[seed], theirs[seed] = own, other
+        mine[seed], theirs[seed] = first_run, second_run
     out = []
-    for (name, nodes), (own, other) in by_cell.items():
-        logs = [math.log(other[s] / own[s]) for s in own if own[s] > 0 and other[s] > 0]
-        out.append({"family": name, "nodes": nodes, "seeds": len(own), "paired": paired_ratio(other, own),
+    for (name, nodes), (own, second) in by_cell.items():
+        logs = [math.log(second[s] / own[s]) for s in own if own[s] > 0 and second[s] > 0]
+        out.append({"family": name, "nodes": nodes, "seeds": len(own), "paired": paired_ratio(second, own),
                     "log_ratio_sd": float(np.std(logs)) if logs else None,
-                    "differ": sum(own[s] != other[s] for s in own)})
+                    "differ": sum(own[s] != second[s] for s in own)})
     return out
 
 
