@@ -37,7 +37,7 @@ from agent.evaluate.compare import (
 from agent.evaluate.goals import paired_ratio
 from agent.parallel import worker_pool
 from agent.sim.families import evaluation_families_for
-from rlscore.core.scoring import HeuristicScorer
+from rlscore.core.scoring import HeuristicScorer, Scorer
 from rlscore.core.state import POLICIES, NodeState, PodRequest
 
 OTHER_TIES = 7919  # the other run's tie stream: the world's seed plus this
@@ -46,9 +46,10 @@ OTHERS = ("ties", "pick")  # what the second run changes: its tie stream, or one
 
 @dataclass
 class SecondPickOnce:
-    """A scorer whose first decision with a choice goes to its second-best node; then it is itself."""
+    """A scorer whose first decision with a choice goes to its second-best node (one of its best, where
+    several tie); then it is itself."""
 
-    scorer: HeuristicScorer
+    scorer: Scorer
     done: bool = False
 
     @property
