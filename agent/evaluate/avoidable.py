@@ -83,8 +83,11 @@ def one_step_reward(sim: Simulation, candidate: int) -> float:
 
 def _runs(job: tuple) -> dict[str, tuple[float, int, int]]:
     spec, family_name, seed, arrivals = job
+    model = scorer_of(spec, seed)
+    # a model is read once and scores both runs; a rule gets a fresh tie stream for each run
+    ranked = BestTierOnly(scorer_of(spec, seed) if spec in RULES else model)
     out = {}
-    for scorer in (scorer_of(REFERENCE, seed), scorer_of(spec, seed), BestTierOnly(scorer_of(spec, seed))):
+    for scorer in (scorer_of(REFERENCE, seed), model, ranked):
         result, _ = run(scorer, family_name, seed, "EL", arrivals=arrivals)
         out[scorer.name] = (result.objective, result.hard_violations, result.hard_violations_avoidable)
     return out
