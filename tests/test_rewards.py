@@ -5,9 +5,14 @@ import numpy as np
 import pytest
 
 from agent.learn.env import SchedulingEnv
-from agent.learn.rewards import (EL_WORSE_TIER_PENALTY, OutcomeReward, energy_latency_reward, energy_reward,
-                                 load_balance_reward, thesis_reward)
-from agent.sim.outcomes import Ledger, Units, cost
+from agent.learn.rewards import (
+    EL_WORSE_TIER_PENALTY,
+    energy_latency_reward,
+    energy_reward,
+    load_balance_reward,
+    thesis_reward,
+)
+from agent.sim.outcomes import Ledger, OutcomeReward, Units, cost
 from agent.sim.simulator import Simulation
 from agent.sim.world import LARGE, SMALL, NodeSpec, PodClass, SimPod, World
 from rlscore.core.objectives import EL_ENERGY_WEIGHT, EL_HARD_WEIGHT, EL_SOFT_WEIGHT, LB_HOT_WEIGHT

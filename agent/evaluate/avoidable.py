@@ -27,7 +27,7 @@ from agent.evaluate.goals import paired_ratio
 from agent.evaluate.rollout_bound import branch_cost
 from agent.parallel import worker_pool
 from agent.sim.futures import branchable
-from agent.sim.outcomes import cost
+from agent.sim.outcomes import OutcomeReward
 from agent.sim.simulator import EventsExhausted, Simulation
 from rlscore.core.model import ModelValidationError, load_model
 from rlscore.core.rules import RULES
@@ -36,6 +36,7 @@ from rlscore.core.state import NodeState, PodRequest, latency_tiers
 
 REFERENCE = "latency-fit"
 GAMMA = 0.99  # rlscore-train's default discount, which its shaped reward uses
+TRAINING_REWARD = OutcomeReward("EL", GAMMA, shaping=True)
 
 
 @dataclass
@@ -71,14 +72,13 @@ def scorer_of(spec: str, seed: int) -> Scorer:
 
 
 def one_step_reward(sim: Simulation, candidate: int) -> float:
-    """The reward rlscore-train gives placing the current pod on `candidate`: minus the cost until
-    the next decision, shaped by the potential (agent.learn.rewards.OutcomeReward, which evaluation
-    may not import)."""
+    """The reward rlscore-train gives placing the current pod on `candidate` (its default outcome
+    reward, shaped), read on a copy of the simulation."""
     branch = copy.deepcopy(sim)
     before, potential = branch.ledger.copy(), branch.potential("EL", GAMMA)
     branch.place(candidate)
     branch.next_decision()
-    return -cost("EL", branch.ledger.minus(before), branch.units) + GAMMA * branch.potential("EL", GAMMA) - potential
+    return TRAINING_REWARD(branch.ledger.minus(before), branch.units, potential, branch.potential("EL", GAMMA))
 
 
 def _runs(job: tuple) -> dict[str, tuple[float, int, int]]:

@@ -15,13 +15,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from rlscore.core.features import FEATURE_CLIP, NUM_NODE_FEATURES, NUM_POD_FEATURES, node_features
-from rlscore.core.state import latency_tiers
-from agent.learn.rewards import INVALID_ACTION_REWARD, REWARD_VARIANTS, STEPWISE, OutcomeReward, thesis_reward
+from agent.learn.rewards import INVALID_ACTION_REWARD, REWARD_VARIANTS, STEPWISE, thesis_reward
 from agent.sim.families import TRAIN_NODES, check_node_draw, draw_node_count, families_for, family
+from agent.sim.outcomes import OutcomeReward
 from agent.sim.simulator import Simulation
-from rlscore.core.state import normalize_policy
-
+from rlscore.core.features import FEATURE_CLIP, NUM_NODE_FEATURES, NUM_POD_FEATURES, node_features
+from rlscore.core.state import latency_tiers, normalize_policy
 
 MAX_EPISODE_DECISIONS = 4096
 

@@ -4,8 +4,9 @@ out, and are kept to compare against.
 
 outcome (default)
     The reward of decision k is minus the policy's cost accumulated from decision k to decision k+1,
-    read from the simulator's ledger (agent.sim.outcomes), in units that do not depend on cluster
-    size: one reference node at full power for one mean interarrival time.
+    read from the simulator's ledger (agent.sim.outcomes.OutcomeReward, beside the objectives, so
+    that evaluation reads the same reward without importing training), in units that do not depend
+    on cluster size: one reference node at full power for one mean interarrival time.
     - EE: the power the cluster draws (per node: idle + (max - idle) x cpu utilization while it runs
       pods, 0 when empty, since an empty node can be scaled down), plus one reference node for a
       pod's mean lifetime for every pod that finds no node. Energy, not "active nodes": it sees
@@ -46,13 +47,9 @@ thesis (the original prototype's)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from rlscore.core.state import LATENCY_TIER_HARD, LATENCY_TIER_SOFT, latency_tiers
-from agent.sim.outcomes import Ledger, Units, cost
-from rlscore.core.state import NodeState, PodRequest
+from rlscore.core.state import LATENCY_TIER_HARD, LATENCY_TIER_SOFT, NodeState, PodRequest, latency_tiers
 
 REWARD_VARIANTS = ("outcome", "stepwise", "thesis")
 INVALID_ACTION_REWARD = -2.0
@@ -136,18 +133,3 @@ def thesis_reward(policy: str, nodes: NodeState, pod: PodRequest, action: int) -
     return float(r1 + r2 + r3), tier == 0
 
 
-# --- outcome --------------------------------------------------------------------------------------
-@dataclass
-class OutcomeReward:
-    """Minus the policy's cost between two decisions, with optional potential-based shaping
-    r + gamma Phi(s') - Phi(s) (Phi from Simulation.potential)."""
-
-    policy: str
-    gamma: float = 0.99
-    shaping: bool = True
-
-    def __call__(self, delta: Ledger, units: Units, potential_before: float, potential_after: float) -> float:
-        r = -cost(self.policy, delta, units)
-        if self.shaping:
-            r += self.gamma * potential_after - potential_before
-        return float(r)

@@ -85,3 +85,20 @@ def rate(policy: str, power_watts: float, hot_nodes: int, present_nodes: int, re
         return LB_HOT_WEIGHT * hot_nodes / max(present_nodes, 1) + request_cv
     return EL_ENERGY_WEIGHT * energy
 
+
+@dataclass
+class OutcomeReward:
+    """The reward training gives a decision: minus the policy's cost until the next decision, with
+    optional potential-based shaping r + gamma Phi(s') - Phi(s) (Phi from Simulation.potential). It
+    lives beside `cost` so that evaluation can read the reward of a decision without importing
+    training."""
+
+    policy: str
+    gamma: float = 0.99
+    shaping: bool = True
+
+    def __call__(self, delta: Ledger, units: Units, potential_before: float, potential_after: float) -> float:
+        r = -cost(self.policy, delta, units)
+        if self.shaping:
+            r += self.gamma * potential_after - potential_before
+        return float(r)
