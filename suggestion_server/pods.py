@@ -1,4 +1,5 @@
-"""What the server reads from the pod: its policy and its latency limits, from the annotations."""
+"""What the server reads from the pod: its policy, its latency limits and its workload's cpu usage per
+request, from the annotations."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from suggestion_server.http.schemas import PodIn
 ANNOTATION_POLICY = "rlscore.io/policy"
 ANNOTATION_SOFT = "rlscore.io/latency-soft-ms"
 ANNOTATION_HARD = "rlscore.io/latency-hard-ms"
+# cpu the pod's workload uses per cpu it requests (e.g. VPA's target over the request): 0.3 for a
+# batch job that asks for three times what it uses, 3 for a hog; headroom-informed reads it
+ANNOTATION_USAGE_RATIO = "rlscore.io/cpu-usage-ratio"
+MAX_USAGE_RATIO = 100.0
 # The thesis's manifests used these; read when the prefixed ones are absent.
 THESIS_SOFT = "latencySoftConstraint"
 THESIS_HARD = "latencyHardConstraint"
@@ -53,6 +58,21 @@ def _limit(pod: PodIn, primary: str, fallback: str) -> float | None:
     return value
 
 
+def _usage_ratio(pod: PodIn) -> float | None:
+    raw = pod.annotations.get(ANNOTATION_USAGE_RATIO)
+    if raw is None:
+        return None
+    loc = ("body", "pod", "annotations", ANNOTATION_USAGE_RATIO)
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise RequestFieldError(loc, f"{ANNOTATION_USAGE_RATIO}={raw!r} is not a number") from None
+    if not math.isfinite(value) or not 0 < value <= MAX_USAGE_RATIO:
+        raise RequestFieldError(loc, f"{ANNOTATION_USAGE_RATIO}={raw!r} must be a number > 0 and <= "
+                                     f"{MAX_USAGE_RATIO:g} (cpu used per cpu requested)")
+    return value
+
+
 def pod_request(pod: PodIn, policy: str, el_defaults: tuple[float, float] | None) -> PodRequest:
     """The pod as the scorer sees it. Latency annotations are validated for every policy but only
     EL uses them (EE and LB were trained, and are measured, on pods without limits); EL pods
@@ -62,4 +82,5 @@ def pod_request(pod: PodIn, policy: str, el_defaults: tuple[float, float] | None
     if soft is not None and hard is not None and soft > hard:
         raise RequestFieldError(("body", "pod", "annotations"),
                                 f"latency soft limit {soft} ms exceeds the hard limit {hard} ms")
-    return as_served(PodRequest(pod.cpu_request_millicores, pod.memory_request_bytes, soft, hard), policy, el_defaults)
+    request = PodRequest(pod.cpu_request_millicores, pod.memory_request_bytes, soft, hard, _usage_ratio(pod))
+    return as_served(request, policy, el_defaults)

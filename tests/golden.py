@@ -69,8 +69,8 @@ def random_state(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
 def pods(rng: np.random.Generator) -> list[PodRequest]:
     cpu = [float(rng.choice([0, 100, 500, 2000])) for _ in range(5)]
     return [PodRequest(cpu[0], float(rng.choice([0, 64, 256, 4096])) * MIB),
-            PodRequest(cpu[1], 256 * MIB, 20.0, 40.0), PodRequest(cpu[2], 64 * MIB, 10.0, None),
-            PodRequest(cpu[3], 128 * MIB, None, 30.0), PodRequest(cpu[4], 0.0, 50.0, 50.0)]
+            PodRequest(cpu[1], 256 * MIB, 20.0, 40.0, 0.3), PodRequest(cpu[2], 64 * MIB, 10.0, None),
+            PodRequest(cpu[3], 128 * MIB, None, 30.0, 3.0), PodRequest(cpu[4], 0.0, 50.0, 50.0)]
 
 
 def fixture_models() -> dict[str, object]:
@@ -97,7 +97,8 @@ def cases(models: dict) -> list[dict]:
                         "cluster_requested": _list([nodes.cluster_cpu_requested])[0],
                         "recent_peak": _list([nodes.recent_peak_cpu_requested])[0],
                         "pod": {"cpu": request.cpu_millicores, "memory": request.memory_bytes,
-                                "soft": request.latency_soft_ms or 0.0, "hard": request.latency_hard_ms or 0.0},
+                                "soft": request.latency_soft_ms or 0.0, "hard": request.latency_hard_ms or 0.0,
+                                "usage": request.cpu_usage_ratio or 0.0},
                         "features": features.astype(np.float64).ravel().tolist(),
                         "pod_features": pod_vec.astype(np.float64).tolist(),
                         "rules": {name: _list(RULES[name](nodes, request, np.random.default_rng(0)))

@@ -38,10 +38,15 @@ def test_train_then_eval_end_to_end(tmp_path):
     # two models on the hold-out seeds: each paired by seed with the best rule and with the first model
     two = run("rlscore-eval", "--policy", "LB", "--model", str(tmp_path / "lb-dqn.safetensors"), "--model",
               "models/lb.safetensors", "--families", "usage-skew", "--nodes", "3", "--seeds", "2", "--arrivals", "60",
-              "--holdout", "--out", str(tmp_path / "ev2"), "--no-progress", cwd=Path(__file__).parents[1])
+              "--holdout", "--out", str(tmp_path / "ev2"), "--no-progress", "--compare",
+              f"rl-{tmp_path.name}/lb-dqn:headroom-informed", cwd=Path(__file__).parents[1])
     assert two.returncode == 0, two.stderr
     paired = [line for line in two.stdout.splitlines() if line.startswith("paired usage-skew @ ")]
     assert len(paired) == 2 and "of rl-" not in paired[0] and f"of rl-{tmp_path.name}/lb-dqn (" in paired[1]
+    # --compare: the objective and the goals' metric of A over B, each its own line
+    compared = [line for line in two.stdout.splitlines() if line.startswith("compare usage-skew @ ")]
+    assert [line.split(": ")[1].split(" of ")[0] for line in compared] == ["objective", "hot_node_share"]
+    assert all(f"of rl-{tmp_path.name}/lb-dqn / headroom-informed: x" in line for line in compared)
     holdout_seeds = {line.split(",")[3] for line in (tmp_path / "ev2" / "runs.csv").read_text().splitlines()[1:]}
     evaluation_seeds = {line.split(",")[3] for line in (tmp_path / "ev" / "runs.csv").read_text().splitlines()[1:]}
     assert holdout_seeds and not holdout_seeds & evaluation_seeds
@@ -56,6 +61,10 @@ def test_clear_errors_on_bad_input(tmp_path):
     assert ev.returncode == 2 and "node counts must be >= 1" in ev.stderr
     ev = run("rlscore-eval", "--policy", "EL", "--families", "test9")
     assert ev.returncode == 2 and "unknown family" in ev.stderr
+    ev = run("rlscore-eval", "--policy", "LB", "--no-model", "--compare", "headroom-balance")
+    assert ev.returncode == 2 and "expected two scorer names as A:B" in ev.stderr
+    ev = run("rlscore-eval", "--policy", "LB", "--no-model", "--compare", "latency-fit:headroom-balance")
+    assert ev.returncode == 2 and "--compare: no scorer latency-fit in this evaluation" in ev.stderr
     tr = run("rlscore-train", "--policy", "XX")
     assert tr.returncode == 2 and "invalid choice" in tr.stderr
     tr = run("rlscore-train", "--policy", "EE", "--total-timesteps", "-1")

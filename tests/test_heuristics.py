@@ -134,6 +134,28 @@ def test_headroom_balance_balances_requests_only_where_measured_load_leaves_room
     assert values[0] < -900 and values[1] > 900 and values[2] < -900  # 0.25 + 0.375 < 0.8 < 0.5 + 0.375
 
 
+@pytest.mark.parametrize("ratio, pick", [
+    (None, 1),  # unknown: headroom-balance's 3x burst leaves only node 1 room
+    (0.3, 2),  # an idle batch pod (0.45x with the margin) fits on the busy node with the fewest requests
+    (3.5, 0),  # a known hog (5.25x) has room only on the least loaded node, not on the least requested
+])
+def test_headroom_informed_keeps_room_for_what_the_pods_workload_is_known_to_use(ratio, pick):
+    from rlscore.core.rules import headroom_balance, headroom_informed
+
+    nodes = make_nodes([4000] * 3, cpu_req=[2000, 1000, 0])
+    nodes.cpu_utilization = np.array([0.1, 0.2, 0.6])
+    pod = PodRequest(500, 64 * MIB, cpu_usage_ratio=ratio)
+    assert int(np.argmax(headroom_informed(nodes, pod, RNG))) == pick
+    if ratio is None:
+        np.testing.assert_array_equal(headroom_informed(nodes, pod, RNG), headroom_balance(nodes, pod, RNG))
+
+
+@pytest.mark.parametrize("ratio", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_pod_refuses_a_usage_ratio_that_is_not_a_positive_number(ratio):
+    with pytest.raises(ValueError, match="cpu_usage_ratio"):
+        PodRequest(500, 64 * MIB, cpu_usage_ratio=ratio)
+
+
 def test_one_step_ee_charges_an_empty_nodes_idle_draw_and_one_step_el_violations_first():
     from rlscore.core.rules import one_step_ee, one_step_el
 

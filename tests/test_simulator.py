@@ -396,3 +396,20 @@ def test_the_recent_peak_is_the_last_cycles_load_once_the_cluster_emptied():
     sim.cluster.cpu_requested[:] = 0.0  # the history alone: after the window nothing is left of it
     sim.time += RECENT_PEAK_WINDOW_S + 1.0
     assert sim.recent_peak_cpu_requested() == 0.0
+
+
+def test_a_pod_tells_the_scorer_what_its_workload_uses_not_what_it_will():
+    """The scorer sees its class's mean usage per request (what the workload's history shows), never
+    the pod's own draw."""
+    from agent.evaluate.compare import EVAL_SEED_BASE
+
+    sim = Simulation.of_family("mixed", EVAL_SEED_BASE, None)
+    means = {c.name: 0.5 * (c.usage[0] + c.usage[1]) for c in sim.world.pod_classes}
+    told = []
+    for _ in range(50):
+        sim.next_decision()
+        _, pod = sim.candidate_state("LB")
+        assert pod.cpu_usage_ratio == means[sim.pod.kind]
+        told.append(pod.cpu_usage_ratio != sim.pod.usage)
+        sim.place(0)
+    assert all(told)

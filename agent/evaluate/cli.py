@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from agent.evaluate.compare import (EVAL_SEED_BASE, EVAL_WORKERS, HOLDOUT_SEED_BASE, best_baseline, evaluate, summarize,
-                                    values_by_seed)
+from agent.evaluate.compare import (EVAL_SEED_BASE, EVAL_WORKERS, HOLDOUT_SEED_BASE, baselines_for, best_baseline,
+                                    evaluate, summarize, values_by_seed)
 from agent.evaluate.goals import check_goals, paired_ratio
 from agent.evaluate.report import markdown_table, write_outputs
 from agent.parallel import add_ray_argument, use_ray
@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="processes to run the worlds on (the results do not depend on it)")
     parser.add_argument("--out", type=Path, default=None, help="output directory (default eval/<policy>)")
     add_ray_argument(parser)
+    parser.add_argument("--compare", type=scorer_pair, action="append", default=[], metavar="A:B",
+                        help="also print scorer A's figures over scorer B's per cell, paired by seed (repeatable; "
+                             "a rule's name or a model's, as the table shows it)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     use_ray(args.ray_address)
@@ -93,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
             except ModelValidationError as exc:
                 print(f"rlscore-eval: {exc}", file=sys.stderr)
                 return 2
+    known = set(baselines_for(policy)) | {s.name for s in scorers}
+    unknown = sorted({name for pair in args.compare for name in pair} - known)
+    if unknown:
+        parser.error(f"--compare: no scorer {', '.join(unknown)} in this evaluation: expected one of "
+                     f"{', '.join(sorted(known))}")
     first = families[0]
     trace_key = (first, (args.nodes or family(first).eval_nodes or (None,))[0])
     results, traces = evaluate(policy, scorers, families, args.seeds, args.arrivals, node_counts=args.nodes,
@@ -107,8 +115,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'PASS' if c.ok else 'FAIL'} {c.family} @ {c.nodes}: {c.described()}")
     for line in paired_lines([s.name for s in scorers], rows, results):
         print(line)
+    for line in compare_lines(policy, args.compare, rows, results):
+        print(line)
     print(f"wrote {out}/summary.md, summary.csv, runs.csv and plots")
     return 0
+
+
+def scorer_pair(text: str) -> tuple[str, str]:
+    """argparse type of --compare: A:B, two scorer names."""
+    a, sep, b = text.partition(":")
+    if not sep or not a.strip() or not b.strip():
+        raise argparse.ArgumentTypeError(f"expected two scorer names as A:B, got {text!r}")
+    return a.strip(), b.strip()
+
+
+# Besides the objective, what each policy's goals read (--compare prints both)
+GOAL_METRIC = {"EE": "unschedulable", "LB": "hot_node_share", "EL": "hard_violations"}
+
+
+def compare_lines(policy: str, pairs: list[tuple[str, str]], rows: list[dict], results: list) -> list[str]:
+    """Per cell and pair: A's objective and goal metric over B's, paired by seed (95% bootstrap interval)."""
+    out = []
+    cells = list(dict.fromkeys((r["family"], r["nodes"]) for r in rows))
+    for metric in ("objective", GOAL_METRIC[policy]):
+        values = values_by_seed(results, metric)
+        for family_name, nodes in cells:
+            for a, b in pairs:
+                paired = paired_ratio(values[(family_name, nodes, a)], values[(family_name, nodes, b)])
+                figure = (f"x{paired['ratio']} ({paired['ci95'][0]}-{paired['ci95'][1]}, {paired['reading']})"
+                          if paired else f"no ratio ({b}'s total is 0)")
+                out.append(f"compare {family_name} @ {nodes}: {metric} of {a} / {b}: {figure}")
+    return out
 
 
 def paired_lines(models: list[str], rows: list[dict], results: list) -> list[str]:

@@ -68,7 +68,8 @@ class PodSampler:
         pod = SimPod(pod_id, cpu, max(memory, 16.0 * MIB), soft, hard, usage, c.name,
                      network_bytes_per_s=used_cores * float(rng.uniform(0.5, 2.0)) * 1e6,
                      connections=float(rng.integers(1, 20)) * (1.0 + 4.0 * used_cores),
-                     disk_bytes=float(rng.uniform(50, 500)) * MIB, depart_at=depart_at)
+                     disk_bytes=float(rng.uniform(50, 500)) * MIB, depart_at=depart_at,
+                     expected_usage=0.5 * (c.usage[0] + c.usage[1]))
         return pod, c.lifetime_scale
 
 

@@ -201,7 +201,8 @@ class EventsExhausted(RuntimeError):
 
 
 def pod_request(pod: SimPod) -> PodRequest:
-    return PodRequest(pod.cpu_millicores, pod.memory_bytes, pod.latency_soft_ms, pod.latency_hard_ms)
+    return PodRequest(pod.cpu_millicores, pod.memory_bytes, pod.latency_soft_ms, pod.latency_hard_ms,
+                      pod.expected_usage)
 
 
 class Simulation:

@@ -67,6 +67,8 @@ class SimPod:
     latency_hard_ms: float | None = None
     usage: float = 0.6  # share of its request the pod really uses
     kind: str = "pod"
+    # what its workload's history tells of its usage (its class's mean); None: unknown
+    expected_usage: float | None = None
     network_bytes_per_s: float = 0.0
     connections: float = 0.0
     disk_bytes: float = 0.0

@@ -228,6 +228,18 @@ def headroom_balance(nodes: NodeState, pod: PodRequest, rng: np.random.Generator
     return headroom_values(nodes, pod, rng, HEADROOM_BURST, HEADROOM_LIMIT)
 
 
+USAGE_MARGIN = 1.5  # headroom-informed keeps room for 1.5 x what the pod's workload is known to use
+
+
+def headroom_informed(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
+    """headroom-balance with room for what the pod's workload is known to use (`cpu_usage_ratio`, x
+    USAGE_MARGIN) instead of a 3x burst: an idle batch pod may join a loaded node, a known hog gets
+    the room it needs. Without a known ratio it is headroom-balance."""
+    ratio = pod.cpu_usage_ratio
+    burst = HEADROOM_BURST if ratio is None else USAGE_MARGIN * ratio
+    return headroom_values(nodes, pod, rng, burst, HEADROOM_LIMIT)
+
+
 def headroom_values(nodes: NodeState, pod: PodRequest, rng: np.random.Generator, burst: float,
                     limit: float) -> np.ndarray:
     """headroom-balance with its burst factor and load limit as parameters (for sweeping them)."""
@@ -256,6 +268,7 @@ RULES: dict[str, Rule] = {
     "one-step-lb": one_step_lb,
     "one-step-el": one_step_el,
     "headroom-balance": headroom_balance,
+    "headroom-informed": headroom_informed,
 }
 
 # The fallback of the same intent for each policy.

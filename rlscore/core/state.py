@@ -34,13 +34,16 @@ class PodRequest:
     memory_bytes: float
     latency_soft_ms: float | None = None
     latency_hard_ms: float | None = None
+    # cpu its workload really uses per cpu it requests (what its siblings were measured to use, or
+    # what a recommender such as VPA says); None: unknown
+    cpu_usage_ratio: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("cpu_millicores", "memory_bytes"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"pod {name} must be a finite number >= 0, got {value!r}")
-        for name in ("latency_soft_ms", "latency_hard_ms"):
+        for name in ("latency_soft_ms", "latency_hard_ms", "cpu_usage_ratio"):
             value = getattr(self, name)
             if value is not None and (not math.isfinite(value) or value <= 0):
                 raise ValueError(f"pod {name} must be a finite number > 0, got {value!r}")
@@ -168,7 +171,7 @@ def as_served(pod: PodRequest, policy: str, el_defaults: tuple[float, float] | N
         soft, hard = el_defaults
     if (soft, hard) == (pod.latency_soft_ms, pod.latency_hard_ms):
         return pod
-    return PodRequest(pod.cpu_millicores, pod.memory_bytes, soft, hard)
+    return PodRequest(pod.cpu_millicores, pod.memory_bytes, soft, hard, pod.cpu_usage_ratio)
 
 
 LATENCY_TIER_SOFT = 2

@@ -60,6 +60,10 @@ def test_latency_limits_from_annotations_including_the_thesis_names(client):
     (lambda b: b["pod"]["annotations"].update({"rlscore.io/latency-soft-ms": "fast"}), 422, "rlscore.io/latency-soft-ms"),
     (lambda b: b["pod"]["annotations"].update({"latencyHardConstraint": "-3"}), 422, "latencyHardConstraint"),
     (lambda b: b["pod"]["annotations"].update({"rlscore.io/latency-soft-ms": "40", "rlscore.io/latency-hard-ms": "30"}), 422, "annotations"),
+    (lambda b: b["pod"]["annotations"].update({"rlscore.io/cpu-usage-ratio": "lots"}), 422, "rlscore.io/cpu-usage-ratio"),
+    (lambda b: b["pod"]["annotations"].update({"rlscore.io/cpu-usage-ratio": "nan"}), 422, "rlscore.io/cpu-usage-ratio"),
+    (lambda b: b["pod"]["annotations"].update({"rlscore.io/cpu-usage-ratio": "0"}), 422, "rlscore.io/cpu-usage-ratio"),
+    (lambda b: b["pod"]["annotations"].update({"rlscore.io/cpu-usage-ratio": "1e9"}), 422, "rlscore.io/cpu-usage-ratio"),
     (lambda b: b["pod"].update(cpu_request_millicores=-1), 422, "cpu_request_millicores"),
     (lambda b: b["pod"].pop("name"), 422, "name"),
     (lambda b: b["nodes"][0].update(cpu_utilization=1.5), 422, "cpu_utilization"),
@@ -352,3 +356,13 @@ def test_the_clusters_cpu_requests_now_and_at_their_recent_peak_once_the_watch_r
     table.add_usage("b", 3000.0, 0.0, 1.0)
     table.add_usage("b", -3000.0, 0.0, -1.0)
     assert sums() == (1000.0, 4000.0)
+
+
+def test_the_workloads_usage_ratio_reaches_the_scorer_for_every_policy():
+    from suggestion_server.http.schemas import PodIn
+    from suggestion_server.pods import pod_request
+
+    annotated = PodIn.model_validate(pod({"rlscore.io/cpu-usage-ratio": " 2.5 "}))
+    for policy in ("EE", "LB", "EL"):
+        assert pod_request(annotated, policy, (20.0, 30.0)).cpu_usage_ratio == 2.5
+    assert pod_request(PodIn.model_validate(pod()), "LB", None).cpu_usage_ratio is None

@@ -28,6 +28,7 @@ const (
 	AnnotationPolicy       = "rlscore.io/policy"
 	AnnotationLatencySoft  = "rlscore.io/latency-soft-ms"
 	AnnotationLatencyHard  = "rlscore.io/latency-hard-ms"
+	AnnotationUsageRatio   = "rlscore.io/cpu-usage-ratio"
 	ThesisLatencySoftAnnot = "latencySoftConstraint"
 	ThesisLatencyHardAnnot = "latencyHardConstraint"
 	tokenRefreshInterval   = time.Minute

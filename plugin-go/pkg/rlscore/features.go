@@ -73,6 +73,7 @@ func (s *NodeState) columns() []*[]float64 {
 type PodRequest struct {
 	CPUMillicores, MemoryBytes   float64
 	LatencySoftMs, LatencyHardMs float64
+	CPUUsageRatio                float64 // cpu its workload uses per cpu requested; 0: unknown
 }
 
 func (p PodRequest) hasLatencyLimits() bool { return p.LatencySoftMs > 0 || p.LatencyHardMs > 0 }

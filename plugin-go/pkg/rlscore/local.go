@@ -426,9 +426,11 @@ func podRequest(pod *v1.Pod, policy string, elSoft, elHard float64) (PodRequest,
 	r := PodRequest{CPUMillicores: float64(requests.Cpu().MilliValue()), MemoryBytes: float64(requests.Memory().Value())}
 	soft, okSoft := latencyLimit(pod.Annotations, AnnotationLatencySoft, ThesisLatencySoftAnnot)
 	hard, okHard := latencyLimit(pod.Annotations, AnnotationLatencyHard, ThesisLatencyHardAnnot)
-	if !okSoft || !okHard || (soft > 0 && hard > 0 && soft > hard) {
+	ratio, okRatio := usageRatio(pod.Annotations)
+	if !okSoft || !okHard || !okRatio || (soft > 0 && hard > 0 && soft > hard) {
 		return r, false
 	}
+	r.CPUUsageRatio = ratio
 	switch {
 	case policy != "EL":
 	case soft == 0 && hard == 0:
@@ -437,6 +439,27 @@ func podRequest(pod *v1.Pod, policy string, elSoft, elHard float64) (PodRequest,
 		r.LatencySoftMs, r.LatencyHardMs = soft, hard
 	}
 	return r, true
+}
+
+// maxUsageRatio is suggestion_server/pods.py's MAX_USAGE_RATIO.
+const maxUsageRatio = 100.0
+
+// usageRatio is the cpu-usage-ratio annotation (0 when absent); ok=false when it is not a number in
+// (0, maxUsageRatio], where the server answers 422.
+func usageRatio(annotations map[string]string) (float64, bool) {
+	raw, found := annotations[AnnotationUsageRatio]
+	if !found {
+		return 0, true
+	}
+	text := strings.TrimSpace(raw)
+	if !decimal.MatchString(text) {
+		return 0, false
+	}
+	value, err := strconv.ParseFloat(text, 64)
+	if err != nil || math.IsNaN(value) || value <= 0 || value > maxUsageRatio {
+		return 0, false
+	}
+	return value, true
 }
 
 var decimal = regexp.MustCompile(`^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$`)

@@ -139,6 +139,10 @@ func TestLocalScorerScoresOrSaysWhyNot(t *testing.T) {
 		{"hex latency (Python's float refuses it)", map[string]string{AnnotationLatencyHard: "0x10"}, "", "invalid_pod"},
 		{"soft above hard", map[string]string{ThesisLatencySoftAnnot: "40", ThesisLatencyHardAnnot: "30"}, "", "invalid_pod"},
 		{"latency with ms suffix", map[string]string{AnnotationLatencySoft: " 20ms"}, "", ""},
+		{"usage ratio", map[string]string{AnnotationUsageRatio: " 2.5 "}, "", ""},
+		{"usage ratio not a number", map[string]string{AnnotationUsageRatio: "lots"}, "", "invalid_pod"},
+		{"usage ratio zero", map[string]string{AnnotationUsageRatio: "0"}, "", "invalid_pod"},
+		{"usage ratio above the bound", map[string]string{AnnotationUsageRatio: "101"}, "", "invalid_pod"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -166,6 +170,18 @@ func TestLocalScorerScoresOrSaysWhyNot(t *testing.T) {
 	_ = ls.Refresh(context.Background())
 	if _, why := ls.Score(testPod(nil), nodes, ""); why != "stale" {
 		t.Fatalf("a server that never refreshed: %q", why)
+	}
+}
+
+func TestPodRequestReadsTheUsageRatio(t *testing.T) {
+	for _, tt := range []struct {
+		annotations map[string]string
+		want        float64
+	}{{nil, 0}, {map[string]string{AnnotationUsageRatio: "0.3"}, 0.3}, {map[string]string{AnnotationUsageRatio: "100"}, 100}} {
+		r, ok := podRequest(testPod(tt.annotations), "LB", 0, 0)
+		if !ok || r.CPUUsageRatio != tt.want {
+			t.Fatalf("%v: ratio %v ok %v, want %v", tt.annotations, r.CPUUsageRatio, ok, tt.want)
+		}
 	}
 }
 

@@ -26,13 +26,13 @@ import (
 // writes it; tests/test_golden.py fails when it is out of date with the Python code.
 
 type goldenCase struct {
-	Nodes       map[string]nullFloats                     `json:"nodes"`
-	Now         *float64                                  `json:"cluster_requested"`
-	Peak        *float64                                  `json:"recent_peak"`
-	Pod         struct{ CPU, Memory, Soft, Hard float64 } `json:"pod"`
-	Features    []float64                                 `json:"features"`
-	PodFeatures []float64                                 `json:"pod_features"`
-	Rules       map[string]nullFloats                     `json:"rules"` // every servable rule's values (null: not finite)
+	Nodes       map[string]nullFloats                            `json:"nodes"`
+	Now         *float64                                         `json:"cluster_requested"`
+	Peak        *float64                                         `json:"recent_peak"`
+	Pod         struct{ CPU, Memory, Soft, Hard, Usage float64 } `json:"pod"`
+	Features    []float64                                        `json:"features"`
+	PodFeatures []float64                                        `json:"pod_features"`
+	Rules       map[string]nullFloats                            `json:"rules"` // every servable rule's values (null: not finite)
 	Models      map[string]struct {
 		Values nullFloats `json:"values"`
 		Scores []int64    `json:"scores"`
@@ -109,7 +109,7 @@ func TestGolden(t *testing.T) {
 		n := s.Len()
 		nodes += n
 		pod := PodRequest{CPUMillicores: c.Pod.CPU, MemoryBytes: c.Pod.Memory, LatencySoftMs: c.Pod.Soft,
-			LatencyHardMs: c.Pod.Hard}
+			LatencyHardMs: c.Pod.Hard, CPUUsageRatio: c.Pod.Usage}
 		features.skipRules = false
 		NodeFeatures(s, pod, &features)
 		for i, want := range c.Features {

@@ -28,6 +28,7 @@ const (
 	headroomBurst         = 3.0
 	headroomLimit         = 0.8
 	headroomOffset        = 1000.0
+	usageMargin           = 1.5
 )
 
 // rule is one hand-written scorer.
@@ -52,6 +53,7 @@ var rules = map[string]rule{
 	"one-step-lb":                   oneStep("LB"),
 	"one-step-el":                   oneStep("EL"),
 	"headroom-balance":              headroomBalance,
+	"headroom-informed":             headroomInformed,
 }
 
 // nanToNum is numpy's nan_to_num: NaN becomes nan, the infinities the largest finite floats.
@@ -355,10 +357,24 @@ func placementCosts(policy string, s *NodeState, pod PodRequest, out []float64) 
 // headroomBalance is heuristics.headroom_balance: LB's one-step rule on the nodes with room for the pod
 // to use headroomBurst x its request on measured load, TargetLoadPacking's order below them.
 func headroomBalance(s *NodeState, pod PodRequest, out []float64) {
+	headroomValues(s, pod, out, headroomBurst)
+}
+
+// headroomInformed is rules.headroom_informed: headroom-balance with room for usageMargin x what the
+// pod's workload is known to use (its cpu usage ratio) instead of headroomBurst, where that is known.
+func headroomInformed(s *NodeState, pod PodRequest, out []float64) {
+	burst := headroomBurst
+	if pod.CPUUsageRatio > 0 {
+		burst = usageMargin * pod.CPUUsageRatio
+	}
+	headroomValues(s, pod, out, burst)
+}
+
+func headroomValues(s *NodeState, pod PodRequest, out []float64, burst float64) {
 	placementCosts("LB", s, pod, out)
 	for i := range out {
-		burst := measuredCPU(s, i, requestsMultiplier) + headroomBurst*pod.CPUMillicores/s.CPUCapacity[i]
-		if burst < headroomLimit {
+		load := measuredCPU(s, i, requestsMultiplier) + burst*pod.CPUMillicores/s.CPUCapacity[i]
+		if load < headroomLimit {
 			out[i] = headroomOffset - out[i]
 		} else {
 			out[i] = targetLoadPackingAt(s, pod, i) - headroomOffset
