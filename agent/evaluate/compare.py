@@ -41,7 +41,8 @@ BASELINES = {
     "EE": ("default-scheduler", "most-allocated", "best-fit", "tetris", "efficient-first",
            "target-load-packing", "balanced-allocation", "one-step-ee", "random"),
     "LB": ("default-scheduler", "least-allocated", "least-utilized", "load-variation-risk-balancing",
-           "balanced-allocation", "target-load-packing", "one-step-lb", "headroom-balance", "headroom-informed", "random"),
+           "balanced-allocation", "target-load-packing", "one-step-lb", "headroom-balance", "headroom-informed",
+           "random"),
     "EL": ("default-scheduler", "latency-greedy", "latency-pack", "latency-fit", "most-allocated",
            "efficient-first", "one-step-el", "random"),
 }
