@@ -366,3 +366,22 @@ def test_the_workloads_usage_ratio_reaches_the_scorer_for_every_policy():
     for policy in ("EE", "LB", "EL"):
         assert pod_request(annotated, policy, (20.0, 30.0)).cpu_usage_ratio == 2.5
     assert pod_request(PodIn.model_validate(pod()), "LB", None).cpu_usage_ratio is None
+
+
+def test_a_served_headroom_informed_keeps_room_for_what_the_annotated_workload_uses(tmp_path, make_client):
+    """LB served by the rule headroom-informed (a model file that names it): the annotation moves the
+    pick, through the whole request path."""
+    from rlscore.core.model import write_heuristic_model
+
+    write_heuristic_model(tmp_path / "lb.safetensors", "headroom-informed", "LB", {"note": "test"})
+    client = make_client(model_dir=tmp_path)
+    nodes = [node("a", cpu_req=2000, util=0.1), node("b", cpu_req=1000, util=0.2), node("c", util=0.6)]
+    picks = {}
+    for ratio in (None, "0.3", "3.5"):
+        annotations = {"rlscore.io/cpu-usage-ratio": ratio} if ratio else {}
+        body = post(client, {"pod": pod(annotations, cpu=500), "nodes": nodes, "policy": "LB"}).json()
+        assert body["source"] == "heuristic", body
+        picks[ratio] = [name for name, score in body["scores"].items() if score == 100]
+    # unknown: room for a 3x burst on a and b, b has fewer requests; an idle workload fits on c with the
+    # fewest requests; a known hog has room only on the least loaded node
+    assert picks == {None: ["b"], "0.3": ["c"], "3.5": ["a"]}
