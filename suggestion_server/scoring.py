@@ -21,6 +21,9 @@ from suggestion_server.node_state.snapshot import unknown_for
 # there), but the reasons say what it could not see.
 UNSEEN_BY_RULE = {"load-variation-risk-balancing": ("cpu_utilization_stddev", "cpu swing",
                                                     "scored as steady (RLSCORE_CPU_STDDEV_QUERY)")}
+# The same for a rule that reads a pod field: the reason it gives where the pod leaves it unknown.
+UNSEEN_OF_POD = {"headroom-informed": ("cpu_usage_ratio", "the pod has no rlscore.io/cpu-usage-ratio: "
+                                                          "headroom-informed scored it as headroom-balance")}
 
 
 def score_nodes(policy: str, nodes: NodeState, pod: PodRequest, registry: ModelRegistry,
@@ -44,6 +47,8 @@ def score_nodes(policy: str, nodes: NodeState, pod: PodRequest, registry: ModelR
             unknown = np.isnan(getattr(nodes, column))
             if unknown.any():
                 reasons.append(f"{unknown_for(unknown, nodes.names, what)}: {rule} {assumed}")
+        if rule in UNSEEN_OF_POD and getattr(pod, UNSEEN_OF_POD[rule][0]) is None:
+            reasons.append(UNSEEN_OF_POD[rule][1])
         if values is not None:
             scores, all_finite = node_scores(values, MAX_NODE_SCORE)
             if all_finite:  # a model file naming a heuristic serves that heuristic: its source says so

@@ -380,7 +380,10 @@ def test_a_served_headroom_informed_keeps_room_for_what_the_annotated_workload_u
     for ratio in (None, "0.3", "3.5"):
         annotations = {"rlscore.io/cpu-usage-ratio": ratio} if ratio else {}
         body = post(client, {"pod": pod(annotations, cpu=500), "nodes": nodes, "policy": "LB"}).json()
-        assert body["source"] == "heuristic", body
+        assert body["source"] == "heuristic" and body["degraded"] is False, body
+        # the answer says when the rule could not see what the workload uses
+        assert ("the pod has no rlscore.io/cpu-usage-ratio: headroom-informed scored it as headroom-balance"
+                in body["reasons"]) == (ratio is None), body
         picks[ratio] = [name for name, score in body["scores"].items() if score == 100]
     # unknown: room for a 3x burst on a and b, b has fewer requests; an idle workload fits on c with the
     # fewest requests; a known hog has room only on the least loaded node
