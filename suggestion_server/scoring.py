@@ -22,8 +22,8 @@ from suggestion_server.node_state.snapshot import unknown_for
 UNSEEN_BY_RULE = {"load-variation-risk-balancing": ("cpu_utilization_stddev", "cpu swing",
                                                     "scored as steady (RLSCORE_CPU_STDDEV_QUERY)")}
 # The same for a rule that reads a pod field: the reason it gives where the pod leaves it unknown.
-UNSEEN_OF_POD = {"headroom-informed": ("cpu_usage_ratio", "the pod has no rlscore.io/cpu-usage-ratio: "
-                                                          "headroom-informed scored it as headroom-balance")}
+UNSEEN_OF_POD = {"headroom-informed": ("cpu_usage_ratio", ("the pod has no rlscore.io/cpu-usage-ratio: "
+                                                           "headroom-informed scored it as headroom-balance"))}
 
 
 def score_nodes(policy: str, nodes: NodeState, pod: PodRequest, registry: ModelRegistry,
