@@ -42,35 +42,30 @@ def resolve_policy(requested: str | None, pod: PodIn, default: str) -> str:
         raise RequestFieldError(("body", "pod", "annotations", ANNOTATION_POLICY), str(exc)) from None
 
 
-def _limit(pod: PodIn, primary: str, fallback: str) -> float | None:
-    key = primary if primary in pod.annotations else fallback if fallback in pod.annotations else None
-    if key is None:
-        return None
+def _positive_number(pod: PodIn, key: str, unit: str, most: float = math.inf, suffix: str = "") -> float:
+    """The annotation `key` as a finite number > 0 and <= `most` (`suffix` allowed after it), else a
+    422 naming it."""
     raw = pod.annotations[key]
     try:
-        value = float(raw.strip().removesuffix("ms"))
+        value = float(raw.strip().removesuffix(suffix))
     except ValueError:
+        raise RequestFieldError(("body", "pod", "annotations", key), f"{key}={raw!r} is not a number of {unit}") from None
+    if not math.isfinite(value) or not 0 < value <= most:
+        bound = "" if math.isinf(most) else f" and <= {most:g}"
         raise RequestFieldError(("body", "pod", "annotations", key),
-                                f"{key}={raw!r} is not a number of milliseconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise RequestFieldError(("body", "pod", "annotations", key),
-                                f"{key}={raw!r} must be a finite number of milliseconds > 0")
+                                f"{key}={raw!r} must be a finite number of {unit} > 0{bound}")
     return value
+
+
+def _limit(pod: PodIn, primary: str, fallback: str) -> float | None:
+    key = primary if primary in pod.annotations else fallback if fallback in pod.annotations else None
+    return None if key is None else _positive_number(pod, key, "milliseconds", suffix="ms")
 
 
 def _usage_ratio(pod: PodIn) -> float | None:
-    raw = pod.annotations.get(ANNOTATION_USAGE_RATIO)
-    if raw is None:
+    if ANNOTATION_USAGE_RATIO not in pod.annotations:
         return None
-    loc = ("body", "pod", "annotations", ANNOTATION_USAGE_RATIO)
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        raise RequestFieldError(loc, f"{ANNOTATION_USAGE_RATIO}={raw!r} is not a number") from None
-    if not math.isfinite(value) or not 0 < value <= MAX_USAGE_RATIO:
-        raise RequestFieldError(loc, f"{ANNOTATION_USAGE_RATIO}={raw!r} must be a number > 0 and <= "
-                                     f"{MAX_USAGE_RATIO:g} (cpu used per cpu requested)")
-    return value
+    return _positive_number(pod, ANNOTATION_USAGE_RATIO, "cpu used per cpu requested", MAX_USAGE_RATIO)
 
 
 def pod_request(pod: PodIn, policy: str, el_defaults: tuple[float, float] | None) -> PodRequest:

@@ -142,10 +142,15 @@ def compare_lines(policy: str, pairs: list[tuple[str, str]], rows: list[dict], r
         for family_name, nodes in cells:
             for a, b in pairs:
                 paired = paired_ratio(values[(family_name, nodes, a)], values[(family_name, nodes, b)])
-                figure = (f"x{paired['ratio']} ({paired['ci95'][0]}-{paired['ci95'][1]}, {paired['reading']})"
-                          if paired else f"no ratio ({b}'s total is 0)")
+                figure = paired_text(paired) if paired else f"no ratio ({b}'s total is 0)"
                 out.append(f"compare {family_name} @ {nodes}: {metric} of {a} / {b}: {figure}")
     return out
+
+
+def paired_text(paired: dict, other: str | None = None) -> str:
+    """x<ratio> [of <other>] (<95% interval>, <reading>)."""
+    of = f" of {other}" if other else ""
+    return f"x{paired['ratio']}{of} ({paired['ci95'][0]}-{paired['ci95'][1]}, {paired['reading']})"
 
 
 def paired_lines(models: list[str], rows: list[dict], results: list) -> list[str]:
@@ -163,8 +168,7 @@ def paired_lines(models: list[str], rows: list[dict], results: list) -> list[str
             for other in ([best] + ([models[0]] if model != models[0] else [])):
                 paired = paired_ratio(mine, objectives[(family_name, nodes, other)])
                 if paired:
-                    parts.append(f"x{paired['ratio']} of {other} ({paired['ci95'][0]}-{paired['ci95'][1]}, "
-                                 f"{paired['reading']})")
+                    parts.append(paired_text(paired, other))
             out.append(f"paired {family_name} @ {nodes}: {model}: " + "; ".join(parts))
     return out
 

@@ -451,12 +451,18 @@ func usageRatio(annotations map[string]string) (float64, bool) {
 	if !found {
 		return 0, true
 	}
-	text := strings.TrimSpace(raw)
+	value, ok := positiveNumber(strings.TrimSpace(raw))
+	return value, ok && value <= maxUsageRatio
+}
+
+// positiveNumber is text as a finite number > 0 in the notation Python's float() reads too (anything
+// else: the server decides).
+func positiveNumber(text string) (float64, bool) {
 	if !decimal.MatchString(text) {
 		return 0, false
 	}
 	value, err := strconv.ParseFloat(text, 64)
-	if err != nil || math.IsNaN(value) || value <= 0 || value > maxUsageRatio {
+	if err != nil || math.IsNaN(value) || math.IsInf(value, 0) || value <= 0 {
 		return 0, false
 	}
 	return value, true
@@ -474,13 +480,5 @@ func latencyLimit(annotations map[string]string, primary, fallback string) (floa
 	if !found {
 		return 0, true
 	}
-	text := strings.TrimSuffix(strings.TrimSpace(raw), "ms")
-	if !decimal.MatchString(text) { // what Python's float() reads too; anything else: the server decides
-		return 0, false
-	}
-	value, err := strconv.ParseFloat(text, 64)
-	if err != nil || math.IsNaN(value) || math.IsInf(value, 0) || value <= 0 {
-		return 0, false
-	}
-	return value, true
+	return positiveNumber(strings.TrimSuffix(strings.TrimSpace(raw), "ms"))
 }
