@@ -15,8 +15,8 @@ def col(features, name):
     return features[:, NODE_FEATURES.index(name)]
 
 
-def test_spec_version_4_and_shapes():
-    assert FEATURE_SPEC_VERSION == 4
+def test_spec_version_5_and_shapes():
+    assert FEATURE_SPEC_VERSION == 5
     f, p = node_features(make_nodes([4000, 8000]), PodRequest(500, GIB))
     assert f.shape == (2, NUM_NODE_FEATURES) and p.shape == (NUM_POD_FEATURES,)
     assert f.dtype == np.float32 and (f >= 0).all() and (f <= FEATURE_CLIP).all()
@@ -139,7 +139,8 @@ def test_the_compiled_features_equal_the_reference_bit_for_bit(n):
     rng = np.random.default_rng(n)
     for trial in range(60 if n <= 100 else 6):
         nodes = _awkward_state(n, rng)
-        pod = PodRequest(float(rng.choice([0.0, 250.0, 1e4])), float(rng.choice([0.0, GIB])), *LIMITS[trial % 5])
+        pod = PodRequest(float(rng.choice([0.0, 250.0, 1e4])), float(rng.choice([0.0, GIB])), *LIMITS[trial % 5],
+                         cpu_usage_ratio=[None, 0.3, 3.0][trial % 3])
         compiled, compiled_pod = node_features(nodes, pod)
         reference, reference_pod = reference_node_features(nodes, pod)
         assert compiled.dtype == reference.dtype == np.float32 and compiled.shape == reference.shape
@@ -147,6 +148,19 @@ def test_the_compiled_features_equal_the_reference_bit_for_bit(n):
         assert np.array_equal(compiled.view(np.uint32), reference.view(np.uint32)), \
             np.argwhere(compiled.view(np.uint32) != reference.view(np.uint32))[:5]
         assert np.array_equal(compiled_pod.view(np.uint32), reference_pod.view(np.uint32))
+
+
+def test_the_headroom_informed_column_reads_what_the_pods_workload_uses():
+    # the state of test_headroom_informed_keeps_room_for_what_the_pods_workload_is_known_to_use: the rule's
+    # best node is b without a ratio, c for an idle workload and a for a hog; the column follows it
+    nodes = make_nodes([4000] * 3, cpu_req=[2000, 1000, 0])
+    nodes.cpu_utilization = np.array([0.1, 0.2, 0.6])
+    for ratio, best in ((None, 1), (0.3, 2), (3.5, 0)):
+        f, _ = node_features(nodes, PodRequest(500, 64 * 2**20, cpu_usage_ratio=ratio))
+        informed = col(f, "rule:headroom-informed")
+        assert informed[best] == 1.0 and (np.delete(informed, best) < 1.0).all(), (ratio, informed)
+        if ratio is None:
+            assert informed.tolist() == col(f, "rule:headroom-balance").tolist()
 
 
 def test_the_compiled_features_take_any_numeric_arrays():

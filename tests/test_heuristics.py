@@ -150,6 +150,21 @@ def test_headroom_informed_keeps_room_for_what_the_pods_workload_is_known_to_use
         np.testing.assert_array_equal(headroom_informed(nodes, pod, RNG), headroom_balance(nodes, pod, RNG))
 
 
+def test_the_rules_the_feature_columns_compute_together_equal_each_rule_alone():
+    from rlscore.core.features import RULE_FEATURES
+    from rlscore.core.rules import RULES, rule_values
+
+    rng = np.random.default_rng(5)
+    for ratio in (None, 0.3, 3.0):
+        nodes = make_nodes(rng.choice([2000, 4000, 8000], 9).tolist(), cpu_req=rng.uniform(0, 3000, 9).tolist(),
+                           latency=rng.uniform(2, 80, 9).tolist())
+        nodes.cpu_utilization = rng.uniform(0, 0.9, 9)
+        pod = PodRequest(700, 256 * MIB, 20.0, 30.0, cpu_usage_ratio=ratio)
+        together = rule_values(RULE_FEATURES, nodes, pod)
+        for name in RULE_FEATURES:
+            np.testing.assert_array_equal(together[name], RULES[name](nodes, pod, RNG), err_msg=f"{name}, {ratio}")
+
+
 @pytest.mark.parametrize("ratio", [0.0, -1.0, float("nan"), float("inf")])
 def test_a_pod_refuses_a_usage_ratio_that_is_not_a_positive_number(ratio):
     with pytest.raises(ValueError, match="cpu_usage_ratio"):

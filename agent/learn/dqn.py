@@ -53,12 +53,14 @@ from rlscore.core.state import normalize_policy
 
 # Each single-difficulty family's teacher: its best rule on training seeds (`rlscore-train --algo
 # selector` picks them, agent.learn.teachers.pick_teachers), per cluster-size band where the best rule
-# changes with size ([[max nodes, rule], ...]; a larger world takes the last band's).
+# changes with size ([[max nodes, rule], ...]; a larger world takes the last band's). LB's usage-skew: on 10
+# training seeds headroom-informed is x1.069 of each seed's best rule, headroom-balance x2.13
+# (pick_teachers("LB", ("usage-skew",))).
 TEACHERS = {
     "EE": {"test1": "most-allocated", "test2": "one-step-ee", "poisson": "efficient-first",
            "two-d": "efficient-first", "fragmentation": "efficient-first", "hardware": "efficient-first",
            "hardware-unknown": "most-allocated", "churn": "efficient-first"},
-    "LB": {"test1": "one-step-lb", "test2": "one-step-lb", "poisson": "one-step-lb", "usage-skew": "headroom-balance",
+    "LB": {"test1": "one-step-lb", "test2": "one-step-lb", "poisson": "one-step-lb", "usage-skew": "headroom-informed",
            "two-d": "one-step-lb", "churn": "one-step-lb"},
     "EL": {"test1": [[5, "latency-pack"], [64, "one-step-el"]], "test2": "one-step-el",
            "latency-shift": [[5, "latency-fit"], [20, "one-step-el"], [64, "latency-pack"]],

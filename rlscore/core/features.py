@@ -28,7 +28,7 @@ import numpy as np
 
 from rlscore.core.state import LATENCY_TIER_HARD, LATENCY_TIER_SOFT, NodeState, PodRequest, latency_tiers
 
-FEATURE_SPEC_VERSION = 4
+FEATURE_SPEC_VERSION = 5
 
 STATE_FEATURES = (
     "cpu_share",  # requested / allocatable, before placing the pod
@@ -70,13 +70,13 @@ STATE_FEATURES = (
 RULE_FEATURES = (
     "most-allocated", "least-allocated", "best-fit", "efficient-first", "one-step-ee",
     "one-step-lb", "least-utilized", "headroom-balance", "target-load-packing", "load-variation-risk-balancing",
-    "latency-fit", "latency-pack", "one-step-el",
+    "latency-fit", "latency-pack", "one-step-el", "headroom-informed",
 )
 NODE_FEATURES = STATE_FEATURES + tuple(f"rule:{name}" for name in RULE_FEATURES)
 NUM_STATE_FEATURES = len(STATE_FEATURES)
 # node columns per feature spec version: a model of an earlier version is read with zero weight on
 # the columns added since (rlscore.core.model.upgrade_weights), so it decides as it did
-NODE_FEATURES_OF_VERSION = {2: 31, 3: 32, 4: len(NODE_FEATURES)}
+NODE_FEATURES_OF_VERSION = {2: 31, 3: 32, 4: 45, 5: len(NODE_FEATURES)}
 POD_FEATURES = (
     "has_latency_limits",
     "share_meeting_hard",  # share of candidates within the pod's hard limit (1 without limits)

@@ -290,9 +290,11 @@ def rule_values(names: tuple[str, ...], nodes: NodeState, pod: PodRequest) -> di
                 cache[name] = efficiency_rank(nodes) * 1000.0 + value("most-allocated")
             elif name == "latency-pack":
                 cache[name] = latency_tiers(nodes, pod) * 1000.0 + value("most-allocated")
-            elif name == "headroom-balance":
+            elif name in ("headroom-balance", "headroom-informed"):
+                informed = name == "headroom-informed" and pod.cpu_usage_ratio is not None
+                burst = USAGE_MARGIN * pod.cpu_usage_ratio if informed else HEADROOM_BURST
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    load = _measured_cpu(nodes, REQUESTS_MULTIPLIER) + HEADROOM_BURST * pod.cpu_millicores / nodes.cpu_capacity
+                    load = _measured_cpu(nodes, REQUESTS_MULTIPLIER) + burst * pod.cpu_millicores / nodes.cpu_capacity
                 cache[name] = np.where(load < HEADROOM_LIMIT, HEADROOM_OFFSET + value("one-step-lb"),
                                        value("target-load-packing") - HEADROOM_OFFSET)
             else:

@@ -11,13 +11,13 @@ import (
 // same features, Q-values and scores on random states. Change both together and bump the version.
 
 // FeatureSpecVersion is the feature layout this build computes; a model of another version is refused.
-const FeatureSpecVersion = 4
+const FeatureSpecVersion = 5
 
 // ruleFeatures are the rules whose standing on each node is a feature column (RULE_FEATURES), in order.
 var ruleFeatures = [...]string{
 	"most-allocated", "least-allocated", "best-fit", "efficient-first", "one-step-ee",
 	"one-step-lb", "least-utilized", "headroom-balance", "target-load-packing", "load-variation-risk-balancing",
-	"latency-fit", "latency-pack", "one-step-el",
+	"latency-fit", "latency-pack", "one-step-el", "headroom-informed",
 }
 
 const (

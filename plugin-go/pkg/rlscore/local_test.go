@@ -103,7 +103,7 @@ func fakeServer(t *testing.T, metrics func() string, model []byte) *httptest.Ser
 	return srv
 }
 
-const metricsBody = `{"feature_spec_version": 4, "default_policy": "EE", "el_default_latency_ms": {"soft": 20, "hard": 30},
+var metricsBody = `{"feature_spec_version": ` + fmt.Sprint(FeatureSpecVersion) + `, "default_policy": "EE", "el_default_latency_ms": {"soft": 20, "hard": 30},
  "stale_after_s": 30, "snapshot_age_s": %AGE%, "model_versions": {"EE": "ee-random", "LB": null, "EL": null},
  "nodes": {"names": ["a", "b"], "cpu_utilization": [0.5, null], "memory_utilization": [0.1, 0.2],
   "latency_ms": [5, 50], "network_receive_bytes_per_s": [1, 2], "tcp_established": [3, 4],
@@ -213,7 +213,7 @@ func TestLocalScorerRefreshRefusesBadAnswers(t *testing.T) {
 	model := exportModel(randomModel(rand.New(rand.NewSource(3)), 4, 4))
 	tests := []struct{ name, body, want string }{
 		{"not json", "{", "node-metrics"},
-		{"other feature spec", `{"feature_spec_version": 3}`, "the server serves feature spec 3, this plugin computes 4"},
+		{"other feature spec", `{"feature_spec_version": 3}`, fmt.Sprintf("the server serves feature spec 3, this plugin computes %d", FeatureSpecVersion)},
 		{"column too short", strings.Replace(strings.Replace(metricsBody, "%AGE%", "1", 1), `"tcp_established": [3, 4]`,
 			`"tcp_established": [3]`, 1), "nodes.tcp_established has 1 entries for 2 names"},
 		{"bad settings", strings.Replace(strings.Replace(metricsBody, "%AGE%", "1", 1), `"stale_after_s": 30`,
