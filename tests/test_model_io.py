@@ -112,7 +112,7 @@ def test_a_version_2_model_reads_the_current_features_and_decides_as_it_did(tmp_
     assert torch_network(model).blind_columns() == list(range(column, NUM_NODE_FEATURES))
 
     path.write_bytes(save(weights, metadata={**header, "feature_spec_version": "1"}))
-    with pytest.raises(ModelValidationError, match="feature spec version 1, this build serves version 4 and reads 2, 3, 4"):
+    with pytest.raises(ModelValidationError, match="feature spec version 1, this build serves version 5 and reads 2, 3, 4, 5"):
         load_model(path)
 
 
