@@ -15,6 +15,7 @@ from agent.learn.train import main as train_main
 from agent.sim import families
 from agent.sim.families import Family
 from agent.sim.world import GIB, LARGE, Hardware, NodeSpec, PodClass, World
+from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
 from rlscore.core.model import load_model
 from rlscore.core.scoring import ModelScorer
 
@@ -57,8 +58,8 @@ def _constant(value: float, hidden: int = 4) -> NodeScorer:
 def test_the_td_loss_is_the_huber_loss_to_the_n_step_double_dqn_target():
     online, target = _constant(2.0), _constant(5.0)
     n = 3
-    batch = {"nodes": torch.rand(2, n, 45), "pod": torch.rand(2, 3), "mask": torch.ones(2, n, dtype=torch.bool),
-             "next_nodes": torch.rand(2, n, 45), "next_pod": torch.rand(2, 3), "next_mask": torch.ones(2, n, dtype=torch.bool),
+    batch = {"nodes": torch.rand(2, n, NUM_NODE_FEATURES), "pod": torch.rand(2, NUM_POD_FEATURES), "mask": torch.ones(2, n, dtype=torch.bool),
+             "next_nodes": torch.rand(2, n, NUM_NODE_FEATURES), "next_pod": torch.rand(2, NUM_POD_FEATURES), "next_mask": torch.ones(2, n, dtype=torch.bool),
              "action": torch.tensor([0, 2]), "ret": torch.tensor([1.0, -0.5]), "discount": torch.tensor([0.9, 0.0])}
     loss = td_loss(online, target, batch)
     # targets: 1 + 0.9 x 5 = 5.5 (bootstrapped from the target network), -0.5 (terminal); Q = 2
