@@ -235,9 +235,12 @@ def headroom_informed(nodes: NodeState, pod: PodRequest, rng: np.random.Generato
     """headroom-balance with room for what the pod's workload is known to use (`cpu_usage_ratio`, x
     USAGE_MARGIN) instead of a 3x burst: an idle batch pod may join a loaded node, a known hog gets
     the room it needs. Without a known ratio it is headroom-balance."""
-    ratio = pod.cpu_usage_ratio
-    burst = HEADROOM_BURST if ratio is None else USAGE_MARGIN * ratio
-    return headroom_values(nodes, pod, rng, burst, HEADROOM_LIMIT)
+    return headroom_values(nodes, pod, rng, informed_burst(pod), HEADROOM_LIMIT)
+
+
+def informed_burst(pod: PodRequest) -> float:
+    """The room headroom-informed keeps, in multiples of the pod's request."""
+    return HEADROOM_BURST if pod.cpu_usage_ratio is None else USAGE_MARGIN * pod.cpu_usage_ratio
 
 
 def headroom_values(nodes: NodeState, pod: PodRequest, rng: np.random.Generator, burst: float,
@@ -291,8 +294,7 @@ def rule_values(names: tuple[str, ...], nodes: NodeState, pod: PodRequest) -> di
             elif name == "latency-pack":
                 cache[name] = latency_tiers(nodes, pod) * 1000.0 + value("most-allocated")
             elif name in ("headroom-balance", "headroom-informed"):
-                informed = name == "headroom-informed" and pod.cpu_usage_ratio is not None
-                burst = USAGE_MARGIN * pod.cpu_usage_ratio if informed else HEADROOM_BURST
+                burst = informed_burst(pod) if name == "headroom-informed" else HEADROOM_BURST
                 with np.errstate(divide="ignore", invalid="ignore"):
                     load = _measured_cpu(nodes, REQUESTS_MULTIPLIER) + burst * pod.cpu_millicores / nodes.cpu_capacity
                 cache[name] = np.where(load < HEADROOM_LIMIT, HEADROOM_OFFSET + value("one-step-lb"),
