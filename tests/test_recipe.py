@@ -44,7 +44,7 @@ def test_the_recipe_ratio_is_the_pooled_sum_of_every_seed_and_world(runs):
 def test_training_seeds_that_disagree_widen_the_interval_past_each_seeds_own():
     """Seed 1 is 10% ahead on every world, seed 2 10% behind: each is beyond noise on its own, the
     recipe is not; three seeds that agree are."""
-    worlds = {("mixed", "random", str(s)): 1.0 + 0.1 * (s % 7) for s in range(64)}
+    worlds = {(s, "mixed", "random"): 1.0 + 0.1 * (s % 7) for s in range(64)}
     ahead = {w: 0.9 * v for w, v in worlds.items()}
     behind = {w: 1.1 * v for w, v in worlds.items()}
     assert paired_ratio(ahead, worlds)["reading"] == "ahead" and paired_ratio(behind, worlds)["reading"] == "behind"
@@ -57,8 +57,8 @@ def test_training_seeds_that_disagree_widen_the_interval_past_each_seeds_own():
 
 
 def test_only_the_worlds_every_pair_ran_count():
-    one = {("mixed", "random", str(s)): 1.0 for s in range(8)}
-    other = {("mixed", "random", str(s)): 2.0 for s in range(4, 12)}
+    one = {(s, "mixed", "random"): 1.0 for s in range(8)}
+    other = {(s, "mixed", "random"): 2.0 for s in range(4, 12)}
     total = recipe_ratio([(one, one), (other, other)])
     assert total.worlds == 4 and total.ratio == 1.0
 
@@ -79,15 +79,19 @@ def test_the_command_prints_each_seed_and_the_recipe(runs):
     ("{missing}:rl-lb", "No such file"),
     ("{nan}:rl-lb", "rl-lb has objective=nan on mixed seed 7"),
     ("{text}:rl-lb", "rl-lb has objective='fast', not a number"),
+    ("{seed}:rl-lb", "rl-lb has seed='seven', not an integer"),
+    ("{columns}:rl-lb", "has no column 'family', 'nodes': not an rlscore-eval runs.csv?"),
 ])
 def test_bad_input_is_named(runs, tmp_path, spec, message):
-    nan, text = tmp_path / "nan.csv", tmp_path / "text.csv"
-    for path, value in ((nan, "nan"), (text, "fast")):
+    nan, text, seed = tmp_path / "nan.csv", tmp_path / "text.csv", tmp_path / "seed.csv"
+    for path, value, world_seed in ((nan, "nan", "7"), (text, "fast", "7"), (seed, "1.5", "seven")):
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["scorer", "family", "nodes", "seed", "objective"])
-            w.writerow(["rl-lb", "mixed", "random", "7", value])
-    spec = spec.format(runs=runs, missing=tmp_path / "none.csv", nan=nan, text=text)
+            w.writerow(["rl-lb", "mixed", "random", world_seed, value])
+    columns = tmp_path / "columns.csv"
+    columns.write_text("scorer,seed,objective\nrl-lb,7,1.5\n")
+    spec = spec.format(runs=runs, missing=tmp_path / "none.csv", nan=nan, text=text, seed=seed, columns=columns)
     with pytest.raises(RecipeInputError, match=None) as e:
         scorer_runs(spec)
     assert message in str(e.value)
@@ -100,4 +104,13 @@ def test_pairs_without_a_shared_world_are_refused(runs, tmp_path):
     other.write_text("scorer,family,nodes,seed,objective\nrl-lb,mixed,random,7,1.5\n")
     out = recipe("--pair", f"{runs}:least-allocated", f"{other}:rl-lb")
     assert out.returncode == 2 and "share no world" in out.stderr
-    assert not math.isnan(scorer_runs(f"{other}:rl-lb")[("mixed", "random", "7")])
+    assert not math.isnan(scorer_runs(f"{other}:rl-lb")[(7, "mixed", "random")])
+
+
+def test_one_pair_reads_as_rlscore_eval_pairs_a_model_with_a_rule(runs):
+    """Worlds resample in seed order, as rlscore-eval's pairing by seed does: one pair's recipe
+    interval is that pairing's, to the digit."""
+    a, b = scorer_runs(f"{runs}:least-allocated"), scorer_runs(f"{runs}:headroom-balance")
+    by_seed = paired_ratio({seed: v for (seed, _, _), v in a.items()}, {seed: v for (seed, _, _), v in b.items()})
+    one = recipe_ratio([(a, b)])
+    assert (round(one.ratio, 4), [round(x, 4) for x in one.ci95]) == (by_seed["ratio"], by_seed["ci95"])

@@ -28,7 +28,8 @@ import numpy as np
 
 from agent.evaluate.goals import PAIRED_RESAMPLES, describe_paired, paired_ratio
 
-World = tuple[str, str, str]  # family, node count, seed: what a row of runs.csv was measured on
+World = tuple[int, str, str]  # seed, family, node count: what a row of runs.csv was measured on; seed first,
+# so that the worlds sort (and resample) as rlscore-eval's pairing by seed does
 
 
 class RecipeInputError(ValueError):
@@ -45,8 +46,9 @@ def scorer_runs(spec: str, metric: str = "objective") -> dict[World, float]:
             rows = list(csv.DictReader(f))
     except OSError as e:
         raise RecipeInputError(f"{path}: {e.strerror or e}") from e
-    if rows and metric not in rows[0]:
-        raise RecipeInputError(f"{path} has no column {metric!r}")
+    missing = [c for c in ("scorer", "family", "nodes", "seed", metric) if rows and c not in rows[0]]
+    if missing:
+        raise RecipeInputError(f"{path} has no column {', '.join(map(repr, missing))}: not an rlscore-eval runs.csv?")
     runs: dict[World, float] = {}
     for row in rows:
         if row.get("scorer") != scorer:
@@ -55,9 +57,13 @@ def scorer_runs(spec: str, metric: str = "objective") -> dict[World, float]:
             value = float(row[metric])
         except (TypeError, ValueError) as e:
             raise RecipeInputError(f"{path}: {scorer} has {metric}={row[metric]!r}, not a number") from e
+        try:
+            seed = int(row["seed"])
+        except (TypeError, ValueError) as e:
+            raise RecipeInputError(f"{path}: {scorer} has seed={row['seed']!r}, not an integer") from e
         if not math.isfinite(value):
             raise RecipeInputError(f"{path}: {scorer} has {metric}={row[metric]} on {row['family']} seed {row['seed']}")
-        runs[(row["family"], row["nodes"], row["seed"])] = value
+        runs[(seed, row["family"], row["nodes"])] = value
     if not runs:
         names = sorted({row.get("scorer", "") for row in rows})
         raise RecipeInputError(f"{path} has no runs of {scorer!r} (it has: {', '.join(names) or 'no rows'})")
@@ -96,8 +102,9 @@ def recipe_ratio(pairs: list[tuple[dict[World, float], dict[World, float]]],
     if base.sum() <= 0:
         raise RecipeInputError("the baselines' total is 0: no ratio to take")
     rng = np.random.default_rng(0)
-    seeds = rng.integers(0, len(pairs), size=(resamples, len(pairs)))
+    # the worlds first, as goals.paired_ratio draws them: one pair's interval is that pairing's
     picks = rng.integers(0, len(worlds), size=(resamples, len(worlds)))
+    seeds = rng.integers(0, len(pairs), size=(resamples, len(pairs)))
     # per resample: the chosen seeds' rows, summed over the chosen worlds
     m, b = model[:, picks].sum(axis=2).T, base[:, picks].sum(axis=2).T  # resample x training seed
     m, b = np.take_along_axis(m, seeds, axis=1).sum(axis=1), np.take_along_axis(b, seeds, axis=1).sum(axis=1)
