@@ -12,6 +12,7 @@ import torch
 from agent.evaluate.compare import (EVAL_SEED_BASE, EVAL_WORKERS, HOLDOUT_SEED_BASE, baselines_for, best_baseline,
                                     evaluate, summarize, values_by_seed)
 from agent.evaluate.goals import check_goals, paired_ratio
+from agent.evaluate.ensemble import load_ensemble
 from agent.evaluate.report import markdown_table, write_outputs
 from agent.parallel import add_ray_argument, use_ray
 from rlscore.core.model import ModelValidationError, load_model
@@ -66,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", type=scorer_pair, action="append", default=[], metavar="A:B",
                         help="also print scorer A's figures over scorer B's per cell, paired by seed (repeatable; "
                              "a rule's name or a model's, as the table shows it)")
+    parser.add_argument("--ensemble", action="append", default=[], metavar="FILE,FILE[,...]",
+                        help="also score with the mean of these models' values, each standardized per decision, "
+                             "as one scorer rl-ensemble-<k> (repeatable; agent/evaluate/ensemble.py)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     use_ray(args.ray_address)
@@ -96,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
             except ModelValidationError as exc:
                 print(f"rlscore-eval: {exc}", file=sys.stderr)
                 return 2
+    for k, files in enumerate(args.ensemble, start=1):
+        try:
+            scorers.append(load_ensemble(files, policy, f"rl-ensemble-{k}"))
+        except (ModelValidationError, ValueError) as exc:
+            print(f"rlscore-eval: --ensemble {files}: {exc}", file=sys.stderr)
+            return 2
     known = set(baselines_for(policy)) | {s.name for s in scorers}
     unknown = sorted({name for pair in args.compare for name in pair} - known)
     if unknown:

@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     for (a, b), (ma, mb) in zip(args.pair, pairs):
         print(f"{label(a)} / {label(b)}: {describe_paired(paired_ratio(ma, mb))}")
     low, high = total.ci95
-    print(f"the recipe over {total.training_seeds} training seeds x {total.worlds} worlds: x{total.ratio:.3f} "
+    seeds = f"{total.training_seeds} training seed{'s' if total.training_seeds != 1 else ''}"
+    print(f"the recipe over {seeds} x {total.worlds} worlds: x{total.ratio:.3f} "
           f"(95% {low:.3f}-{high:.3f}, training seeds and worlds resampled): {total.reading}")
     return 0
 
