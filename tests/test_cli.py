@@ -52,6 +52,20 @@ def test_train_then_eval_end_to_end(tmp_path):
     assert holdout_seeds and not holdout_seeds & evaluation_seeds
 
 
+def test_the_twin_does_not_take_the_dqns_file(tmp_path):
+    """--demonstrations-only without --name writes <policy>-demonstrations.safetensors, so a twin trained
+    beside its DQN (or into models/) never replaces it."""
+    (tmp_path / "lb.safetensors").write_bytes(b"the DQN")
+    out = run("rlscore-train", "--policy", "LB", "--families", "test2", "--demo-worlds", "2", "--demo-decisions", "16",
+              "--pretrain-steps", "10", "--demonstrations-only", "--workers", "1", "--out", str(tmp_path),
+              "--log-dir=", "--no-eval", "--no-progress")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "lb.safetensors").read_bytes() == b"the DQN"
+    assert f"wrote {tmp_path / 'lb-demonstrations.safetensors'}" in out.stdout
+    sidecar = json.loads((tmp_path / "lb-demonstrations.json").read_text())
+    assert sidecar["training"]["hyperparameters"]["demonstrations_only"] is True
+
+
 def test_clear_errors_on_bad_input(tmp_path):
     bad = tmp_path / "el.safetensors"
     bad.write_bytes(b"garbage")

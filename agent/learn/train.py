@@ -62,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="train on this cluster profile (rlscore-calibrate's output) instead of the scenario "
                              "families; its best rules teach")
     parser.add_argument("--out", default="models", help="output directory")
-    parser.add_argument("--name", default=None, help="file name (default <policy>.safetensors)")
+    parser.add_argument("--name", default=None, help="file name (default <policy>.safetensors, with "
+                                                      "--demonstrations-only <policy>-demonstrations.safetensors)")
     parser.add_argument("--no-eval", action="store_true", help="skip the evaluation recorded in the sidecar")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--teacher", action="append", default=[], metavar="FAMILY=RULE",
@@ -150,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     network, record = train(cfg, init)
     record["training"]["wall_seconds"] = round(time.time() - started, 1)
     record["training"]["command"] = "rlscore-train " + " ".join(argv if argv is not None else sys.argv[1:])
-    path = Path(args.out) / (args.name or f"{cfg.policy.lower()}.safetensors")
+    # the twin never takes the DQN's (or the shipped model's) file unless told to
+    default = f"{cfg.policy.lower()}-demonstrations.safetensors" if cfg.demonstrations_only else f"{cfg.policy.lower()}.safetensors"
+    path = Path(args.out) / (args.name or default)
     save_model(path, network, cfg.policy, {**record, **cfg.extra_metadata})
     if not args.no_eval:
         # how the policy does against the rules on held-out seeds, in the sidecar
