@@ -105,9 +105,15 @@ def recipe_ratio(pairs: list[tuple[dict[World, float], dict[World, float]]],
     # the worlds first, as goals.paired_ratio draws them: one pair's interval is that pairing's
     picks = rng.integers(0, len(worlds), size=(resamples, len(worlds)))
     seeds = rng.integers(0, len(pairs), size=(resamples, len(pairs)))
-    # per resample: the chosen seeds' rows, summed over the chosen worlds
-    m, b = model[:, picks].sum(axis=2).T, base[:, picks].sum(axis=2).T  # resample x training seed
-    m, b = np.take_along_axis(m, seeds, axis=1).sum(axis=1), np.take_along_axis(b, seeds, axis=1).sum(axis=1)
+    # per resample: the chosen seeds' rows, summed over the chosen worlds; in chunks of resamples, so
+    # that memory stays at about a million entries however many seeds and worlds come in
+    chunk = max(1, 1_000_000 // (len(pairs) * len(worlds)))
+    m, b = np.empty(resamples), np.empty(resamples)
+    for start in range(0, resamples, chunk):
+        part = slice(start, start + chunk)
+        mp, bp = model[:, picks[part]].sum(axis=2).T, base[:, picks[part]].sum(axis=2).T  # resample x seed
+        m[part] = np.take_along_axis(mp, seeds[part], axis=1).sum(axis=1)
+        b[part] = np.take_along_axis(bp, seeds[part], axis=1).sum(axis=1)
     ratios = m[b > 0] / b[b > 0]
     low, high = (float(x) for x in np.percentile(ratios, [2.5, 97.5]))
     per_seed = [float(mr.sum() / br.sum()) if br.sum() > 0 else math.nan for mr, br in zip(model, base)]
