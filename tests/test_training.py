@@ -197,7 +197,9 @@ TINY = ["--demo-worlds", "3", "--demo-decisions", "32", "--burn-in", "20", "--pr
 def test_rlscore_train_writes_a_servable_model_that_records_how_it_was_trained(tmp_path, demonstrations_only):
     args = ["--policy", "lb", "--families", "mixed,test2", "--out", str(tmp_path), *TINY]
     assert train_main(args + (["--demonstrations-only"] if demonstrations_only else [])) == 0
-    model = load_model(tmp_path / "lb.safetensors", expected_policy="LB")
+    # the twin writes lb-demonstrations.safetensors unless --name says otherwise
+    name = "lb-demonstrations.safetensors" if demonstrations_only else "lb.safetensors"
+    model = load_model(tmp_path / name, expected_policy="LB")
     training = model.metadata["training"]
     assert training["algorithm"].startswith("demonstrations only" if demonstrations_only else "DQN from demonstrations")
     assert training["demonstrations"]["worlds"] == 3 and training["demonstrations"]["decisions"] > 0
