@@ -151,11 +151,18 @@ func ParseModel(data []byte) (*Model, error) {
 		}
 		m.selector = head
 	}
+	m.noteInputs()
+	return m, nil
+}
+
+// noteInputs records which optional input columns the first layer reads, so that scoring computes
+// only those (readsRecentPeak, readsRules).
+func (m *Model) noteInputs() {
 	m.readsRecentPeak = m.readsInput(recentPeakToComeColumn)
+	m.readsRules = false
 	for c := numStateFeatures; c < numNodeFeatures; c++ {
 		m.readsRules = m.readsRules || m.readsInput(c)
 	}
-	return m, nil
 }
 
 // parseSelectorHead checks a selector's rules (known to this build, distinct) and its head's shapes from the
