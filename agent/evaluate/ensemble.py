@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from rlscore.core.features import node_features
-from rlscore.core.model import LoadedModel, ModelValidationError, load_model
+from rlscore.core.model import LoadedModel, load_model
 from rlscore.core.state import NodeState, PodRequest
 
 
@@ -48,10 +48,4 @@ def load_ensemble(files: str, policy: str, name: str) -> EnsembleScorer:
     """`a.safetensors,b.safetensors,...` -> one scorer; raises ModelValidationError or ValueError
     naming the file or the problem."""
     paths = [Path(p) for p in files.split(",") if p.strip()]
-    models = []
-    for path in paths:
-        model = load_model(path, expected_policy=policy)
-        if not isinstance(model, LoadedModel):
-            raise ModelValidationError(f"{path}: a rule selector; an ensemble averages networks that score nodes")
-        models.append(model)
-    return EnsembleScorer(models, name=name)
+    return EnsembleScorer([load_model(path, expected_policy=policy) for path in paths], name=name)

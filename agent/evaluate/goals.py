@@ -54,6 +54,11 @@ def missed_beyond_noise(checks: list[GoalCheck]) -> int:
     return sum(not c.ok and bool(c.paired) and c.paired["reading"] == "behind" for c in checks)
 
 
+def interval_reading(low: float, high: float, bound: float = 1.0) -> str:
+    """A 95% interval of a ratio read against `bound`: "behind" wholly above it, "ahead" wholly below."""
+    return "behind" if low > bound else "ahead" if high < bound else "tie"
+
+
 def paired_ratio(model: dict[int, float], baseline: dict[int, float], resamples: int = PAIRED_RESAMPLES,
                  bound: float = 1.0) -> dict | None:
     """The model's mean over the baseline's on the seeds both ran, with a 95% bootstrap interval
@@ -69,7 +74,7 @@ def paired_ratio(model: dict[int, float], baseline: dict[int, float], resamples:
     totals = b[picks].sum(axis=1)
     ratios = m[picks].sum(axis=1)[totals > 0] / totals[totals > 0]
     low, high = (float(x) for x in np.percentile(ratios, [2.5, 97.5]))
-    reading = "behind" if low > bound else "ahead" if high < bound else "tie"
+    reading = interval_reading(low, high, bound)
     paired = {"seeds": len(seeds), "ratio": round(float(m.sum() / b.sum()), 4), "ci95": [round(low, 4), round(high, 4)],
               "seeds_behind": int(np.sum(m > b * bound * (1 + 1e-9))), "reading": reading}
     if bound != 1.0:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.evaluate.goals import PAIRED_RESAMPLES, describe_paired, paired_ratio
+from agent.evaluate.goals import PAIRED_RESAMPLES, describe_paired, interval_reading, paired_ratio
 
 World = tuple[int, str, str]  # seed, family, node count: what a row of runs.csv was measured on; seed first,
 # so that the worlds sort (and resample) as rlscore-eval's pairing by seed does
@@ -36,11 +36,17 @@ class RecipeInputError(ValueError):
     """A pair names a file or a scorer that is not there, or its two sides share no world."""
 
 
-def scorer_runs(spec: str, metric: str = "objective") -> dict[World, float]:
-    """`RUNS.csv:SCORER` -> the scorer's metric per world of that file."""
+def split_spec(spec: str) -> tuple[str, str]:
+    """`RUNS.csv:SCORER` -> (path, scorer); scorer names have no colon, paths may."""
     path, sep, scorer = spec.rpartition(":")
     if not sep or not path or not scorer:
         raise RecipeInputError(f"{spec!r}: expected RUNS.csv:SCORER")
+    return path, scorer
+
+
+def scorer_runs(spec: str, metric: str = "objective") -> dict[World, float]:
+    """`RUNS.csv:SCORER` -> the scorer's metric per world of that file."""
+    path, scorer = split_spec(spec)
     try:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
@@ -82,8 +88,7 @@ class RecipeRatio:
 
     @property
     def reading(self) -> str:
-        low, high = self.ci95
-        return "behind" if low > 1.0 else "ahead" if high < 1.0 else "tie"
+        return interval_reading(*self.ci95)
 
 
 def recipe_ratio(pairs: list[tuple[dict[World, float], dict[World, float]]],
@@ -122,7 +127,7 @@ def recipe_ratio(pairs: list[tuple[dict[World, float], dict[World, float]]],
 
 def label(spec: str) -> str:
     """`dir/runs.csv:SCORER` -> `dir:SCORER`: enough to tell the runs apart in a report."""
-    path, _, scorer = spec.rpartition(":")
+    path, scorer = split_spec(spec)
     return f"{Path(path).parent.name}:{scorer}"
 
 

@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     record["training"]["wall_seconds"] = round(time.time() - started, 1)
     record["training"]["command"] = "rlscore-train " + " ".join(argv if argv is not None else sys.argv[1:])
     # the twin never takes the DQN's (or the shipped model's) file unless told to
-    default = f"{cfg.policy.lower()}-demonstrations.safetensors" if cfg.demonstrations_only else f"{cfg.policy.lower()}.safetensors"
-    path = Path(args.out) / (args.name or default)
+    twin = "-demonstrations" if cfg.demonstrations_only else ""
+    path = Path(args.out) / (args.name or f"{cfg.policy.lower()}{twin}.safetensors")
     save_model(path, network, cfg.policy, {**record, **cfg.extra_metadata})
     if not args.no_eval:
         # how the policy does against the rules on held-out seeds, in the sidecar
