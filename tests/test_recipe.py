@@ -81,17 +81,21 @@ def test_the_command_prints_each_seed_and_the_recipe(runs):
     ("{text}:rl-lb", "rl-lb has objective='fast', not a number"),
     ("{seed}:rl-lb", "rl-lb has seed='seven', not an integer"),
     ("{columns}:rl-lb", "has no column 'family', 'nodes': not an rlscore-eval runs.csv?"),
+    ("{size}:rl-lb", "rl-lb has nodes='random', not an integer"),
+    ("{twice}:rl-lb", "lists rl-lb twice on mixed seed 7 at 12 nodes"),
 ])
 def test_bad_input_is_named(runs, tmp_path, spec, message):
-    nan, text, seed = tmp_path / "nan.csv", tmp_path / "text.csv", tmp_path / "seed.csv"
-    for path, value, world_seed in ((nan, "nan", "7"), (text, "fast", "7"), (seed, "1.5", "seven")):
+    nan, text, seed, size, twice = (tmp_path / f"{name}.csv" for name in ("nan", "text", "seed", "size", "twice"))
+    for path, rows in ((nan, [("12", "7", "nan")]), (text, [("12", "7", "fast")]), (seed, [("12", "seven", "1.5")]),
+                       (size, [("random", "7", "1.5")]), (twice, [("12", "7", "1.5"), ("12", "7", "1.6")])):
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["scorer", "family", "nodes", "seed", "objective"])
-            w.writerow(["rl-lb", "mixed", "random", world_seed, value])
+            w.writerows(["rl-lb", "mixed", nodes, world_seed, value] for nodes, world_seed, value in rows)
     columns = tmp_path / "columns.csv"
     columns.write_text("scorer,seed,objective\nrl-lb,7,1.5\n")
-    spec = spec.format(runs=runs, missing=tmp_path / "none.csv", nan=nan, text=text, seed=seed, columns=columns)
+    spec = spec.format(runs=runs, missing=tmp_path / "none.csv", nan=nan, text=text, seed=seed, columns=columns,
+                       size=size, twice=twice)
     with pytest.raises(RecipeInputError, match=None) as e:
         scorer_runs(spec)
     assert message in str(e.value)
@@ -101,10 +105,10 @@ def test_bad_input_is_named(runs, tmp_path, spec, message):
 
 def test_pairs_without_a_shared_world_are_refused(runs, tmp_path):
     other = tmp_path / "other.csv"
-    other.write_text("scorer,family,nodes,seed,objective\nrl-lb,mixed,random,7,1.5\n")
+    other.write_text("scorer,family,nodes,seed,objective\nrl-lb,mixed,12,7,1.5\n")
     out = recipe("--pair", f"{runs}:least-allocated", f"{other}:rl-lb")
     assert out.returncode == 2 and "share no world" in out.stderr
-    assert not math.isnan(scorer_runs(f"{other}:rl-lb")[(7, "mixed", "random")])
+    assert not math.isnan(scorer_runs(f"{other}:rl-lb")[(7, "mixed", 12)])
 
 
 def test_one_pair_reads_as_rlscore_eval_pairs_a_model_with_a_rule(runs):

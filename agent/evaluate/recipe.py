@@ -18,7 +18,6 @@ writes; the two may come from different runs, as the worlds and their seeds are 
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 from dataclasses import dataclass
@@ -27,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from agent.evaluate.goals import PAIRED_RESAMPLES, describe_paired, interval_reading, paired_ratio
+from agent.evaluate.report import RunKey, RunsFileError, read_runs
 
-World = tuple[int, str, str]  # seed, family, node count: what a row of runs.csv was measured on; seed first,
-# so that the worlds sort (and resample) as rlscore-eval's pairing by seed does
+World = RunKey
 
 
 class RecipeInputError(ValueError):
@@ -48,30 +47,12 @@ def scorer_runs(spec: str, metric: str = "objective") -> dict[World, float]:
     """`RUNS.csv:SCORER` -> the scorer's metric per world of that file."""
     path, scorer = split_spec(spec)
     try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        raise RecipeInputError(f"{path}: {e.strerror or e}") from e
-    missing = [c for c in ("scorer", "family", "nodes", "seed", metric) if rows and c not in rows[0]]
-    if missing:
-        raise RecipeInputError(f"{path} has no column {', '.join(map(repr, missing))}: not an rlscore-eval runs.csv?")
-    runs: dict[World, float] = {}
-    for row in rows:
-        if row.get("scorer") != scorer:
-            continue
-        try:
-            value = float(row[metric])
-        except (TypeError, ValueError) as e:
-            raise RecipeInputError(f"{path}: {scorer} has {metric}={row[metric]!r}, not a number") from e
-        try:
-            seed = int(row["seed"])
-        except (TypeError, ValueError) as e:
-            raise RecipeInputError(f"{path}: {scorer} has seed={row['seed']!r}, not an integer") from e
-        if not math.isfinite(value):
-            raise RecipeInputError(f"{path}: {scorer} has {metric}={row[metric]} on {row['family']} seed {row['seed']}")
-        runs[(seed, row["family"], row["nodes"])] = value
+        by_world = read_runs(path, metric)
+    except RunsFileError as e:
+        raise RecipeInputError(str(e)) from e
+    runs = {world: by_scorer[scorer] for world, by_scorer in by_world.items() if scorer in by_scorer}
     if not runs:
-        names = sorted({row.get("scorer", "") for row in rows})
+        names = sorted({name for by_scorer in by_world.values() for name in by_scorer})
         raise RecipeInputError(f"{path} has no runs of {scorer!r} (it has: {', '.join(names) or 'no rows'})")
     return runs
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,6 +23,48 @@ HEADERS = {"objective": "objective", "mean_power_watts": "power W", "unschedulab
            "mean_active_nodes": "active nodes", "hot_node_share": "hot-node share", "request_cv": "request CV",
            "cpu_share_cv": "cpu share CV", "hard_violations": "hard viol.", "soft_violations": "soft viol.",
            "hard_violations_avoidable": "avoidable hard viol.", "soft_rate": "soft rate"}
+
+
+RunKey = tuple[int, str, int]
+"""seed, family, node count: the world a row of runs.csv was measured on; seed first, so that worlds sort
+(and resample) as rlscore-eval's pairing by seed does"""
+
+
+class RunsFileError(ValueError):
+    """A runs.csv that is missing, or not as `write_outputs` writes it."""
+
+
+def read_runs(path: str | Path, metric: str = "objective") -> dict[RunKey, dict[str, float]]:
+    """runs.csv -> world -> scorer -> `metric`, every value a finite number: the file's readers (the
+    recipe, the world choice) pair scorers world by world, and a hole or a NaN would bias the pairing
+    silently."""
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in ("scorer", "family", "nodes", "seed", metric) if c not in (reader.fieldnames or ())]
+            if missing and reader.fieldnames:
+                raise RunsFileError(f"{path} has no column {', '.join(map(repr, missing))}: "
+                                    "not an rlscore-eval runs.csv?")
+            rows = list(reader)
+    except OSError as e:
+        raise RunsFileError(f"{path}: {e.strerror or e}") from e
+    runs: dict[RunKey, dict[str, float]] = {}
+    for row in rows:
+        scorer, family = row["scorer"], row["family"]
+        numbers = {}
+        for column, kind in (("seed", int), ("nodes", int), (metric, float)):
+            try:
+                numbers[column] = kind(row[column])
+            except (TypeError, ValueError) as e:
+                raise RunsFileError(f"{path}: {scorer} has {column}={row[column]!r}, not "
+                                    f"{'an integer' if kind is int else 'a number'}") from e
+        if not math.isfinite(numbers[metric]):
+            raise RunsFileError(f"{path}: {scorer} has {metric}={row[metric]} on {family} seed {row['seed']}")
+        by_scorer = runs.setdefault((numbers["seed"], family, numbers["nodes"]), {})
+        if scorer in by_scorer:
+            raise RunsFileError(f"{path} lists {scorer} twice on {family} seed {row['seed']} at {row['nodes']} nodes")
+        by_scorer[scorer] = numbers[metric]
+    return runs
 
 
 def _cell(value) -> str:

@@ -18,7 +18,6 @@ when the interval lies below 1).
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 from collections import defaultdict
@@ -26,25 +25,13 @@ from pathlib import Path
 
 from agent.evaluate.compare import EVAL_WORKERS, simulation_of_run
 from agent.evaluate.goals import paired_ratio
+from agent.evaluate.report import read_runs
 from agent.learn.dqn import DQNConfig
 from agent.learn.teachers import mixed_world_teacher
 from agent.parallel import worker_pool
 from agent.sim.mixed import LEADING_RULES
 
 DECISIONS = DQNConfig.demo_decisions  # placements per teacher run, as training's default
-
-
-def read_runs(path: Path) -> dict[tuple[str, int, int], dict[str, float]]:
-    """(family, seed, nodes) -> scorer -> objective, from an rlscore-eval runs.csv."""
-    runs: dict[tuple[str, int, int], dict[str, float]] = defaultdict(dict)
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            try:
-                key = (row["family"], int(row["seed"]), int(row["nodes"]))
-                runs[key][row["scorer"]] = float(row["objective"])
-            except (KeyError, ValueError) as e:
-                raise ValueError(f"{path}: not an rlscore-eval runs.csv (row {row!r}: {e})") from None
-    return dict(runs)
 
 
 def measure(policy: str, runs: dict, futures: int, reference: str, workers: int = EVAL_WORKERS,
@@ -63,7 +50,7 @@ def measure(policy: str, runs: dict, futures: int, reference: str, workers: int 
     agree = 0
     with worker_pool(workers) as pool:
         for run, v in sorted(runs.items()):
-            family_name, seed, nodes = run
+            seed, family_name, nodes = run
             world = simulation_of_run(family_name, seed, nodes, policy).world
             chosen = mixed_world_teacher(policy, world, seed, DECISIONS, futures, pool=pool, steady=steady)
             hindsight = min(rules, key=v.__getitem__)
