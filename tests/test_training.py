@@ -61,7 +61,7 @@ def test_the_td_loss_is_the_huber_loss_to_the_n_step_double_dqn_target():
     batch = {"nodes": torch.rand(2, n, NUM_NODE_FEATURES), "pod": torch.rand(2, NUM_POD_FEATURES), "mask": torch.ones(2, n, dtype=torch.bool),
              "next_nodes": torch.rand(2, n, NUM_NODE_FEATURES), "next_pod": torch.rand(2, NUM_POD_FEATURES), "next_mask": torch.ones(2, n, dtype=torch.bool),
              "action": torch.tensor([0, 2]), "ret": torch.tensor([1.0, -0.5]), "discount": torch.tensor([0.9, 0.0])}
-    loss = td_loss(online, target, batch)
+    loss = td_loss(online(batch["nodes"], batch["pod"], batch["mask"]), online, target, batch)
     # targets: 1 + 0.9 x 5 = 5.5 (bootstrapped from the target network), -0.5 (terminal); Q = 2
     expected = [abs(2.0 - 5.5) - 0.5, 0.5 * (2.0 + 0.5) ** 2 if abs(2.0 + 0.5) < 1 else abs(2.0 + 0.5) - 0.5]
     np.testing.assert_allclose(loss.detach().numpy(), expected, atol=1e-6)

@@ -394,17 +394,19 @@ class NStep:
 
 # --- the losses -----------------------------------------------------------------------------------
 
-def td_loss(q_network: NodeScorer, target_network: NodeScorer, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def td_loss(q: torch.Tensor, q_network: NodeScorer, target_network: NodeScorer,
+            batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """n-step double DQN, per transition: the online network picks the next action, the target
-    network values it (Huber loss)."""
+    network values it (Huber loss). `q` is the online network's values of the batch's states, which the
+    margin loss shares: one forward pass and one backward pass through it, not two."""
     with torch.no_grad():
         next_online = q_network(batch["next_nodes"], batch["next_pod"], batch["next_mask"])
         next_action = next_online.argmax(dim=1, keepdim=True)
         next_value = target_network(batch["next_nodes"], batch["next_pod"], batch["next_mask"]).gather(1, next_action)
         next_value = torch.nan_to_num(next_value.squeeze(1), nan=0.0, posinf=0.0, neginf=0.0)
         target = batch["ret"] + batch["discount"] * next_value
-    q = q_network(batch["nodes"], batch["pod"], batch["mask"]).gather(1, batch["action"].unsqueeze(1)).squeeze(1)
-    return F.smooth_l1_loss(q, target, reduction="none")
+    taken = q.gather(1, batch["action"].unsqueeze(1)).squeeze(1)
+    return F.smooth_l1_loss(taken, target, reduction="none")
 
 
 def q_filtered(q_target: torch.Tensor, mask: torch.Tensor, expert: torch.Tensor, margin: float) -> torch.Tensor:
@@ -582,7 +584,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 loss = loss + cfg.advantage_weight * a
                 losses["advantage"].append(float(a.detach()))
         if cfg.td_weight > 0:
-            td = td_loss(q_network, target_network, batch)
+            td = td_loss(q, q_network, target_network, batch)
             loss = loss + cfg.td_weight * td.mean()
             losses["td"].append(float(td.detach().mean()))
         optimizer.zero_grad()
