@@ -89,3 +89,26 @@ def test_a_blind_network_never_reads_those_inputs_however_it_is_trained():
     assert torch.equal(net(x2, p2, mask), q)
     x2[..., NODE_FEATURES.index("cpu_share")] += 0.5
     assert not torch.allclose(net(x2, p2, mask), q)
+
+
+def test_values_by_extent_are_the_whole_batchs_values_and_gradients():
+    """The learner's forward pass on groups of rows cut to their own extent gives the padded batch's
+    values (-inf off the mask) and the same gradients, whatever the masks (holes, empty rows)."""
+    from agent.learn.network import DuelingQ, values_by_extent
+
+    torch.manual_seed(0)
+    net = DuelingQ(NodeScorer((16, 16)))
+    x, p = _inputs(11, 12)
+    extent = torch.tensor([1, 12, 3, 7, 2, 12, 5, 9, 4, 0, 6])
+    mask = torch.arange(12)[None, :] < extent[:, None]
+    mask[3, 2] = mask[5, 0] = False  # an infeasible node inside a row
+    grads = []
+    for forward in (lambda: net(x, p, mask), lambda: values_by_extent(net, x, p, mask, groups=4)):
+        net.zero_grad()
+        values = forward()
+        assert torch.equal(torch.isneginf(values), ~mask)
+        torch.where(mask, values * torch.arange(1.0, 13.0), torch.zeros_like(values)).sum().backward()
+        grads.append((values.detach(), [w.grad.clone() for w in net.parameters()]))
+    (whole, whole_grads), (grouped, grouped_grads) = grads
+    assert torch.allclose(torch.where(mask, grouped, 0.0), torch.where(mask, whole, 0.0), atol=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grouped_grads, whole_grads))

@@ -39,7 +39,7 @@ from agent.evaluate.rollout_bound import CANDIDATES as ROLLOUT_RULES
 from agent.evaluate.rollout_bound import base_choice, confident_pick, option_costs, rule_choice
 from agent.learn.common import TrainConfig, make_actor, seed_everything, training_record
 from agent.learn.env import MAX_EPISODE_DECISIONS, SchedulingEnv
-from agent.learn.network import DuelingQ, NodeScorer
+from agent.learn.network import DuelingQ, NodeScorer, values_by_extent
 from agent.learn.teachers import mixed_world_teacher, teacher_for, teacher_targets
 from agent.learn.threads import ThreadBudget
 from agent.parallel import (RAY_TASK_RETRIES, ClusterLost, carried_state, connect_ray, ray_address, restore_carried,
@@ -400,9 +400,9 @@ def td_loss(q: torch.Tensor, q_network: NodeScorer, target_network: NodeScorer,
     network values it (Huber loss). `q` is the online network's values of the batch's states, which the
     margin loss shares: one forward pass and one backward pass through it, not two."""
     with torch.no_grad():
-        next_online = q_network(batch["next_nodes"], batch["next_pod"], batch["next_mask"])
-        next_action = next_online.argmax(dim=1, keepdim=True)
-        next_value = target_network(batch["next_nodes"], batch["next_pod"], batch["next_mask"]).gather(1, next_action)
+        next_state = batch["next_nodes"], batch["next_pod"], batch["next_mask"]
+        next_action = values_by_extent(q_network, *next_state).argmax(dim=1, keepdim=True)
+        next_value = values_by_extent(target_network, *next_state).gather(1, next_action)
         next_value = torch.nan_to_num(next_value.squeeze(1), nan=0.0, posinf=0.0, neginf=0.0)
         target = batch["ret"] + batch["discount"] * next_value
     taken = q.gather(1, batch["action"].unsqueeze(1)).squeeze(1)
@@ -564,7 +564,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     def learn(batch: dict[str, torch.Tensor], demo_rows: int, margin_weight: float) -> None:
         nonlocal gradient_steps
         budget.check()
-        q = q_network(batch["nodes"], batch["pod"], batch["mask"])
+        q = values_by_extent(q_network, batch["nodes"], batch["pod"], batch["mask"])
         loss = torch.zeros(())
         if demo_rows and margin_weight > 0:
             mask, expert = batch["mask"][:demo_rows], batch["expert"][:demo_rows]
