@@ -288,3 +288,16 @@ def test_demonstrations_do_not_depend_on_how_many_processes_record_them():
     assert np.array_equal(np.flatnonzero((~np.isnan(kept.advantage)).any(axis=1)), rows)
     departed = [i for i in rows if not (kept.expert[i] & (kept.advantage[i] >= np.nanmax(kept.advantage[i]) - 1e-6)).any()]
     assert len(departed) == round(record["rollout_labels"]["departed_from_teacher"] * len(rows)) > 0
+
+
+def test_the_sidecar_records_the_commit_the_run_started_on(monkeypatch):
+    """A long run outlives commits made meanwhile: its record names the code it ran, read when it
+    started, not the checkout it finished on."""
+    import agent.learn.dqn as dqn
+
+    commits = iter(["the-commit-it-started-on", "a-commit-made-during-the-run"])
+    monkeypatch.setattr(dqn, "git_commit", lambda: next(commits))
+    cfg = DQNConfig(policy="LB", families=("test2",), demo_worlds=1, demo_decisions=8, burn_in=10, max_nodes=6,
+                    workers=1, pretrain_steps=2, total_timesteps=16, log_dir="", progress=False)
+    _, meta = dqn.train(cfg)
+    assert meta["training"]["git_commit"] == "the-commit-it-started-on"

@@ -107,7 +107,10 @@ def git_commit() -> str:
         return "unknown"
 
 
-def training_record(cfg: TrainConfig, algorithm: str, seconds: float, episode_returns: list[float]) -> dict:
+def training_record(cfg: TrainConfig, algorithm: str, seconds: float, episode_returns: list[float],
+                    commit: str) -> dict:
+    """The sidecar's `training` key; `commit` is `git_commit()` when the run started (the code it ran,
+    not the checkout it ended on)."""
     config = dataclasses.asdict(cfg)
     config.pop("extra_metadata")
     return {
@@ -120,7 +123,7 @@ def training_record(cfg: TrainConfig, algorithm: str, seconds: float, episode_re
             "steps_per_second": round(cfg.total_timesteps / max(seconds, 1e-9), 1),
             "final_mean_episode_return": float(np.mean(episode_returns[-20:])) if episode_returns else None,
             "hyperparameters": config,
-            "git_commit": git_commit(),
+            "git_commit": commit,
             "torch": torch.__version__,
         }
     }

@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from agent.evaluate.rollout_bound import CANDIDATES as ROLLOUT_RULES
 from agent.evaluate.rollout_bound import base_choice, confident_pick, option_costs, rule_choice
-from agent.learn.common import TrainConfig, make_actor, seed_everything, training_record
+from agent.learn.common import TrainConfig, git_commit, make_actor, seed_everything, training_record
 from agent.learn.env import MAX_EPISODE_DECISIONS, SchedulingEnv
 from agent.learn.network import DuelingQ, NodeScorer, values_by_extent
 from agent.learn.teachers import mixed_world_teacher, teacher_for, teacher_targets
@@ -540,7 +540,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         cfg.td_weight, cfg.total_timesteps = 0.0, 0
     rng = seed_everything(cfg)
     budget = ThreadBudget(cfg.torch_threads)
-    started = time.time()
+    started, commit = time.time(), git_commit()
 
     # 1-3: worlds, teachers, demonstrations
     plan = world_plan(cfg, cfg.demo_worlds, cfg.seed)
@@ -667,7 +667,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
 
     algorithm = ("demonstrations only: large-margin loss, no TD, DeepSets scorer" if cfg.demonstrations_only else
                  "DQN from demonstrations: large-margin loss + n-step double-DQN TD, DeepSets scorer, action mask")
-    record = training_record(cfg, algorithm, time.time() - started, episode_returns)
+    record = training_record(cfg, algorithm, time.time() - started, episode_returns, commit)
     record["training"].update({
         "demonstrations": {**demo_record, "worlds": len(plan), "teachers": taught, "reward_scale": scale,
                            "seconds": round(teacher_seconds, 1)},

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--clusters must be >= 5; --iterations, --trials, --arrivals, --replays, --workers >= 1")
     cfg = replace(defaults, clusters=args.clusters, iterations=args.iterations, trials=args.trials,
                   arrivals=args.arrivals, replays=args.replays, seed=args.seed)
-    started = time.perf_counter()
+    started, commit = time.perf_counter(), git_commit()
     table_path = args.out.with_name(args.out.stem + "-table.npz")
     if args.table:
         try:
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     metadata = {
         "command": " ".join(["python -m agent.tune.train_tuner", *(argv if argv is not None else sys.argv[1:])]),
-        "git_commit": git_commit(),
+        "git_commit": commit,
         "hyperparameters": asdict(cfg),
         "table": table_path.name,
         "training_clusters": len(tr),
