@@ -28,8 +28,6 @@ import numpy as np
 from agent.evaluate.goals import PAIRED_RESAMPLES, describe_paired, interval_reading, paired_ratio
 from agent.evaluate.report import RunKey, RunsFileError, read_runs
 
-World = RunKey
-
 
 class RecipeInputError(ValueError):
     """A pair names a file or a scorer that is not there, or its two sides share no world."""
@@ -43,7 +41,7 @@ def split_spec(spec: str) -> tuple[str, str]:
     return path, scorer
 
 
-def scorer_runs(spec: str, metric: str = "objective") -> dict[World, float]:
+def scorer_runs(spec: str, metric: str = "objective") -> dict[RunKey, float]:
     """`RUNS.csv:SCORER` -> the scorer's metric per world of that file."""
     path, scorer = split_spec(spec)
     try:
@@ -72,7 +70,7 @@ class RecipeRatio:
         return interval_reading(*self.ci95)
 
 
-def recipe_ratio(pairs: list[tuple[dict[World, float], dict[World, float]]],
+def recipe_ratio(pairs: list[tuple[dict[RunKey, float], dict[RunKey, float]]],
                  resamples: int = PAIRED_RESAMPLES) -> RecipeRatio:
     """Sum of the models' metric over the sum of their baselines', on the worlds every pair ran, with a
     95% interval from a two-level bootstrap: training seeds drawn with replacement, then worlds drawn
