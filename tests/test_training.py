@@ -295,8 +295,12 @@ def test_the_sidecar_records_the_commit_the_run_started_on(monkeypatch):
     started, not the checkout it finished on."""
     import agent.learn.dqn as dqn
 
-    commits = iter(["the-commit-it-started-on", "a-commit-made-during-the-run"])
-    monkeypatch.setattr(dqn, "git_commit", lambda: next(commits))
+    # the checkout changes once the run is under way: after its demonstrations are recorded
+    under_way = []
+    record = dqn.record_demonstrations
+    monkeypatch.setattr(dqn, "record_demonstrations", lambda *a, **k: under_way.append(True) or record(*a, **k))
+    monkeypatch.setattr(dqn, "git_commit",
+                        lambda: "a-commit-made-during-the-run" if under_way else "the-commit-it-started-on")
     cfg = DQNConfig(policy="LB", families=("test2",), demo_worlds=1, demo_decisions=8, burn_in=10, max_nodes=6,
                     workers=1, pretrain_steps=2, total_timesteps=16, log_dir="", progress=False)
     _, meta = dqn.train(cfg)
