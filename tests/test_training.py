@@ -293,7 +293,7 @@ def test_demonstrations_do_not_depend_on_how_many_processes_record_them():
 def test_the_sidecar_records_the_commit_the_run_started_on(monkeypatch):
     """A long run outlives commits made meanwhile: its record names the code it ran, read when it
     started, not the checkout it finished on."""
-    import agent.learn.dqn as dqn
+    from agent.learn import dqn
 
     # the checkout changes once the run is under way: after its demonstrations are recorded
     under_way = []
