@@ -305,3 +305,51 @@ def test_the_sidecar_records_the_commit_the_run_started_on(monkeypatch):
                     workers=1, pretrain_steps=2, total_timesteps=16, log_dir="", progress=False)
     _, meta = dqn.train(cfg)
     assert meta["training"]["git_commit"] == "the-commit-it-started-on"
+
+
+def test_the_served_weights_are_the_average_asked_for_and_every_way_of_serving_is_written(monkeypatch, tmp_path):
+    """--weight-average uniform serves the mean of the online network's weights over the gradient steps
+    after --average-start; --snapshot-dir writes it, the moving average, the last weights and the
+    quarters' checkpoints, each with the run's sidecar."""
+    from agent.learn import dqn
+
+    online = []  # the online network's weights after every gradient step, as the optimizer leaves them
+
+    class RecordingAdam(torch.optim.Adam):
+        def step(self, closure=None):
+            result = super().step(closure)
+            online.append([p.detach().clone() for group in self.param_groups for p in group["params"]])
+            return result
+
+    monkeypatch.setattr(dqn.torch.optim, "Adam", RecordingAdam)
+    cfg = DQNConfig(policy="LB", families=("test2",), demo_worlds=1, demo_decisions=16, burn_in=10, max_nodes=6,
+                    workers=1, pretrain_steps=8, total_timesteps=96, train_frequency=2, batch_size=8, num_envs=2,
+                    log_dir="", progress=False, weight_average="uniform", average_start=0.5, ema_decay=0.9,
+                    snapshot_dir=str(tmp_path))
+    network, record = dqn.train(cfg)
+    weights = record["training"]["weights"]
+    assert weights["uniform_average_from_step"] == 8 + 48 // 2
+    averaged = online[weights["uniform_average_from_step"]:]
+    assert weights["uniform_average_steps"] == len(averaged) > 1
+    # the served network is the advantage stream of the averaged dueling network: its parameters come first
+    served = list(network.parameters())
+    for k, p in enumerate(served):
+        assert torch.allclose(p, torch.stack([step[k] for step in averaged]).mean(dim=0), atol=1e-6)
+    assert not torch.allclose(served[0], online[-1][0])  # the average is not the last weights
+    files = {p.name for p in tmp_path.glob("*.safetensors")}
+    assert files == {f"lb-{name}.safetensors" for name in ("last-q1", "last-q2", "last-q3", "last", "uniform", "ema")}
+    last = load_model(tmp_path / "lb-last.safetensors", expected_policy="LB")
+    assert np.allclose(last.weights["layers.0.Lambda.weight"], online[-1][0].numpy())
+    uniform = load_model(tmp_path / "lb-uniform.safetensors", expected_policy="LB")
+    assert np.allclose(uniform.weights["layers.0.Lambda.weight"], served[0].detach().numpy())
+    assert uniform.metadata["snapshot"] == "uniform" and uniform.metadata["training"]["weights"]["served"] == "uniform"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--weight-average", "median"], "--weight-average must be one of last, uniform, ema"),
+    (["--average-start", "1.5"], "--average-start must be within 0..1"),
+    (["--ema-decay", "1"], "--ema-decay must be within [0, 1)"),
+])
+def test_rlscore_train_refuses_bad_weight_averages_by_name(tmp_path, capsys, extra, message):
+    assert train_main(["--policy", "LB", "--out", str(tmp_path), *TINY, *extra]) == 2
+    assert message in capsys.readouterr().err

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from torch.nn import functional as F
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm import tqdm
 
 from agent.evaluate.rollout_bound import CANDIDATES as ROLLOUT_RULES
@@ -71,6 +72,7 @@ TEACHERS = {
 # these on its own machines (the rules that lead some mixed worlds on training seeds), the first unless
 # another is cheaper by more than agent.learn.teachers.WORLD_MARGIN.
 CANDIDATE_TEACHERS = LEADING_RULES
+WEIGHT_AVERAGES = ("last", "uniform", "ema")
 
 
 @dataclass
@@ -167,6 +169,19 @@ class DQNConfig(TrainConfig):
     """gradient steps between copies of the online network into the target network"""
     max_grad_norm: float = 10.0
     """gradient clipping (global L2 norm)"""
+    weight_average: str = "last"
+    """which weights are served: "last" (the online network's last ones), "uniform" (their mean over the
+    gradient steps after `average_start`, SWA: Izmailov et al. 2018) or "ema" (an exponential moving
+    average with `ema_decay`, Polyak): TD's last steps fit the last batches' noise, and which way differs
+    from seed to seed"""
+    average_start: float = 0.5
+    """share of the gradient steps after pre-training before the uniform average starts"""
+    ema_decay: float = 0.999
+    """the moving average's weight on its past per gradient step"""
+    snapshot_dir: str = ""
+    """also write here the last weights after each quarter of the steps after pre-training (last-q1..q3)
+    and at the end (last), and the uniform and moving averages: every way of serving one run, to compare
+    them paired"""
     buffer_size: int = 100_000
     """transitions the interaction replay keeps (the demonstrations are kept apart, all of them)"""
     num_envs: int = 8
@@ -196,7 +211,11 @@ class DQNConfig(TrainConfig):
                                     "rollout_futures") else 1
             if getattr(self, name) < minimum:
                 problems.append(f"--{name.replace('_', '-')} must be >= {minimum}")
-        for name in ("mixed_share", "demo_share", "margin_decay"):
+        if self.weight_average not in WEIGHT_AVERAGES:
+            problems.append(f"--weight-average must be one of {', '.join(WEIGHT_AVERAGES)}, not {self.weight_average!r}")
+        if not 0.0 <= self.ema_decay < 1.0:
+            problems.append("--ema-decay must be within [0, 1)")
+        for name in ("mixed_share", "demo_share", "margin_decay", "average_start"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 problems.append(f"--{name.replace('_', '-')} must be within 0..1")
         if not 0.0 < self.gamma <= 1.0:
@@ -560,6 +579,13 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     gradient_steps = 0
     losses = {"td": deque(maxlen=500), "margin": deque(maxlen=500), "advantage": deque(maxlen=500)}
+    # the ablation takes its extra steps where the full run interacts: both average the same steps
+    pretrain = cfg.pretrain_steps + (interaction_steps if cfg.demonstrations_only else 0)
+    average_from = cfg.pretrain_steps + int(cfg.average_start * interaction_steps)
+    quarters = {cfg.pretrain_steps + (k * interaction_steps) // 4: f"last-q{k}" for k in (1, 2, 3)}
+    uniform = AveragedModel(q_network)
+    ema = AveragedModel(q_network, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay))
+    checkpoints: dict[str, dict] = {}
 
     def learn(batch: dict[str, torch.Tensor], demo_rows: int, margin_weight: float) -> None:
         nonlocal gradient_steps
@@ -594,9 +620,13 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         gradient_steps += 1
         if gradient_steps % cfg.target_network_frequency == 0:
             target_network.load_state_dict(q_network.state_dict())
+        ema.update_parameters(q_network)
+        if gradient_steps > average_from:
+            uniform.update_parameters(q_network)
+        if cfg.snapshot_dir and gradient_steps in quarters:
+            checkpoints[quarters[gradient_steps]] = copy.deepcopy(q_network.state_dict())
 
     # 4: pre-training on the demonstrations (the ablation: as many steps as the whole run takes)
-    pretrain = cfg.pretrain_steps + (interaction_steps if cfg.demonstrations_only else 0)
     bar = tqdm(range(pretrain), desc=f"pre-training {cfg.policy}", disable=not cfg.progress, mininterval=1.0,
                file=sys.stderr)
     for step in bar:
@@ -665,6 +695,12 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                                 ret=f"{np.mean(episode_returns[-10:]) if episode_returns else 0:.1f}")
         bar.close()
 
+    averages = {"uniform": uniform, "ema": ema}
+    for name, averaged in averages.items():
+        if averaged.n_averaged.item() == 0:  # too few steps to reach the average's start: the last weights
+            averaged.module.load_state_dict(q_network.state_dict())
+    served = {"last": q_network, **{name: averaged.module for name, averaged in averages.items()}}
+    actor = _served_actor(served[cfg.weight_average], cfg.dueling)
     algorithm = ("demonstrations only: large-margin loss, no TD, DeepSets scorer" if cfg.demonstrations_only else
                  "DQN from demonstrations: large-margin loss + n-step double-DQN TD, DeepSets scorer, action mask")
     record = training_record(cfg, algorithm, time.time() - started, episode_returns, commit)
@@ -676,8 +712,30 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         "final_losses": {k: round(float(np.mean(v)), 5) if v else None for k, v in losses.items()},
         "threads": budget.wanted, "threads_lowered": budget.lowered,
         "environment_actors": cfg.actors if on_ray else 0,
+        "weights": {"served": cfg.weight_average, "uniform_average_steps": int(uniform.n_averaged.item()),
+                    "uniform_average_from_step": average_from, "ema_decay": cfg.ema_decay},
     })
+    if cfg.snapshot_dir:
+        write_snapshots(cfg, {**checkpoints, **{name: net.state_dict() for name, net in served.items()}},
+                        q_network, record)
     return actor.eval(), record
+
+
+def _served_actor(q_network: torch.nn.Module, dueling: bool) -> NodeScorer:
+    return q_network.advantage if dueling else q_network
+
+
+def write_snapshots(cfg: DQNConfig, states: dict[str, dict], like: torch.nn.Module, record: dict) -> None:
+    """Every way of serving this run, each a model file with the run's sidecar and its own name in it."""
+    from pathlib import Path
+
+    from agent.learn.model_io import save_model
+    for name, state in states.items():
+        network = copy.deepcopy(like)
+        network.load_state_dict(state)
+        path = Path(cfg.snapshot_dir) / f"{cfg.policy.lower()}-{name}.safetensors"
+        save_model(path, _served_actor(network, cfg.dueling).eval(), cfg.policy, {**record, "snapshot": name})
+        print(f"wrote {path}", file=sys.stderr)
 
 
 # --- interaction on Ray (Ape-X) ------------------------------------------------------------------------
