@@ -41,11 +41,14 @@ def split_spec(spec: str) -> tuple[str, str]:
     return path, scorer
 
 
-def scorer_runs(spec: str, metric: str = "objective") -> dict[RunKey, float]:
-    """`RUNS.csv:SCORER` -> the scorer's metric per world of that file."""
+def scorer_runs(spec: str, metric: str = "objective",
+                read: dict[str, dict[RunKey, dict[str, float]]] | None = None) -> dict[RunKey, float]:
+    """`RUNS.csv:SCORER` -> the scorer's metric per world of that file; `read` keeps the files already
+    read (a model and its baseline mostly share one)."""
     path, scorer = split_spec(spec)
+    read = {} if read is None else read
     try:
-        by_world = read_runs(path, metric)
+        by_world = read[path] if path in read else read.setdefault(path, read_runs(path, metric))
     except RunsFileError as e:
         raise RecipeInputError(str(e)) from e
     runs = {world: by_scorer[scorer] for world, by_scorer in by_world.items() if scorer in by_scorer}
@@ -118,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metric", default="objective", help="a runs.csv column, lower is better")
     args = parser.parse_args(argv)
     try:
-        pairs = [(scorer_runs(a, args.metric), scorer_runs(b, args.metric)) for a, b in args.pair]
+        read: dict = {}
+        pairs = [(scorer_runs(a, args.metric, read), scorer_runs(b, args.metric, read)) for a, b in args.pair]
         total = recipe_ratio(pairs)
     except RecipeInputError as e:
         print(f"error: {e}", file=sys.stderr)
