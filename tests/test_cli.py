@@ -35,10 +35,12 @@ def test_train_then_eval_end_to_end(tmp_path):
         assert (tmp_path / "ev" / name).stat().st_size > 0, name
     summary = (tmp_path / "ev" / "summary.md").read_text()
     assert "rl-lb" in summary and "least-utilized" in summary and "usage-skew" in summary
-    # two models on the hold-out seeds: each paired by seed with the best rule and with the first model
+    # two models on the hold-out seeds, beside two of the rules: each paired by seed with the best of them
+    # and with the first model
     two = run("rlscore-eval", "--policy", "LB", "--model", str(tmp_path / "lb-dqn.safetensors"), "--model",
               "models/lb.safetensors", "--families", "usage-skew", "--nodes", "3", "--seeds", "2", "--arrivals", "60",
-              "--holdout", "--out", str(tmp_path / "ev2"), "--no-progress", "--compare",
+              "--holdout", "--out", str(tmp_path / "ev2"), "--no-progress", "--rules", "headroom-informed,least-utilized",
+              "--compare",
               f"rl-{tmp_path.name}/lb-dqn:headroom-informed", cwd=Path(__file__).parents[1])
     assert two.returncode == 0, two.stderr
     paired = [line for line in two.stdout.splitlines() if line.startswith("paired usage-skew @ ")]
@@ -47,6 +49,8 @@ def test_train_then_eval_end_to_end(tmp_path):
     compared = [line for line in two.stdout.splitlines() if line.startswith("compare usage-skew @ ")]
     assert [line.split(": ")[1].split(" of ")[0] for line in compared] == ["objective", "hot_node_share"]
     assert all(f"of rl-{tmp_path.name}/lb-dqn / headroom-informed: x" in line for line in compared)
+    scorers = {line.split(",")[0] for line in (tmp_path / "ev2" / "runs.csv").read_text().splitlines()[1:]}
+    assert scorers == {f"rl-{tmp_path.name}/lb-dqn", "rl-models/lb", "headroom-informed", "least-utilized"}
     holdout_seeds = {line.split(",")[3] for line in (tmp_path / "ev2" / "runs.csv").read_text().splitlines()[1:]}
     evaluation_seeds = {line.split(",")[3] for line in (tmp_path / "ev" / "runs.csv").read_text().splitlines()[1:]}
     assert holdout_seeds and not holdout_seeds & evaluation_seeds
@@ -79,6 +83,8 @@ def test_clear_errors_on_bad_input(tmp_path):
     assert ev.returncode == 2 and "expected two scorer names as A:B" in ev.stderr
     ev = run("rlscore-eval", "--policy", "LB", "--no-model", "--compare", "latency-fit:headroom-balance")
     assert ev.returncode == 2 and "--compare: no scorer latency-fit in this evaluation" in ev.stderr
+    ev = run("rlscore-eval", "--policy", "LB", "--no-model", "--rules", "least-utilized,latency-fit")
+    assert ev.returncode == 2 and "--rules: latency-fit: expected rules of LB from" in ev.stderr
     tr = run("rlscore-train", "--policy", "XX")
     assert tr.returncode == 2 and "invalid choice" in tr.stderr
     tr = run("rlscore-train", "--policy", "EE", "--total-timesteps", "-1")

@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, action="append", default=None,
                         help="model file, repeatable (default models/<policy>.safetensors)")
     parser.add_argument("--no-model", action="store_true", help="baselines only")
+    parser.add_argument("--rules", default=None, metavar="RULE,RULE[,...]",
+                        help="run only these of the policy's rules beside the models (default: all of them); the "
+                             "goals compare with every rule, so they are not checked then")
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--holdout", action="store_true",
                         help="the hold-out seeds (never used to choose anything) instead of the evaluation seeds")
@@ -106,18 +109,26 @@ def main(argv: list[str] | None = None) -> int:
         except (ModelValidationError, ValueError) as exc:
             print(f"rlscore-eval: --ensemble {files}: {exc}", file=sys.stderr)
             return 2
-    known = set(baselines_for(policy)) | {s.name for s in scorers}
+    rules = baselines_for(policy)
+    if args.rules is not None:
+        asked = tuple(dict.fromkeys(r.strip() for r in args.rules.split(",") if r.strip()))
+        unknown = [r for r in asked if r not in rules]
+        if unknown or not asked:
+            parser.error(f"--rules: {', '.join(unknown) if unknown else 'no rule named'}: expected rules of "
+                         f"{policy} from {', '.join(rules)}")
+        rules = asked
+    known = set(rules) | {s.name for s in scorers}
     unknown = sorted({name for pair in args.compare for name in pair} - known)
     if unknown:
         parser.error(f"--compare: no scorer {', '.join(unknown)} in this evaluation: expected one of "
                      f"{', '.join(sorted(known))}")
     first = families[0]
     trace_key = (first, (args.nodes or family(first).eval_nodes or (None,))[0])
-    results, traces = evaluate(policy, scorers, families, args.seeds, args.arrivals, node_counts=args.nodes,
+    results, traces = evaluate(policy, scorers, families, args.seeds, args.arrivals, baselines=rules, node_counts=args.nodes,
                                progress=not args.no_progress, traces_for=trace_key,
                                workers=args.workers, seed_base=HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE)
     rows = summarize(results)
-    checks = check_goals(policy, rows, results) if len(scorers) == 1 else []
+    checks = check_goals(policy, rows, results) if len(scorers) == 1 and args.rules is None else []
     out = args.out or Path("eval") / policy.lower()
     write_outputs(out, policy, results, rows, checks, traces, f"{policy}: {', '.join(families)}")
     print(markdown_table(policy, rows))
