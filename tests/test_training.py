@@ -353,3 +353,29 @@ def test_the_served_weights_are_the_average_asked_for_and_every_way_of_serving_i
 def test_rlscore_train_refuses_bad_weight_averages_by_name(tmp_path, capsys, extra, message):
     assert train_main(["--policy", "LB", "--out", str(tmp_path), *TINY, *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_runs_demonstrations_can_come_from_another_seed(monkeypatch):
+    """--demo-seed crosses one seed's demonstrations with another's initial weights and interaction."""
+    from agent.learn import dqn
+
+    recorded = []
+    record = dqn.record_demonstrations
+    monkeypatch.setattr(dqn, "record_demonstrations", lambda *a, **k: recorded.append(record(*a, **k)) or recorded[-1])
+
+    def run(**seeds):
+        cfg = DQNConfig(policy="LB", families=("mixed", "test2"), demo_worlds=2, demo_decisions=8, burn_in=10,
+                        max_nodes=8, workers=1, pretrain_steps=2, total_timesteps=16, log_dir="", progress=False,
+                        **seeds)
+        network, _ = dqn.train(cfg)
+        return recorded[-1][0], network.state_dict()["layers.0.Lambda.weight"]
+
+    own, own_weights = run(seed=3)
+    crossed, crossed_weights = run(seed=7, demo_seed=3)
+    other, other_weights = run(seed=7)
+    for name in ("nodes", "action", "ret", "expert"):
+        assert np.array_equal(getattr(own, name), getattr(crossed, name)), name
+    assert not np.array_equal(own.nodes, other.nodes)
+    assert not torch.equal(crossed_weights, own_weights)  # the rest of the run is seed 7's
+    with pytest.raises(ValueError, match="--demo-seed must be >= 0"):
+        DQNConfig(policy="LB", demo_seed=-2)

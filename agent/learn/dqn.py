@@ -92,6 +92,10 @@ class DQNConfig(TrainConfig):
     """worlds the teachers schedule"""
     demo_decisions: int = 256
     """placements recorded per demonstration world"""
+    demo_seed: int = -1
+    """seed of the demonstrations (their worlds, teachers and recording); -1: --seed. Another seed's
+    demonstrations under this run's interaction and initial weights ask which of the two decides how
+    a training seed turns out"""
     teacher_futures: int = 2
     """arrival streams a mixed world's teacher is measured on"""
     teacher_steady: bool = False
@@ -244,8 +248,14 @@ class DQNConfig(TrainConfig):
             input_columns(self.blind_to)
         except ValueError as exc:
             problems.append(f"--blind-to: {exc}")
+        if self.demo_seed < -1:
+            problems.append("--demo-seed must be >= 0 (or -1: --seed)")
         if problems:
             raise ValueError("; ".join(problems))
+
+    @property
+    def demonstration_seed(self) -> int:
+        return self.seed if self.demo_seed == -1 else self.demo_seed
 
 
 # --- worlds and teachers ----------------------------------------------------------------------------
@@ -499,7 +509,7 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
     """One world's demonstrated steps (run in a worker), and how many were labelled by rollouts and
     departed from the teacher there."""
     cfg, world, teacher = job
-    rng = np.random.default_rng([cfg.seed, world[2]])
+    rng = np.random.default_rng([cfg.demonstration_seed, world[2]])
     env = make_env(cfg)
     obs = warm_start(env, world, teacher, cfg.burn_in, rng)
     rollouts = cfg.rollout_every and (cfg.rollout_futures == 0 or can_draw_afresh(env.sim.world))
@@ -562,7 +572,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     started, commit = time.time(), git_commit()
 
     # 1-3: worlds, teachers, demonstrations
-    plan = world_plan(cfg, cfg.demo_worlds, cfg.seed)
+    plan = world_plan(cfg, cfg.demo_worlds, cfg.demonstration_seed)
     print(f"picking the teachers of {cfg.demo_worlds} worlds ...", file=sys.stderr)
     teachers = assign_teachers(cfg, plan)
     taught: dict[str, dict[str, int]] = {}
