@@ -342,6 +342,11 @@ def test_the_served_weights_are_the_average_asked_for_and_every_way_of_serving_i
     assert np.allclose(last.weights["layers.0.Lambda.weight"], online[-1][0].numpy())
     uniform = load_model(tmp_path / "lb-uniform.safetensors", expected_policy="LB")
     assert np.allclose(uniform.weights["layers.0.Lambda.weight"], served[0].detach().numpy())
+    moving = online[0][0]  # the moving average starts at the first step's weights
+    for step in online[1:]:
+        moving = 0.9 * moving + 0.1 * step[0]
+    ema = load_model(tmp_path / "lb-ema.safetensors", expected_policy="LB")
+    assert np.allclose(ema.weights["layers.0.Lambda.weight"], moving.numpy(), atol=1e-6)
     assert uniform.metadata["snapshot"] == "uniform" and uniform.metadata["training"]["weights"]["served"] == "uniform"
 
 
@@ -372,7 +377,7 @@ def test_a_runs_demonstrations_can_come_from_another_seed(monkeypatch):
 
     own, own_weights = run(seed=3)
     crossed, crossed_weights = run(seed=7, demo_seed=3)
-    other, other_weights = run(seed=7)
+    other, _ = run(seed=7)
     for name in ("nodes", "action", "ret", "expert"):
         assert np.array_equal(getattr(own, name), getattr(crossed, name)), name
     assert not np.array_equal(own.nodes, other.nodes)

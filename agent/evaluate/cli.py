@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"{', '.join(sorted(known))}")
     first = families[0]
     trace_key = (first, (args.nodes or family(first).eval_nodes or (None,))[0])
-    results, traces = evaluate(policy, scorers, families, args.seeds, args.arrivals, baselines=rules, node_counts=args.nodes,
-                               progress=not args.no_progress, traces_for=trace_key,
+    results, traces = evaluate(policy, scorers, families, args.seeds, args.arrivals, baselines=rules,
+                               node_counts=args.nodes, progress=not args.no_progress, traces_for=trace_key,
                                workers=args.workers, seed_base=HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE)
     rows = summarize(results)
     checks = check_goals(policy, rows, results) if len(scorers) == 1 and args.rules is None else []

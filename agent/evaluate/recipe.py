@@ -18,6 +18,7 @@ writes; the two may come from different runs, as the worlds and their seeds are 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from dataclasses import dataclass
@@ -41,14 +42,12 @@ def split_spec(spec: str) -> tuple[str, str]:
     return path, scorer
 
 
-def scorer_runs(spec: str, metric: str = "objective",
-                read: dict[str, dict[RunKey, dict[str, float]]] | None = None) -> dict[RunKey, float]:
-    """`RUNS.csv:SCORER` -> the scorer's metric per world of that file; `read` keeps the files already
-    read (a model and its baseline mostly share one)."""
+def scorer_runs(spec: str, metric: str = "objective", read=read_runs) -> dict[RunKey, float]:
+    """`RUNS.csv:SCORER` -> the scorer's metric per world of that file; `read` is read_runs or a cached
+    one (a model and its baseline mostly share a file)."""
     path, scorer = split_spec(spec)
-    read = {} if read is None else read
     try:
-        by_world = read[path] if path in read else read.setdefault(path, read_runs(path, metric))
+        by_world = read(path, metric)
     except RunsFileError as e:
         raise RecipeInputError(str(e)) from e
     runs = {world: by_scorer[scorer] for world, by_scorer in by_world.items() if scorer in by_scorer}
@@ -121,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metric", default="objective", help="a runs.csv column, lower is better")
     args = parser.parse_args(argv)
     try:
-        read: dict = {}
+        read = functools.cache(read_runs)
         pairs = [(scorer_runs(a, args.metric, read), scorer_runs(b, args.metric, read)) for a, b in args.pair]
         total = recipe_ratio(pairs)
     except RecipeInputError as e:
