@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from agent.evaluate.compare import baselines_for
+
 BIN = Path(sys.executable).parent
 
 
@@ -33,6 +35,15 @@ def test_train_then_eval_end_to_end(tmp_path):
     for name in ("summary.md", "summary.csv", "runs.csv", "objectives.png", "pods_per_node.png",
                  "active_nodes.png", "power.png", "latency.png"):
         assert (tmp_path / "ev" / name).stat().st_size > 0, name
+    # each goal's verdict and measure (the best rule's name may differ where rules tie)
+    goals = [line.split(" (")[0] for line in ev.stdout.splitlines() if line.startswith(("PASS ", "FAIL "))]
+    assert goals
+    # every rule named (in another order) is every rule: the goals are checked as without --rules
+    every = run("rlscore-eval", "--policy", "LB", "--model", str(tmp_path / "lb-dqn.safetensors"), "--families",
+                "test2,usage-skew", "--nodes", "3,5", "--seeds", "1", "--arrivals", "60", "--out",
+                str(tmp_path / "ev-every"), "--no-progress", "--rules", ",".join(reversed(baselines_for("LB"))))
+    assert every.returncode == 0, every.stderr
+    assert [line.split(" (")[0] for line in every.stdout.splitlines() if line.startswith(("PASS ", "FAIL "))] == goals
     summary = (tmp_path / "ev" / "summary.md").read_text()
     assert "rl-lb" in summary and "least-utilized" in summary and "usage-skew" in summary
     # two models on the hold-out seeds, beside two of the rules: each paired by seed with the best of them

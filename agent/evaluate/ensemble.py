@@ -34,14 +34,21 @@ class EnsembleScorer:
             raise ValueError(f"{self.name}: only networks that score the nodes can be averaged (not rule selectors)")
 
     def values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
-        features, pod_vec = node_features(nodes, pod)
-        total = np.zeros(len(features))
-        for model in self.models:
-            q = model.q_values_from_features(features, pod_vec)
-            spread = float(q.std())
-            if spread > 0:  # a model indifferent among the candidates adds nothing to the ranking
-                total += (q - q.mean()) / spread
-        return total
+        return self.values_from_features(*node_features(nodes, pod))
+
+    def values_from_features(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
+        return consensus([model.q_values_from_features(features, pod_vec) for model in self.models])
+
+
+def consensus(values: list[np.ndarray]) -> np.ndarray:
+    """The mean of several models' values of one decision's candidates, each standardized over them
+    (a model's scale and offset say nothing about the ranking)."""
+    total = np.zeros(len(values[0]))
+    for q in values:
+        spread = float(q.std())
+        if spread > 0:  # a model indifferent among the candidates adds nothing to the ranking
+            total += (q - q.mean()) / spread
+    return total / len(values)
 
 
 def load_ensemble(files: str, policy: str, name: str) -> EnsembleScorer:
