@@ -236,6 +236,24 @@ def test_fine_tuning_on_a_cluster_profile_records_it(tmp_path):
     assert meta["training"]["hyperparameters"]["hidden"] == [16, 16]
 
 
+def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
+    args = ["--policy", "lb", "--families", "mixed,test2", "--out", str(tmp_path), "--seed", "4", "--members", "2",
+            "--distil-worlds", "3", "--distil-decisions", "16", "--distil-steps", "20", *TINY]
+    assert train_main(args) == 0
+    runs = sorted((tmp_path / "lb-members").glob("*.safetensors"))
+    assert [p.name for p in runs] == ["lb-seed4.safetensors", "lb-seed5.safetensors"]
+    sidecars = [json.loads(p.with_suffix(".json").read_text()) for p in runs]
+    assert [s["training"]["seed"] for s in sidecars] == [4, 5]
+    served = json.loads((tmp_path / "lb.json").read_text())
+    training = served["training"]
+    assert training["algorithm"].startswith("2 runs of DQN from demonstrations")
+    assert [m["sha256"] for m in training["members"]] == [s["sha256"] for s in sidecars]
+    assert training["td_steps"] == sum(s["training"]["td_steps"] for s in sidecars) > 0
+    assert training["demonstrations"]["per_run"] == [s["training"]["demonstrations"]["decisions"] for s in sidecars]
+    assert training["recipe"]["members"] == 2 and training["command"].startswith("rlscore-train --policy lb")
+    load_model(tmp_path / "lb.safetensors", expected_policy="LB")
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--families", "test9"], "unknown scenario family 'test9'"),
     (["--gamma", "1.5"], "--gamma must be within (0, 1]"),
@@ -243,6 +261,9 @@ def test_fine_tuning_on_a_cluster_profile_records_it(tmp_path):
     (["--start-e", "0.01", "--end-e", "0.5"], "--end-e <= --start-e"),
     (["--profile", "/nonexistent.yaml"], "--profile"),
     (["--init", "/nonexistent.safetensors"], "--init"),
+    (["--members", "0"], "--members must be >= 1"),
+    (["--members", "2", "--distil-worlds", "1"], "--distil-worlds must be >= 2"),
+    (["--members", "2", "--snapshot-dir", "/tmp/x"], "--snapshot-dir writes one run's weights"),
 ])
 def test_rlscore_train_refuses_bad_options_by_name(tmp_path, capsys, extra, message):
     assert train_main(["--policy", "EE", "--out", str(tmp_path), *TINY, *extra]) == 2

@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from agent.evaluate.ensemble import consensus
 from agent.learn.common import git_commit
-from agent.learn.dqn import DQNConfig, burn_in_teacher, make_env, warm_start, world_plan
+from agent.learn.dqn import DQNConfig, burn_in_teacher, make_env, train, warm_start, world_plan
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
 from agent.parallel import worker_pool
@@ -231,6 +231,37 @@ def distil(cfg: DistillConfig) -> tuple[NodeScorer, dict]:
                                   for k in ("algorithm", "seed", "steps", "td_steps", "gradient_steps")}}
                     for m in members],
     }}
+    return student, record
+
+
+def distil_runs(cfg: DQNConfig, init: NodeScorer | None, members_dir: Path) -> tuple[NodeScorer, dict]:
+    """`cfg.members` runs of the recipe, seeds cfg.seed, cfg.seed + 1, ..., each written to members_dir
+    with its sidecar, distilled into one network; its record lists the runs."""
+    stem = f"{cfg.policy.lower()}{'-demonstrations' if cfg.demonstrations_only else ''}"
+    paths, runs = [], []
+    for k in range(cfg.members):
+        run = dataclasses.replace(cfg, seed=cfg.seed + k, members=1, extra_metadata={})
+        print(f"run {k + 1} of {cfg.members} (seed {run.seed}) ...", file=sys.stderr)
+        network, record = train(run, init)
+        paths.append(str(save_model(members_dir / f"{stem}-seed{run.seed}.safetensors", network, cfg.policy, record)))
+        runs.append(record["training"])
+    student, record = distil(DistillConfig(policy=cfg.policy, members=tuple(paths), seed=cfg.seed,
+                                           worlds=cfg.distil_worlds, decisions=cfg.distil_decisions,
+                                           steps=cfg.distil_steps, workers=cfg.workers,
+                                           torch_threads=cfg.torch_threads, progress=cfg.progress))
+    training = record["training"]
+    recipe = dataclasses.asdict(cfg)
+    recipe.pop("extra_metadata")
+    training.update({
+        "algorithm": f"{cfg.members} runs of {runs[0]['algorithm']}, {training['algorithm']}",
+        "steps": cfg.total_timesteps, "recipe": recipe,
+        "gradient_steps": sum(r["gradient_steps"] for r in runs), "td_steps": sum(r["td_steps"] for r in runs),
+        "interaction_steps": sum(r["interaction_steps"] for r in runs),
+        "demonstrations": {"decisions": sum(r["demonstrations"]["decisions"] for r in runs),
+                           "per_run": [r["demonstrations"]["decisions"] for r in runs]},
+        "seconds": round(sum(r["seconds"] for r in runs) + training["seconds"], 1),
+        "distillation_seconds": training["seconds"],
+    })
     return student, record
 
 

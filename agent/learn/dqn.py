@@ -207,6 +207,17 @@ class DQNConfig(TrainConfig):
     feed this learner's replay (Ape-X), one cpu each; 0 plays it here"""
     teachers: dict = field(default_factory=dict)
     """family -> teacher (default: TEACHERS[policy]); a world of another family has its own picked"""
+    # several runs served as one
+    members: int = 1
+    """runs of this recipe (seeds --seed, --seed + 1, ...) distilled into the one network served
+    (agent.learn.distill): a run's outcome depends on its path, and what the runs agree on survives
+    their ensemble; 1: the single run is served"""
+    distil_worlds: int = 256
+    """with members > 1: training worlds the runs' ensemble schedules for the distillation"""
+    distil_decisions: int = 256
+    """with members > 1: decisions kept per distillation world"""
+    distil_steps: int = 20_000
+    """with members > 1: gradient steps of the distilled network"""
 
     def __post_init__(self) -> None:
         problems = []
@@ -251,6 +262,13 @@ class DQNConfig(TrainConfig):
             input_columns(self.blind_to)
         except ValueError as exc:
             problems.append(f"--blind-to: {exc}")
+        for name in ("members", "distil_decisions", "distil_steps"):
+            if getattr(self, name) < 1:
+                problems.append(f"--{name.replace('_', '-')} must be >= 1")
+        if self.distil_worlds < 2:
+            problems.append("--distil-worlds must be >= 2 (one fitted, one held out)")
+        if self.members > 1 and self.snapshot_dir:
+            problems.append("--snapshot-dir writes one run's weights: not with --members > 1")
         if self.demo_seed < -1:
             problems.append("--demo-seed must be >= 0 (or -1: --seed)")
         if problems:

@@ -8,6 +8,7 @@ checksum and (unless --no-eval) the evaluation on held-out seeds against every r
     rlscore-train --policy EE                      # the shipped recipe (~10-20 minutes on 2 cores)
     rlscore-train --policy LB --demonstrations-only --name lb-demonstrations.safetensors
     rlscore-train --policy EE --profile cluster.yaml --init models/ee.safetensors   # fine-tune on a cluster
+    rlscore-train --policy LB --total-timesteps 120000 --members 4   # four runs distilled into one network
 """
 
 from __future__ import annotations
@@ -147,13 +148,17 @@ def main(argv: list[str] | None = None) -> int:
     from agent.learn.dqn import train
     from agent.learn.model_io import save_model
 
-    started = time.time()
-    network, record = train(cfg, init)
-    record["training"]["wall_seconds"] = round(time.time() - started, 1)
-    record["training"]["command"] = "rlscore-train " + " ".join(argv if argv is not None else sys.argv[1:])
     # the twin never takes the DQN's (or the shipped model's) file unless told to
     twin = "-demonstrations" if cfg.demonstrations_only else ""
     path = Path(args.out) / (args.name or f"{cfg.policy.lower()}{twin}.safetensors")
+    started = time.time()
+    if cfg.members > 1:
+        from agent.learn.distill import distil_runs
+        network, record = distil_runs(cfg, init, path.with_name(path.stem + "-members"))
+    else:
+        network, record = train(cfg, init)
+    record["training"]["wall_seconds"] = round(time.time() - started, 1)
+    record["training"]["command"] = "rlscore-train " + " ".join(argv if argv is not None else sys.argv[1:])
     save_model(path, network, cfg.policy, {**record, **cfg.extra_metadata})
     if not args.no_eval:
         # how the policy does against the rules on held-out seeds, in the sidecar
