@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 import time
@@ -108,6 +109,12 @@ def load_members(cfg: DistillConfig) -> list[LoadedModel]:
     return members
 
 
+@functools.lru_cache(maxsize=2)
+def _members_of(policy: str, members: tuple[str, ...]) -> list[LoadedModel]:
+    """The members as a worker loads them once for all the worlds it plays."""
+    return load_members(DistillConfig(policy=policy, members=members))
+
+
 def world_config(cfg: DistillConfig, members: list[LoadedModel]) -> DQNConfig:
     """The world distribution of the first member's training run (its sidecar), for the policy."""
     drawn = members[0].metadata.get("training", {}).get("hyperparameters", {})
@@ -121,7 +128,7 @@ def _play_world(job: tuple) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """One world scheduled by the ensemble (run in a worker): per decision the candidates' features,
     the pod's, and the ensemble's values."""
     cfg, world_cfg, world = job
-    members = load_members(cfg)
+    members = _members_of(cfg.policy, cfg.members)
     rng = np.random.default_rng([cfg.seed, world[2]])
     env = make_env(world_cfg)
     obs = warm_start(env, world, burn_in_teacher(world_cfg, world), world_cfg.burn_in, rng)
@@ -178,6 +185,7 @@ def agreement(network: NodeScorer, data: dict[str, torch.Tensor]) -> float:
 def distil(cfg: DistillConfig) -> tuple[NodeScorer, dict]:
     """The student network and the training record for its sidecar."""
     started, commit = time.time(), git_commit()
+    _members_of.cache_clear()  # a file rewritten since an earlier distillation in this process is read anew
     members = load_members(cfg)
     world_cfg = world_config(cfg, members)
     plan = world_plan(world_cfg, cfg.worlds, cfg.seed)
