@@ -36,6 +36,7 @@ from agent.learn.common import git_commit
 from agent.learn.dqn import DQNConfig, burn_in_teacher, make_env, train, warm_start, world_plan
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
+from agent.learn.train import field_docs
 from agent.parallel import worker_pool
 from rlscore.core.model import LoadedModel, ModelValidationError, load_model
 from rlscore.core.state import POLICIES, normalize_policy
@@ -52,7 +53,7 @@ class DistillConfig:
     """model files of the ensemble (node scorers of one policy and one architecture)"""
     seed: int = 1
     """seeds the worlds, the exploration and the student's initial weights"""
-    worlds: int = 96
+    worlds: int = 256
     """training worlds the ensemble schedules"""
     decisions: int = 256
     """decisions kept per world (after its burn-in)"""
@@ -282,11 +283,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="models", help="output directory")
     parser.add_argument("--name", default=None, help="file name (default <policy>-distilled.safetensors)")
     parser.add_argument("--no-progress", action="store_true")
-    defaults = DistillConfig.__dataclass_fields__
+    defaults, docs = DistillConfig.__dataclass_fields__, field_docs(DistillConfig)
     for name in ("seed", "worlds", "decisions", "epsilon", "steps", "batch_size", "learning_rate",
                  "validation_share", "workers", "torch_threads"):
         default = defaults[name].default
-        parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
+        parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default, help=docs[name])
     args = parser.parse_args(argv)
     missing = [str(p) for p in args.member if not p.is_file()]
     if missing:
