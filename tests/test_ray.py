@@ -82,6 +82,27 @@ def test_the_dqn_learner_takes_its_interaction_from_environment_actors_on_ray(cl
 PROFILE = ROOT / "examples" / "cluster-profiles" / "local-usage-3x-4n.yaml"
 
 
+def test_the_runs_of_a_distilled_recipe_go_side_by_side_on_ray_and_give_the_same_models(cluster, tmp_path):
+    args = ["--policy", "LB", "--families", "poisson", "--members", "2", "--total-timesteps", "64", "--demo-worlds", "2",
+            "--demo-decisions", "24", "--pretrain-steps", "10", "--batch-size", "16", "--burn-in", "10",
+            "--max-nodes", "6", "--num-envs", "2", "--workers", "1", "--torch-threads", "1", "--distil-worlds", "3",
+            "--distil-decisions", "16", "--distil-steps", "10", "--no-eval", "--log-dir", "", "--no-progress"]
+    local = rlscore("agent.learn.train", *args, "--out", str(tmp_path / "local"), python=ROOT / ".venv" / "bin" / "python")
+    assert local.returncode == 0, local.stderr[-2000:]
+    on_ray = rlscore("agent.learn.train", *args, "--out", str(tmp_path / "ray"), "--ray-address", cluster.address)
+    assert on_ray.returncode == 0, on_ray.stderr[-2000:]
+    assert "side by side on Ray" in on_ray.stderr and "one after another" in local.stderr
+
+    from rlscore.core.model import load_model
+
+    # the same weights (the files' checksums are not compared: safetensors writes its header's keys in
+    # an order of its own per process)
+    for name in ("lb-members/lb-seed1", "lb-members/lb-seed2", "lb"):
+        here, there = (load_model(tmp_path / side / f"{name}.safetensors").weights for side in ("local", "ray"))
+        assert here.keys() == there.keys() and all((here[k] == there[k]).all() for k in here), name
+    assert json.loads((tmp_path / "ray" / "lb.json").read_text())["training"]["runs_side_by_side_on_ray"] is True
+
+
 def test_the_gate_judges_a_cluster_profile_on_ray_as_on_this_machine(cluster, tmp_path):
     """A profile is a scenario family registered in the driver; Ray's workers are fresh processes and
     get it handed over (agent.parallel.carry_to_workers), or every world fails as an unknown family."""

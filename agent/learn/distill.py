@@ -37,7 +37,7 @@ from agent.learn.dqn import DQNConfig, burn_in_teacher, make_env, train, warm_st
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
 from agent.learn.train import field_docs
-from agent.parallel import worker_pool
+from agent.parallel import ray_address, worker_pool
 from rlscore.core.model import LoadedModel, ModelValidationError, load_model
 from rlscore.core.state import POLICIES, normalize_policy
 
@@ -243,17 +243,33 @@ def distil(cfg: DistillConfig) -> tuple[NodeScorer, dict]:
     return student, record
 
 
+def _train_run(job: tuple) -> tuple[dict, dict]:
+    """One run of the recipe (here, or in a Ray task): its served weights and its record."""
+    cfg, init = job
+    network, record = train(cfg, init)
+    return network.state_dict(), record
+
+
 def distil_runs(cfg: DQNConfig, init: NodeScorer | None, members_dir: Path) -> tuple[NodeScorer, dict]:
     """`cfg.members` runs of the recipe, seeds cfg.seed, cfg.seed + 1, ..., each written to members_dir
     with its sidecar, distilled into one network; its record lists the runs."""
     stem = f"{cfg.policy.lower()}{'-demonstrations' if cfg.demonstrations_only else ''}"
+    on_ray = ray_address() is not None
+    # on Ray the runs go side by side, a task each, each recording its demonstrations in its own task
+    jobs = [(dataclasses.replace(cfg, seed=cfg.seed + k, members=1, extra_metadata={},
+                                 workers=1 if on_ray else cfg.workers, actors=0 if on_ray else cfg.actors), init)
+            for k in range(cfg.members)]
+    print(f"{cfg.members} runs (seeds {cfg.seed}..{cfg.seed + cfg.members - 1}) "
+          f"{'side by side on Ray' if on_ray else 'one after another'} ...", file=sys.stderr)
     paths, runs = [], []
-    for k in range(cfg.members):
-        run = dataclasses.replace(cfg, seed=cfg.seed + k, members=1, extra_metadata={})
-        print(f"run {k + 1} of {cfg.members} (seed {run.seed}) ...", file=sys.stderr)
-        network, record = train(run, init)
-        paths.append(str(save_model(members_dir / f"{stem}-seed{run.seed}.safetensors", network, cfg.policy, record)))
-        runs.append(record["training"])
+    with worker_pool(cfg.members if on_ray else 1) as pool:
+        for (run, _), (state, record) in zip(jobs, pool.map(_train_run, jobs)):
+            network = NodeScorer(tuple(run.hidden))
+            network.load_state_dict(state)
+            path = save_model(members_dir / f"{stem}-seed{run.seed}.safetensors", network, cfg.policy, record)
+            print(f"wrote {path}", file=sys.stderr)
+            paths.append(str(path))
+            runs.append(record["training"])
     student, record = distil(DistillConfig(policy=cfg.policy, members=tuple(paths), seed=cfg.seed,
                                            worlds=cfg.distil_worlds, decisions=cfg.distil_decisions,
                                            steps=cfg.distil_steps, workers=cfg.workers,
@@ -269,7 +285,7 @@ def distil_runs(cfg: DQNConfig, init: NodeScorer | None, members_dir: Path) -> t
         "demonstrations": {"decisions": sum(r["demonstrations"]["decisions"] for r in runs),
                            "per_run": [r["demonstrations"]["decisions"] for r in runs]},
         "seconds": round(sum(r["seconds"] for r in runs) + training["seconds"], 1),
-        "distillation_seconds": training["seconds"],
+        "distillation_seconds": training["seconds"], "runs_side_by_side_on_ray": on_ray,
     })
     return student, record
 
