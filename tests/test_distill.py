@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from agent.evaluate.ensemble import consensus
+from agent.learn import distill
 from agent.learn.distill import DistillConfig, distil, distillation_loss, main
 from agent.learn.model_io import save_model, torch_network
 from agent.learn.network import NodeScorer
@@ -81,6 +82,16 @@ def test_distil_refuses_what_it_cannot_average_by_name(tmp_path):
         distil(_config([members[0], str(wide)]))
     with pytest.raises(ValueError, match="epsilon"):
         _config(members, epsilon=1.5)
+
+
+def test_distil_refuses_states_beyond_its_memory_bound_before_playing(tmp_path, monkeypatch):
+    members = _members(tmp_path)
+    # 10 worlds x 48 decisions x 8 nodes x (node features + 2) x 4 bytes: about 0.7 MiB
+    monkeypatch.setattr(distill, "MAX_STATE_BYTES", 2**19)
+    with pytest.raises(ValueError, match=r"10 worlds x 48 decisions at up to 8 nodes .* fewer --worlds"):
+        distil(_config(members))
+    monkeypatch.setattr(distill, "MAX_STATE_BYTES", 2**30)
+    distil(_config(members, steps=1))
 
 
 def test_the_command_writes_a_servable_student_and_names_a_missing_member(tmp_path, capsys):

@@ -43,6 +43,9 @@ from rlscore.core.state import POLICIES, normalize_policy
 
 # what a member's training drew its worlds from, copied into the plan of the states
 WORLD_KEYS = ("families", "min_nodes", "max_nodes", "node_draw", "mixed_share", "burn_in", "teachers")
+MAX_STATE_BYTES = 6 * 2**30
+"""most memory the kept decisions may take, padded to the members' largest cluster (LB's 256 x 256
+decisions at 48 nodes take about 0.6 GiB)"""
 
 
 @dataclass
@@ -189,6 +192,12 @@ def distil(cfg: DistillConfig) -> tuple[NodeScorer, dict]:
     _members_of.cache_clear()  # a file rewritten since an earlier distillation in this process is read anew
     members = load_members(cfg)
     world_cfg = world_config(cfg, members)
+    arch = members[0].architecture
+    need = cfg.worlds * cfg.decisions * world_cfg.max_nodes * (arch.node_features + 2) * 4
+    if need > MAX_STATE_BYTES:
+        raise ValueError(f"{cfg.worlds} worlds x {cfg.decisions} decisions at up to {world_cfg.max_nodes} nodes "
+                         f"would keep {need / 2**30:.1f} GiB of states (at most {MAX_STATE_BYTES / 2**30:.0f}): "
+                         "ask for fewer --worlds or --decisions")
     plan = world_plan(world_cfg, cfg.worlds, cfg.seed)
     print(f"the ensemble of {len(members)} schedules {len(plan)} worlds x {cfg.decisions} decisions ...",
           file=sys.stderr)
@@ -202,7 +211,6 @@ def distil(cfg: DistillConfig) -> tuple[NodeScorer, dict]:
 
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
-    arch = members[0].architecture
     student = NodeScorer(tuple(arch.hidden), arch.node_features, arch.pod_features)
     optimizer = torch.optim.Adam(student.parameters(), lr=cfg.learning_rate)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, cfg.steps, eta_min=cfg.learning_rate / 10)
