@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from agent.evaluate.ensemble import consensus
+from agent.evaluate.ensemble import EnsembleScorer
 from agent.learn.common import git_commit
 from agent.learn.dqn import DQNConfig, burn_in_teacher, make_env, train, warm_start, world_plan
 from agent.learn.model_io import save_model
@@ -41,6 +41,9 @@ from agent.parallel import ray_address, worker_pool
 from rlscore.core.model import LoadedModel, ModelValidationError, load_model
 from rlscore.core.state import POLICIES, normalize_policy
 
+# DistillConfig's fields that are command-line options
+OPTIONS = ("seed", "worlds", "decisions", "epsilon", "steps", "batch_size", "learning_rate", "validation_share",
+           "workers", "torch_threads")
 # what a member's training drew its worlds from, copied into the plan of the states
 WORLD_KEYS = ("families", "min_nodes", "max_nodes", "node_draw", "mixed_share", "burn_in", "teachers")
 MAX_STATE_BYTES = 6 * 2**30
@@ -94,27 +97,25 @@ class DistillConfig:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
 
 
-def load_members(cfg: DistillConfig) -> list[LoadedModel]:
-    """The members, checked to be node scorers of the policy that share one architecture; raises
-    ValueError naming the file."""
+def load_members(cfg: DistillConfig) -> EnsembleScorer:
+    """The members as one ensemble (which checks they are node scorers of one policy), sharing one
+    architecture; raises ValueError naming the file or the problem."""
     members = []
     for path in cfg.members:
         try:
-            model = load_model(path, expected_policy=cfg.policy)
+            members.append(load_model(path, expected_policy=cfg.policy))
         except ModelValidationError as exc:
             raise ValueError(f"{path}: {exc}") from exc
-        if not isinstance(model, LoadedModel):
-            raise ValueError(f"{path}: a rule selector, not a network that scores the nodes")
-        members.append(model)
+    ensemble = EnsembleScorer(members, name="members")
     shapes = {(tuple(m.architecture.hidden), m.architecture.node_features, m.architecture.pod_features)
               for m in members}
     if len(shapes) != 1:
         raise ValueError(f"members of several architectures: {sorted(shapes)}")
-    return members
+    return ensemble
 
 
 @functools.lru_cache(maxsize=2)
-def _members_of(policy: str, members: tuple[str, ...]) -> list[LoadedModel]:
+def _members_of(policy: str, members: tuple[str, ...]) -> EnsembleScorer:
     """The members as a worker loads them once for all the worlds it plays."""
     return load_members(DistillConfig(policy=policy, members=members))
 
@@ -132,7 +133,7 @@ def _play_world(job: tuple) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """One world scheduled by the ensemble (run in a worker): per decision the candidates' features,
     the pod's, and the ensemble's values."""
     cfg, world_cfg, world = job
-    members = _members_of(cfg.policy, cfg.members)
+    ensemble = _members_of(cfg.policy, cfg.members)
     rng = np.random.default_rng([cfg.seed, world[2]])
     env = make_env(world_cfg)
     obs = warm_start(env, world, burn_in_teacher(world_cfg, world), world_cfg.burn_in, rng)
@@ -140,7 +141,7 @@ def _play_world(job: tuple) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     for _ in range(cfg.decisions):
         n = int(obs["action_mask"].sum())
         features, pod_vec = obs["nodes"][:n], obs["pod"]
-        target = consensus([m.q_values_from_features(features, pod_vec) for m in members])
+        target = ensemble.values_from_features(features, pod_vec)
         kept.append((features.copy(), pod_vec.copy(), target.astype(np.float32)))
         action = int(rng.integers(n)) if rng.random() < cfg.epsilon else int(np.argmax(target))
         obs, _, terminated, truncated, _ = env.step(action)
@@ -190,7 +191,7 @@ def distil(cfg: DistillConfig) -> tuple[NodeScorer, dict]:
     """The student network and the training record for its sidecar."""
     started, commit = time.time(), git_commit()
     _members_of.cache_clear()  # a file rewritten since an earlier distillation in this process is read anew
-    members = load_members(cfg)
+    members = load_members(cfg).models
     world_cfg = world_config(cfg, members)
     arch = members[0].architecture
     need = cfg.worlds * cfg.decisions * world_cfg.max_nodes * (arch.node_features + 2) * 4
@@ -308,8 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default=None, help="file name (default <policy>-distilled.safetensors)")
     parser.add_argument("--no-progress", action="store_true")
     defaults, docs = DistillConfig.__dataclass_fields__, field_docs(DistillConfig)
-    for name in ("seed", "worlds", "decisions", "epsilon", "steps", "batch_size", "learning_rate",
-                 "validation_share", "workers", "torch_threads"):
+    for name in OPTIONS:
         default = defaults[name].default
         parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default, help=docs[name])
     args = parser.parse_args(argv)
@@ -319,9 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = DistillConfig(policy=args.policy, members=tuple(str(p) for p in args.member),
                             progress=not args.no_progress,
-                            **{k: getattr(args, k) for k in ("seed", "worlds", "decisions", "epsilon", "steps",
-                                                              "batch_size", "learning_rate", "validation_share",
-                                                              "workers", "torch_threads")})
+                            **{name: getattr(args, name) for name in OPTIONS})
         student, record = distil(cfg)
     except ValueError as exc:
         print(f"distill: {exc}", file=sys.stderr)
