@@ -8,7 +8,10 @@ the same seeds give the same results on one core, on a forked pool and on Ray.
 Locally, workers are forked after `shared` is set, so they inherit it (models included) instead of
 receiving it pickled; each asks the kernel to end it with its parent (PR_SET_PDEATHSIG): forked
 workers otherwise outlive a parent killed with SIGKILL, each holding a core or memory until someone
-finds it.
+finds it. The local pool is concurrent.futures' process pool, not multiprocessing.Pool: a worker
+that dies (the OOM killer) fails the run with BrokenProcessPool where Pool waits forever, and a job
+that raises ends the pool by cancelling the jobs not started, where Pool.terminate kills workers
+that may hold the result queue's lock and can then hang on it.
 
 With a Ray address (`use_ray`, from `--ray-address` or RLSCORE_RAY_ADDRESS), each job is a Ray task
 on any node of the cluster; `shared` is put in Ray's object store once. A task whose worker dies is
@@ -22,12 +25,12 @@ import contextlib
 import ctypes
 import ctypes.util
 import multiprocessing
-import multiprocessing.pool
 import os
 import signal
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 RAY_ADDRESS_ENV = "RLSCORE_RAY_ADDRESS"
@@ -101,9 +104,11 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def fork_pool(workers: int) -> multiprocessing.pool.Pool:
-    """A forked pool (the workers share the code already imported) whose workers end with this process."""
-    return multiprocessing.get_context("fork").Pool(workers, initializer=die_with_parent, initargs=(os.getpid(),))
+def fork_pool(workers: int) -> ProcessPoolExecutor:
+    """A forked pool (the workers share the code already imported) whose workers end with this process;
+    they are forked at the first submit."""
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                               initializer=die_with_parent, initargs=(os.getpid(),))
 
 
 class _Serial:
@@ -112,11 +117,11 @@ class _Serial:
 
 
 class _Forked:
-    def __init__(self, pool: multiprocessing.pool.Pool):
+    def __init__(self, pool: ProcessPoolExecutor):
         self.pool = pool
 
     def map(self, fn: Callable[[Any], Any], jobs: Iterable) -> Iterator:
-        return self.pool.imap(fn, jobs)
+        return self.pool.map(fn, jobs)
 
 
 def _ray_job(fn: Callable[[Any], Any], job: Any, value: tuple[Any, list]) -> Any:
@@ -181,8 +186,11 @@ def worker_pool(workers: int, shared: Any = None) -> Iterator[_Serial | _Forked 
         if _RAY_ADDRESS:
             yield _OnRay(connect_ray(_RAY_ADDRESS), shared)
         elif workers > 1:
-            with fork_pool(workers) as pool:
+            pool = fork_pool(workers)
+            try:
                 yield _Forked(pool)
+            finally:  # after an error: the jobs not started are dropped, those running end first
+                pool.shutdown(wait=True, cancel_futures=True)
         else:
             yield _Serial()
     finally:

@@ -1,5 +1,6 @@
-"""Forked workers end with a parent killed by SIGKILL (a timed-out test, the OOM killer): the
-teacher picking's pool and the actor-critic's environment workers, in real processes."""
+"""Forked workers end with a parent killed by SIGKILL (a timed-out test, the OOM killer), and a pool
+whose job fails or whose worker dies ends the run with that error instead of hanging: real
+processes, real signals."""
 
 import os
 import signal
@@ -16,7 +17,8 @@ POOL = """
 import time
 from agent.parallel import fork_pool
 with fork_pool(2) as pool:
-    pool.map_async(time.sleep, [600, 600, 600, 600], chunksize=1)
+    for _ in range(4):
+        pool.submit(time.sleep, 600)
     time.sleep(1)
     print("ready", flush=True)
     time.sleep(600)
@@ -85,3 +87,52 @@ def test_a_plain_forked_pool_outlives_its_parent():
     finally:
         for pid in left:
             os.kill(pid, signal.SIGKILL)
+
+
+FAILING_JOBS = """
+import sys
+from agent.parallel import worker_pool
+
+def job(k):
+    if k == 3:
+        raise ValueError("job 3 is bad")
+    return b"x" * 200_000  # larger than a pipe's buffer: workers are mid-write when the error comes
+
+for attempt in range(40):
+    try:
+        with worker_pool(2) as pool:
+            list(pool.map(job, range(300)))
+    except ValueError as error:
+        assert "job 3 is bad" in str(error)
+    else:
+        sys.exit("no error")
+print("ended", flush=True)
+"""
+
+DYING_WORKER = """
+import os, signal
+from concurrent.futures.process import BrokenProcessPool
+from agent.parallel import worker_pool
+
+def job(k):
+    if k == 5:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would
+    return k
+
+try:
+    with worker_pool(2) as pool:
+        list(pool.map(job, range(50)))
+except BrokenProcessPool:
+    print("broken", flush=True)
+"""
+
+
+@pytest.mark.parametrize(("script", "expected"), [(FAILING_JOBS, "ended"), (DYING_WORKER, "broken")],
+                         ids=["a-job-raises", "a-worker-is-killed"])
+def test_a_pool_ends_with_the_error_instead_of_hanging(script, expected):
+    """multiprocessing.Pool waits forever for a worker killed mid-job, and its terminate can hang on a
+    result-queue lock held by a worker it killed mid-write (a test of rlscore-avoidable once hung there
+    for 15 minutes)."""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == expected

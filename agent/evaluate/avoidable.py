@@ -125,6 +125,7 @@ def measure(spec: str, family_name: str, seeds: int, window_seeds: int, arrivals
     """Both readings above for `spec` (a model file or a rule), over `seeds` evaluation worlds (the
     violations over the first `window_seeds` of them)."""
     worlds = [EVAL_SEED_BASE + k for k in range(seeds)]
+    scorer_of(spec, worlds[0])  # a model file that cannot be read fails here, before any worker starts
     with worker_pool(workers) as pool:
         runs = list(pool.map(_runs, [(spec, family_name, s, arrivals) for s in worlds]))
         rows = [r for found in pool.map(_violations, [(spec, family_name, s, arrivals, window)
