@@ -251,6 +251,8 @@ def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
     assert training["td_steps"] == sum(s["training"]["td_steps"] for s in sidecars) > 0
     assert training["demonstrations"]["per_run"] == [s["training"]["demonstrations"]["decisions"] for s in sidecars]
     assert training["recipe"]["members"] == 2 and training["command"].startswith("rlscore-train --policy lb")
+    # one after another here: the wall clock covers both runs and the distillation
+    assert training["wall_seconds"] >= sum(s["training"]["seconds"] for s in sidecars) + training["distillation_seconds"] - 1
     load_model(tmp_path / "lb.safetensors", expected_policy="LB")
 
 
