@@ -38,6 +38,34 @@ def test_round_trip_gives_the_same_q_values_and_records_metadata(saved):
     assert model.metadata["feature_spec_version"] == FEATURE_SPEC_VERSION
 
 
+WRITE_IN_A_FRESH_PROCESS = """
+import sys, torch
+from agent.learn.model_io import save_model
+from agent.learn.network import NodeScorer
+torch.manual_seed(0)
+save_model(sys.argv[1], NodeScorer((16, 16)), "EE", {"training": {"steps": 1}})
+"""
+
+
+def test_the_same_weights_make_the_same_file_in_every_process(saved, tmp_path):
+    """safetensors orders its metadata as a hash map does, which changes between processes; a model's
+    checksum must not (a retrained model that did not change is not a new model)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    files = []
+    for k in range(3):
+        out = tmp_path / f"again{k}" / "ee.safetensors"
+        out.parent.mkdir()
+        subprocess.run([sys.executable, "-c", WRITE_IN_A_FRESH_PROCESS, str(out)], cwd=root, check=True)
+        files.append(out.read_bytes())
+    assert files[0] == files[1] == files[2] == saved[0].read_bytes()
+    header_size = int.from_bytes(files[0][:8], "little")
+    assert header_size % 8 == 0
+    load_model(saved[0], expected_policy="EE")
+
+
 def test_refuses_truncated_or_foreign_files(saved, tmp_path):
     path, _ = saved
     data = path.read_bytes()

@@ -292,6 +292,15 @@ def _header(model_format: str, policy: str, **extra: str) -> dict[str, str]:
     return {"format": model_format, "policy": policy, **extra}
 
 
+def _canonical(data: bytes) -> bytes:
+    """safetensors writes its metadata in a hash map's order, which changes from process to process:
+    with the header's keys sorted, the same weights and header make the same bytes (and checksum)."""
+    size = int.from_bytes(data[:8], "little")
+    text = json.dumps(json.loads(data[8:8 + size]), sort_keys=True, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the format pads its header to 8 bytes, keeping the tensors aligned
+    return len(text).to_bytes(8, "little") + text + data[8 + size:]
+
+
 def write_model(path: str | Path, weights: dict[str, np.ndarray], policy: str, architecture: dict,
                 metadata: dict[str, Any]) -> Path:
     """Write a node scorer or (with `architecture["rules"]`) a rule selector, and its sidecar with the
@@ -305,7 +314,8 @@ def write_model(path: str | Path, weights: dict[str, np.ndarray], policy: str, a
         raise ValueError("the weights do not have the architecture's names and shapes")
     header = _header(model_format, policy, feature_spec_version=str(FEATURE_SPEC_VERSION),
                      architecture=arch.model_dump_json(exclude_none=True))
-    data = save({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in sorted(weights.items())}, metadata=header)
+    data = _canonical(save({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in sorted(weights.items())},
+                           metadata=header))
     return _write_pair(Path(path), data, {"policy": policy, "feature_spec_version": FEATURE_SPEC_VERSION,
                                           "format": model_format}, metadata)
 
@@ -318,7 +328,7 @@ def write_heuristic_model(path: str | Path, heuristic: str, policy: str, metadat
         raise ValueError(f"unknown rule {heuristic!r}: expected one of {', '.join(servable_rules())}")
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}: expected one of {', '.join(POLICIES)}")
-    data = save({}, metadata=_header(HEURISTIC_FORMAT, policy, heuristic=heuristic))
+    data = _canonical(save({}, metadata=_header(HEURISTIC_FORMAT, policy, heuristic=heuristic)))
     return _write_pair(Path(path), data, {"policy": policy, "format": HEURISTIC_FORMAT, "heuristic": heuristic},
                        metadata)
 
