@@ -95,11 +95,12 @@ def test_the_runs_of_a_distilled_recipe_go_side_by_side_on_ray_and_give_the_same
 
     from rlscore.core.model import load_model
 
-    # the same weights (the files' checksums are not compared: safetensors writes its header's keys in
-    # an order of its own per process)
+    # the same weights, so the same files (model files are the same bytes in every process)
     for name in ("lb-members/lb-seed1", "lb-members/lb-seed2", "lb"):
         here, there = (load_model(tmp_path / side / f"{name}.safetensors").weights for side in ("local", "ray"))
         assert here.keys() == there.keys() and all((here[k] == there[k]).all() for k in here), name
+        assert (tmp_path / "local" / f"{name}.safetensors").read_bytes() == \
+            (tmp_path / "ray" / f"{name}.safetensors").read_bytes(), name
     assert json.loads((tmp_path / "ray" / "lb.json").read_text())["training"]["runs_side_by_side_on_ray"] is True
 
 

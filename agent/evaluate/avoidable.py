@@ -25,7 +25,7 @@ from agent.evaluate.cli import family_list
 from agent.evaluate.compare import EVAL_SEED_BASE, EVAL_WORKERS, run
 from agent.evaluate.goals import paired_ratio
 from agent.evaluate.rollout_bound import branch_cost
-from agent.parallel import worker_pool
+from agent.parallel import shared, worker_pool
 from agent.sim.futures import branchable
 from agent.sim.outcomes import OutcomeReward
 from agent.sim.simulator import EventsExhausted, Simulation
@@ -65,10 +65,11 @@ def is_avoidable(nodes: NodeState, pod: PodRequest, candidate: int) -> bool:
 
 
 def scorer_of(spec: str, seed: int) -> Scorer:
-    """A rule by name (its ties broken by the world's seed, as rlscore-eval does), else an EL model file."""
+    """A rule by name (its ties broken by the world's seed, as rlscore-eval does), else the EL model the
+    pool shares (measure reads the file once, before any worker starts)."""
     if spec in RULES:
         return HeuristicScorer(spec, np.random.default_rng(seed))
-    return ModelScorer(load_model(spec, expected_policy="EL"))
+    return shared()
 
 
 def one_step_reward(sim: Simulation, candidate: int) -> float:
@@ -84,7 +85,7 @@ def one_step_reward(sim: Simulation, candidate: int) -> float:
 def _runs(job: tuple) -> dict[str, tuple[float, int, int]]:
     spec, family_name, seed, arrivals = job
     model = scorer_of(spec, seed)
-    # a model is read once and scores both runs; a rule gets a fresh tie stream for each run
+    # a rule gets a fresh tie stream for each run
     ranked = BestTierOnly(scorer_of(spec, seed) if spec in RULES else model)
     out = {}
     for scorer in (scorer_of(REFERENCE, seed), model, ranked):
@@ -125,8 +126,8 @@ def measure(spec: str, family_name: str, seeds: int, window_seeds: int, arrivals
     """Both readings above for `spec` (a model file or a rule), over `seeds` evaluation worlds (the
     violations over the first `window_seeds` of them)."""
     worlds = [EVAL_SEED_BASE + k for k in range(seeds)]
-    scorer_of(spec, worlds[0])  # a model file that cannot be read fails here, before any worker starts
-    with worker_pool(workers) as pool:
+    model = None if spec in RULES else ModelScorer(load_model(spec, expected_policy="EL"))
+    with worker_pool(workers, shared=model) as pool:
         runs = list(pool.map(_runs, [(spec, family_name, s, arrivals) for s in worlds]))
         rows = [r for found in pool.map(_violations, [(spec, family_name, s, arrivals, window)
                                                       for s in worlds[:window_seeds]]) for r in found]

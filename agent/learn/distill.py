@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import sys
 import time
@@ -37,7 +36,7 @@ from agent.learn.dqn import DQNConfig, burn_in_teacher, make_env, train, warm_st
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
 from agent.learn.train import field_docs
-from agent.parallel import ray_address, worker_pool
+from agent.parallel import ray_address, shared, worker_pool
 from rlscore.core.model import LoadedModel, ModelValidationError, load_model
 from rlscore.core.state import POLICIES, normalize_policy
 
@@ -114,12 +113,6 @@ def load_members(cfg: DistillConfig) -> EnsembleScorer:
     return ensemble
 
 
-@functools.lru_cache(maxsize=2)
-def _members_of(policy: str, members: tuple[str, ...]) -> EnsembleScorer:
-    """The members as a worker loads them once for all the worlds it plays."""
-    return load_members(DistillConfig(policy=policy, members=members))
-
-
 def world_config(cfg: DistillConfig, members: list[LoadedModel]) -> DQNConfig:
     """The world distribution of the first member's training run (its sidecar), for the policy."""
     drawn = members[0].metadata.get("training", {}).get("hyperparameters", {})
@@ -130,10 +123,10 @@ def world_config(cfg: DistillConfig, members: list[LoadedModel]) -> DQNConfig:
 
 
 def _play_world(job: tuple) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """One world scheduled by the ensemble (run in a worker): per decision the candidates' features,
-    the pod's, and the ensemble's values."""
+    """One world scheduled by the ensemble (the pool's shared value; run in a worker): per decision the
+    candidates' features, the pod's, and the ensemble's values."""
     cfg, world_cfg, world = job
-    ensemble = _members_of(cfg.policy, cfg.members)
+    ensemble = shared()
     rng = np.random.default_rng([cfg.seed, world[2]])
     env = make_env(world_cfg)
     obs = warm_start(env, world, burn_in_teacher(world_cfg, world), world_cfg.burn_in, rng)
@@ -190,8 +183,8 @@ def agreement(network: NodeScorer, data: dict[str, torch.Tensor]) -> float:
 def distil(cfg: DistillConfig) -> tuple[NodeScorer, dict]:
     """The student network and the training record for its sidecar."""
     started, commit = time.time(), git_commit()
-    _members_of.cache_clear()  # a file rewritten since an earlier distillation in this process is read anew
-    members = load_members(cfg).models
+    ensemble = load_members(cfg)
+    members = ensemble.models
     world_cfg = world_config(cfg, members)
     arch = members[0].architecture
     need = cfg.worlds * cfg.decisions * world_cfg.max_nodes * (arch.node_features + 2) * 4
@@ -202,7 +195,7 @@ def distil(cfg: DistillConfig) -> tuple[NodeScorer, dict]:
     plan = world_plan(world_cfg, cfg.worlds, cfg.seed)
     print(f"the ensemble of {len(members)} schedules {len(plan)} worlds x {cfg.decisions} decisions ...",
           file=sys.stderr)
-    with worker_pool(cfg.workers) as pool:
+    with worker_pool(cfg.workers, shared=ensemble) as pool:
         played = list(tqdm(pool.map(_play_world, [(cfg, world_cfg, world) for world in plan]), total=len(plan),
                            desc="ensemble states", disable=not cfg.progress, mininterval=1.0, file=sys.stderr))
     held = min(max(1, round(cfg.validation_share * len(played))), len(played) - 1)
