@@ -45,6 +45,9 @@ class TrainConfig:
     """placements per episode"""
     hidden: tuple[int, ...] = (64, 64)
     """equivariant layer widths"""
+    candidates: str = ""
+    """what the served network ranks: all, or best-latency-tier (only the candidates in the pod's best
+    latency tier; the rest rank below them); '': the --init model's, else all"""
     blind_to: tuple[str, ...] = ()
     """inputs (feature or group names of rlscore.core.features.INPUT_GROUPS) the served network may not
     read: its first layer's weights on them stay zero"""
@@ -74,7 +77,7 @@ def seed_everything(cfg: TrainConfig) -> np.random.Generator:
 
 def make_actor(cfg: TrainConfig, init: NodeScorer | None = None) -> NodeScorer:
     """The served network, from `init`'s weights when fine-tuning, blind to `cfg.blind_to`."""
-    actor = NodeScorer(cfg.hidden)
+    actor = NodeScorer(cfg.hidden, candidates=cfg.candidates or (init.candidates if init is not None else "all"))
     if init is not None:
         actor.load_state_dict(init.state_dict())
     actor.blind_to(input_columns(cfg.blind_to))

@@ -205,7 +205,7 @@ def distil(cfg: DistillConfig) -> tuple[NodeScorer, dict]:
 
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
-    student = NodeScorer(tuple(arch.hidden), arch.node_features, arch.pod_features)
+    student = NodeScorer(tuple(arch.hidden), arch.node_features, arch.pod_features, arch.candidates or "all")
     optimizer = torch.optim.Adam(student.parameters(), lr=cfg.learning_rate)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, cfg.steps, eta_min=cfg.learning_rate / 10)
     rng = np.random.default_rng(cfg.seed)
@@ -267,7 +267,7 @@ def distil_runs(cfg: DQNConfig, init: NodeScorer | None, members_dir: Path) -> t
     paths, runs = [], []
     with worker_pool(cfg.members if on_ray else 1) as pool:
         for (run, _), (state, record) in zip(jobs, pool.map(_train_run, jobs)):
-            network = NodeScorer(tuple(run.hidden))
+            network = NodeScorer(tuple(run.hidden), candidates=run.candidates or "all")
             network.load_state_dict(state)
             path = save_model(members_dir / f"{stem}-seed{run.seed}.safetensors", network, cfg.policy, record)
             print(f"wrote {path}", file=sys.stderr)

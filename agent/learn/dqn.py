@@ -51,7 +51,7 @@ from agent.sim.families import draw_node_count, families_for, family
 from agent.sim.futures import branchable
 from agent.sim.mixed import LEADING_RULES, MIXED
 from agent.sim.scenarios import can_draw_afresh
-from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES, input_columns
+from rlscore.core.features import CANDIDATE_SETS, NUM_NODE_FEATURES, NUM_POD_FEATURES, best_latency_tier, input_columns
 from rlscore.core.state import normalize_policy
 
 # Each single-difficulty family's teacher: its best rule on training seeds (`rlscore-train --algo
@@ -508,9 +508,9 @@ def record_demonstrations(cfg: DQNConfig, plan, teachers, progress: bool) -> tup
     with worker_pool(max(1, cfg.workers)) as pool:
         recorded = list(tqdm(pool.map(_record_world, jobs), total=len(jobs), desc="demonstrations",
                              disable=not progress, mininterval=1.0, file=sys.stderr))
-    episodes = [steps for steps, _, _ in recorded]
+    episodes = [steps for steps, _, _, _ in recorded]
     rewards = [step[2] for steps in episodes for step in steps]
-    labelled, departed = sum(r[1] for r in recorded), sum(r[2] for r in recorded)
+    labelled, departed, outside = (sum(r[k] for r in recorded) for k in (1, 2, 3))
     scale = 1.0 / max(float(np.std(rewards)), 1e-6)
     demos = Replay(sum(map(len, episodes)), cfg.max_nodes)
     for steps in episodes:
@@ -521,14 +521,16 @@ def record_demonstrations(cfg: DQNConfig, plan, teachers, progress: bool) -> tup
                        None if advantage is None else advantage * scale)
     record = {"decisions": len(demos), "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards)),
               "clipped_share": float(np.mean(np.abs(np.asarray(rewards) * scale) > cfg.reward_clip))}
+    if cfg.candidates == "best-latency-tier":
+        record["teacher_outside_best_latency_tier"] = outside
     if labelled:
         record["rollout_labels"] = {"decisions": labelled, "departed_from_teacher": departed / labelled}
     return demos, scale, record
 
 
 def _record_world(job: tuple) -> tuple[list, int, int]:
-    """One world's demonstrated steps (run in a worker), and how many were labelled by rollouts and
-    departed from the teacher there."""
+    """One world's demonstrated steps (run in a worker), how many were labelled by rollouts and departed
+    from the teacher there, and how many teacher's choices lay outside the nodes the network ranks."""
     cfg, world, teacher = job
     rng = np.random.default_rng([cfg.demonstration_seed, world[2]])
     env = make_env(cfg)
@@ -536,7 +538,7 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
     rollouts = cfg.rollout_every and (cfg.rollout_futures == 0 or can_draw_afresh(env.sim.world))
     if rollouts:
         branchable(env.sim)  # rollout branches copy the simulation
-    steps, labelled, departed = [], 0, 0
+    steps, labelled, departed, outside = [], 0, 0, 0
     for k in range(cfg.demo_decisions):
         expert = teacher_targets(teacher, env._state, env._pod, cfg.max_nodes, rng) > 0
         advantage = None
@@ -550,6 +552,13 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
                 departed += 1
                 if cfg.rollout_relabel:
                     expert = cheapest
+        if cfg.candidates == "best-latency-tier":
+            ranked = np.zeros_like(expert)
+            ranked[explorable(obs, cfg.candidates)] = True
+            # a teacher's choice outside the nodes the network ranks (a soft limit given up for energy)
+            # teaches nothing: every ranked node is marked right, which makes the margin loss zero there
+            outside += int(not np.any(expert & ranked))
+            expert = expert & ranked if np.any(expert & ranked) else ranked
         action = int(rng.choice(np.flatnonzero(expert)))
         next_obs, reward, terminated, truncated, _ = env.step(action)
         steps.append((obs, action, reward, expert, next_obs, terminated,
@@ -557,7 +566,16 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
         obs = next_obs
         if terminated or truncated:
             break
-    return steps, labelled, departed
+    return steps, labelled, departed, outside
+
+
+def explorable(obs: dict, candidates: str) -> np.ndarray:
+    """The slots an action may take: the candidates, or with "best-latency-tier" those in the pod's best
+    latency tier (the nodes the network ranks)."""
+    valid = np.flatnonzero(obs["action_mask"])
+    if candidates == "best-latency-tier":
+        valid = valid[best_latency_tier(obs["nodes"][valid])]
+    return valid
 
 
 def rollout_advantages(cfg: DQNConfig, env: SchedulingEnv, teacher: str, seed: int,
@@ -584,6 +602,9 @@ def rollout_advantages(cfg: DQNConfig, env: SchedulingEnv, teacher: str, seed: i
 def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, dict]:
     """Train one policy; returns the online network and the training record for the sidecar."""
     cfg.policy = normalize_policy(cfg.policy)
+    cfg.candidates = cfg.candidates or (init.candidates if init is not None else "all")
+    if cfg.candidates not in CANDIDATE_SETS:
+        raise ValueError(f"--candidates {cfg.candidates!r}: expected one of {', '.join(CANDIDATE_SETS)}")
     # the ablation takes as many gradient steps as the whole run does, all of them on the demonstrations
     interaction_steps = cfg.total_timesteps // cfg.train_frequency
     if cfg.demonstrations_only:
@@ -698,7 +719,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 greedy = q_network(stacked["nodes"], stacked["pod"], stacked["action_mask"].bool()).argmax(dim=1).numpy()
             t0 = time.time()
             for i, env in enumerate(envs):
-                valid = np.flatnonzero(obs[i]["action_mask"])
+                valid = explorable(obs[i], cfg.candidates)
                 action = int(rng.choice(valid)) if rng.random() < epsilon else int(greedy[i])
                 next_obs, reward, terminated, truncated, _ = env.step(action)
                 returns[i] += reward
@@ -808,7 +829,7 @@ class EnvironmentActor:
                 greedy = self.network(stacked["nodes"], stacked["pod"],
                                       stacked["action_mask"].bool()).argmax(dim=1).numpy()
             for i, env in enumerate(self.envs):
-                valid = np.flatnonzero(self.obs[i]["action_mask"])
+                valid = explorable(self.obs[i], cfg.candidates)
                 action = int(self.rng.choice(valid)) if self.rng.random() < epsilon else int(greedy[i])
                 next_obs, reward, terminated, truncated, _ = env.step(action)
                 self.returns[i] += reward

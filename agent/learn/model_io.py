@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlscore.core.features import best_latency_tier, latency_tier_of, rank_outside_below
 from rlscore.core.model import Architecture, LoadedModel, LoadedSelector, write_model
 from agent.learn.network import NodeScorer, RuleSelector
 
@@ -34,7 +35,7 @@ def torch_network(model: LoadedModel | LoadedSelector) -> NodeScorer | RuleSelec
     if isinstance(model, LoadedSelector):
         network = RuleSelector(tuple(arch.rules), tuple(arch.hidden), arch.node_features, arch.pod_features)
     else:
-        network = NodeScorer(tuple(arch.hidden), arch.node_features, arch.pod_features)
+        network = NodeScorer(tuple(arch.hidden), arch.node_features, arch.pod_features, arch.candidates or "all")
     network.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in model.weights.items()}, strict=True)
     return network.eval()
 
@@ -46,4 +47,7 @@ def reference_values(model: LoadedModel | LoadedSelector, features: np.ndarray, 
     with torch.inference_mode():
         x = torch.from_numpy(features.astype(np.float64)).unsqueeze(0)
         p = torch.from_numpy(pod_vec.astype(np.float64)).unsqueeze(0)
-        return network(x, p, torch.ones(x.shape[:2], dtype=torch.bool))[0].numpy()
+        values = network(x, p, torch.ones(x.shape[:2], dtype=torch.bool))[0].numpy()
+    if getattr(network, "candidates", "all") == "best-latency-tier":
+        values = rank_outside_below(values, best_latency_tier(features), latency_tier_of(features))
+    return values

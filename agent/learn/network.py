@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
+from rlscore.core.features import CANDIDATE_SETS, NUM_NODE_FEATURES, NUM_POD_FEATURES, latency_tier_of
 
 
 class EquivariantLayer(nn.Module):
@@ -44,12 +44,26 @@ def _inputs(nodes: torch.Tensor, pod: torch.Tensor) -> torch.Tensor:
     return torch.cat([nodes, pod.unsqueeze(1).expand(-1, nodes.shape[1], -1)], dim=-1)
 
 
+def best_latency_tier(nodes: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """nodes [B, N, F], mask [B, N] -> [B, N] bool: the candidates in the best latency tier among each
+    row's candidates (rlscore.core.features.best_latency_tier, batched)."""
+    tier = latency_tier_of(nodes)
+    best = tier.masked_fill(~mask, -1.0).amax(dim=1, keepdim=True)
+    return mask & (tier >= best)
+
+
 class NodeScorer(nn.Module):
-    """Equivariant layers with ReLUs between them, ending in one value per node."""
+    """Equivariant layers with ReLUs between them, ending in one value per node. With `candidates`
+    "best-latency-tier" only the candidates in the pod's best latency tier get a value (the others -inf,
+    as off the mask); every candidate still enters the pools."""
 
     def __init__(self, hidden: tuple[int, ...] = (64, 64),
-                 node_features: int = NUM_NODE_FEATURES, pod_features: int = NUM_POD_FEATURES):
+                 node_features: int = NUM_NODE_FEATURES, pod_features: int = NUM_POD_FEATURES,
+                 candidates: str = "all"):
         super().__init__()
+        if candidates not in CANDIDATE_SETS:
+            raise ValueError(f"unknown candidates {candidates!r}: expected one of {', '.join(CANDIDATE_SETS)}")
+        self.candidates = candidates
         self.hidden = tuple(hidden)
         self.node_features, self.pod_features = node_features, pod_features
         sizes = (node_features + pod_features, *self.hidden, 1)
@@ -62,7 +76,8 @@ class NodeScorer(nn.Module):
             x = layer(x, mask)
             if i < len(self.layers) - 1:
                 x = torch.relu(x)
-        return x.squeeze(-1).masked_fill(~mask, float("-inf"))
+        ranked = best_latency_tier(nodes, mask) if self.candidates == "best-latency-tier" else mask
+        return x.squeeze(-1).masked_fill(~ranked, float("-inf"))
 
     def blind_to(self, columns: list[int]) -> None:
         """Hold the first layer's weights on these input columns at zero, for good: the network
@@ -84,8 +99,9 @@ class NodeScorer(nn.Module):
         return [int(i) for i in torch.nonzero(used == 0).flatten()]
 
     def architecture(self) -> dict:
+        ranked = {} if self.candidates == "all" else {"candidates": self.candidates}
         return {"hidden": list(self.hidden), "node_features": self.node_features,
-                "pod_features": self.pod_features}
+                "pod_features": self.pod_features, **ranked}
 
 
 class ValueHead(nn.Module):
@@ -149,10 +165,12 @@ class DuelingQ(nn.Module):
         self.value = ValueHead(value_hidden, advantage.node_features, advantage.pod_features)
 
     def forward(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """nodes [B, N, F], pod [B, P], mask [B, N] bool -> [B, N], -inf where mask is False."""
+        """nodes [B, N, F], pod [B, P], mask [B, N] bool -> [B, N], -inf where the advantage is (off the
+        mask, or outside the nodes it ranks); the mean is over the nodes it ranks."""
         a = self.advantage(nodes, pod, mask)
-        finite = torch.where(mask, a, torch.zeros_like(a))
-        mean = finite.sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True).clamp(min=1)
+        ranked = torch.isfinite(a)
+        finite = torch.where(ranked, a, torch.zeros_like(a))
+        mean = finite.sum(dim=1, keepdim=True) / ranked.sum(dim=1, keepdim=True).clamp(min=1)
         return a - mean + self.value(nodes, pod, mask).unsqueeze(1)
 
 

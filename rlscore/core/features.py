@@ -118,6 +118,42 @@ def input_columns(names: tuple[str, ...] | list[str]) -> list[int]:
     return sorted(columns)
 
 
+# What a node scorer ranks (its model file's `candidates`): every candidate, or only those in the best latency
+# tier the pod can get (within its soft limit, else within its hard limit; every candidate for a pod without
+# limits). EL's networks rank inside that tier: a node outside it breaks a limit that a node inside keeps, a
+# mistake none of EL's rules makes and one that TD's noisy returns otherwise teach (docs/training.md).
+CANDIDATE_SETS = ("all", "best-latency-tier")
+_MEETS_SOFT, _MEETS_HARD = STATE_FEATURES.index("meets_soft"), STATE_FEATURES.index("meets_hard")
+
+
+def latency_tier_of(features: np.ndarray) -> np.ndarray:
+    """Each node's latency tier read back from its features ([..., nodes, F] -> [..., nodes]): 2 within the
+    pod's soft limit, 1 within its hard limit, 0 otherwise, and 0 everywhere for a pod without limits."""
+    return features[..., _MEETS_SOFT] + features[..., _MEETS_HARD]
+
+
+def best_latency_tier(features: np.ndarray) -> np.ndarray:
+    """[nodes, F] -> [nodes] bool: the candidates in the best latency tier among them."""
+    tier = latency_tier_of(features)
+    return tier >= tier.max() if len(tier) else np.zeros(0, dtype=bool)
+
+
+def rank_outside_below(values: np.ndarray, inside: np.ndarray, tier: np.ndarray) -> np.ndarray:
+    """Values that rank every node outside `inside` below every node inside it, the better tier first, and
+    keep the values inside as they are: the gap per tier is the spread inside (1 where it is 0), so a
+    score plugin sharing the scheduler's sum keeps the inside nodes apart. Whatever the values outside
+    were (-inf, NaN, finite) does not matter."""
+    values = np.asarray(values, dtype=np.float64)
+    if inside.all() or not inside.any():
+        return values
+    kept = values[inside]
+    low = float(kept.min())
+    gap = float(kept.max()) - low
+    gap = gap if gap > 0 else 1.0
+    best = float(tier[inside].max())
+    return np.where(inside, values, low - gap * (1.0 + best - tier))
+
+
 def _share(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     """numerator / denominator, FEATURE_CLIP where the denominator is not positive (call inside
     np.errstate(all="ignore"))."""

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlscore.core import bounded_json
 from rlscore.core.features import FEATURE_SPEC_VERSION, NODE_FEATURES_OF_VERSION, NUM_NODE_FEATURES, \
-    NUM_POD_FEATURES, node_features
+    NUM_POD_FEATURES, best_latency_tier, latency_tier_of, node_features, rank_outside_below
 from rlscore.core.kernels import equivariant_layer, relu_column_max_mean
 from rlscore.core.rules import RULES
 from rlscore.core.state import POLICIES, NodeState, PodRequest
@@ -87,6 +87,8 @@ class Architecture(BaseModel):
     node_features: int = Field(ge=1, le=1024)
     pod_features: int = Field(ge=0, le=1024)
     rules: list[str] | None = Field(default=None, max_length=MAX_SELECTOR_RULES)
+    # a node scorer's: what it ranks (rlscore.core.features.CANDIDATE_SETS; none: every candidate)
+    candidates: Literal["best-latency-tier"] | None = None
 
     def tensor_shapes(self, model_format: str) -> dict[str, tuple[int, ...]]:
         """name -> shape (torch's [out, in] for linear weights) of every tensor the network has."""
@@ -167,7 +169,10 @@ class LoadedModel:
     def q_values_from_features(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
         if len(features) == 0:
             return np.zeros(0)
-        return trunk(self.layers, features, pod_vec)[:, 0]
+        values = trunk(self.layers, features, pod_vec)[:, 0]
+        if self.architecture.candidates == "best-latency-tier":
+            values = rank_outside_below(values, best_latency_tier(features), latency_tier_of(features))
+        return values
 
     def export(self) -> dict[str, Any]:
         """The forward pass as plain JSON: per layer Lambda [in][out], its bias [out], Gamma and Delta
@@ -175,7 +180,8 @@ class LoadedModel:
         0..node_features-1 take the node features, the rest the pod features."""
         return {"format": WEIGHTS_FORMAT, "feature_spec_version": FEATURE_SPEC_VERSION, "policy": self.policy,
                 "version": self.version, "node_features": NUM_NODE_FEATURES, "pod_features": NUM_POD_FEATURES,
-                "layers": _exported_layers(self.layers)}
+                "layers": _exported_layers(self.layers),
+                **({"candidates": self.architecture.candidates} if self.architecture.candidates else {})}
 
 
 @dataclass
@@ -488,6 +494,8 @@ def _architecture(path: Path, header: dict[str, str], model_format: str, spec: i
                  f"a selector's rules must be 1..{MAX_SELECTOR_RULES} distinct rules of {', '.join(servable_rules())}")
     else:
         _require(arch.rules is None, path, "a node scorer names no rules")
+    _require(model_format != SELECTOR_FORMAT or arch.candidates is None, path,
+             "a selector's candidates are its rules' own")
     return arch
 
 
