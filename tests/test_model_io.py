@@ -38,6 +38,44 @@ def test_round_trip_gives_the_same_q_values_and_records_metadata(saved):
     assert model.metadata["feature_spec_version"] == FEATURE_SPEC_VERSION
 
 
+def test_a_best_tier_scorer_serves_the_networks_values_inside_the_tier_and_ranks_the_rest_below(tmp_path):
+    torch.manual_seed(0)
+    net = NodeScorer((16, 16), candidates="best-latency-tier")
+    path = save_model(tmp_path / "el.safetensors", net, "EL", {})
+    model = load_model(path, expected_policy="EL")
+    assert model.architecture.candidates == "best-latency-tier" and model.export()["candidates"] == "best-latency-tier"
+    # soft limit 10 ms, hard 30: nodes 1 and 3 within the soft limit, node 0 within the hard one, node 2 beyond
+    nodes = make_nodes([4000, 8000, 16000, 4000], cpu_req=[1000, 0, 500, 0], latency=[25, 8, 90, 10])
+    pod = PodRequest(250, 64 * 2**20, 10.0, 30.0)
+    feats, pod_vec = node_features(nodes, pod)
+    with torch.no_grad():
+        torch_values = net(torch.from_numpy(feats)[None], torch.from_numpy(pod_vec)[None],
+                           torch.ones(1, 4, dtype=torch.bool))[0].numpy()
+    served = model.q_values(nodes, pod)
+    np.testing.assert_allclose(served[[1, 3]], torch_values[[1, 3]], rtol=1e-6)
+    assert np.isfinite(served).all() and not np.isfinite(torch_values[[0, 2]]).any()
+    spread = abs(served[1] - served[3])
+    assert served[0] == pytest.approx(min(served[[1, 3]]) - spread)  # one tier below the soft one
+    assert served[2] == pytest.approx(min(served[[1, 3]]) - 2 * spread)
+    # a pod without limits: every node is in the one tier, and the network's values are served as they are
+    free = PodRequest(250, 64 * 2**20)
+    feats, pod_vec = node_features(nodes, free)
+    with torch.no_grad():
+        expected = net(torch.from_numpy(feats)[None], torch.from_numpy(pod_vec)[None],
+                       torch.ones(1, 4, dtype=torch.bool))[0].numpy()
+    np.testing.assert_allclose(model.q_values(nodes, free), expected, rtol=1e-6)
+    assert torch_network(model).candidates == "best-latency-tier"
+
+
+def test_a_selector_naming_candidates_is_refused(tmp_path):
+    from agent.learn.network import RuleSelector
+    torch.manual_seed(0)
+    path = save_model(tmp_path / "el.safetensors", RuleSelector(("latency-fit", "latency-pack"), (8,)), "EL", {})
+    _rewrite(path, lambda h, t: h["architecture"].update(candidates="best-latency-tier"))
+    with pytest.raises(ModelValidationError, match="a selector's candidates are its rules' own"):
+        load_model(path)
+
+
 WRITE_IN_A_FRESH_PROCESS = """
 import sys, torch
 from agent.learn.model_io import save_model
@@ -107,6 +145,7 @@ def _rewrite(path, mutate):
     (lambda h, t: h.update(architecture="[" * 5000), "header field is over 4096 bytes"),
     (lambda h, t: t.pop("layers.0.Lambda.weight"), "tensor names do not match"),
     (lambda h, t: t["layers.0.Lambda.weight"].fill(np.nan), "NaN or infinity"),
+    (lambda h, t: h["architecture"].update(candidates="nearest"), "candidates"),
 ])
 def test_refuses_mismatched_models(saved, mutate, message):
     path, _ = saved

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
@@ -112,3 +113,37 @@ def test_values_by_extent_are_the_whole_batchs_values_and_gradients():
     (whole, whole_grads), (grouped, grouped_grads) = grads
     assert torch.allclose(torch.where(mask, grouped, 0.0), torch.where(mask, whole, 0.0), atol=1e-6)
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grouped_grads, whole_grads))
+
+
+def test_a_best_tier_scorer_ranks_only_the_best_latency_tier_and_pools_over_every_candidate():
+    """meets_soft/meets_hard (columns 19, 20) make a node's tier; only the best tier among the candidates
+    gets a value, and the nodes outside it still shape the others' values through the pools."""
+    torch.manual_seed(0)
+    net = NodeScorer((16, 16), candidates="best-latency-tier")
+    x, p = _inputs(2, 5)
+    x[..., 19:21] = 0.0
+    x[0, 1, 19:21] = 1.0  # row 0: node 1 within the soft limit, nodes 2 and 3 within the hard limit
+    x[0, 2:4, 20] = 1.0
+    x[1, 2:4, 20] = 1.0  # row 1: the hard tier is the best; node 4 is off the mask
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    mask[1, 4] = False
+    q = net(x, p, mask)
+    assert torch.isfinite(q[0]).tolist() == [False, True, False, False, False]
+    assert torch.isfinite(q[1]).tolist() == [False, False, True, True, False]
+    changed = x.clone()
+    changed[1, 0, :5] += 1.0  # a node outside the tier still enters the set summary
+    assert not torch.allclose(net(changed, p, mask)[1, 2:4], q[1, 2:4])
+    every = NodeScorer((16, 16))
+    every.load_state_dict(net.state_dict())
+    assert torch.equal(every(x, p, mask)[0, 1], q[0, 1])  # the values inside are the unrestricted network's
+
+
+def test_a_pod_without_limits_or_one_tier_leaves_every_candidate_ranked():
+    torch.manual_seed(0)
+    net = NodeScorer((16, 16), candidates="best-latency-tier")
+    x, p = _inputs(1, 4)
+    x[..., 19:21] = 0.0
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    assert torch.isfinite(net(x, p, mask)).all()
+    with pytest.raises(ValueError, match="unknown candidates 'nearest'"):
+        NodeScorer((16,), candidates="nearest")

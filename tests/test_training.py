@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from agent.evaluate.compare import evaluate, summarize
+from agent.learn import dqn
 from agent.learn.dqn import DQNConfig, advantage_loss, margin_loss, td_loss, train
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
@@ -15,7 +16,7 @@ from agent.learn.train import main as train_main
 from agent.sim import families
 from agent.sim.families import Family
 from agent.sim.world import GIB, LARGE, Hardware, NodeSpec, PodClass, World
-from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES
+from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES, latency_tier_of
 from rlscore.core.model import load_model
 from rlscore.core.scoring import ModelScorer
 
@@ -186,6 +187,28 @@ def test_td_learning_beats_a_teacher_that_is_wrong_half_the_time(tiny_family, tm
     assert dqn["objective"] < 0.7 * teacher["objective"]
 
 
+def test_a_best_tier_run_neither_acts_nor_is_taught_outside_the_pods_best_latency_tier(tiny_family, monkeypatch):
+    """With --candidates best-latency-tier every action the run takes (exploring at random throughout)
+    and every node its demonstrations mark right lies in the pod's best latency tier, and the network it
+    serves ranks only there."""
+    seen = []
+    original = dqn.explorable
+
+    def watched(obs, candidates):
+        valid = original(obs, candidates)
+        tier = latency_tier_of(obs["nodes"][np.flatnonzero(obs["action_mask"])])
+        seen.append((tier.max(), latency_tier_of(obs["nodes"][valid]).min(), len(valid)))
+        return valid
+
+    monkeypatch.setattr(dqn, "explorable", watched)
+    net, record = train(_tiny_config(tiny_family, candidates="best-latency-tier", total_timesteps=400,
+                                     pretrain_steps=20, demo_worlds=2, demo_decisions=32, start_e=1.0, end_e=1.0))
+    assert net.candidates == "best-latency-tier" and len(seen) >= 400 + 2 * 32
+    assert all(lowest == best for best, lowest, _ in seen)
+    assert any(count < 3 for _, _, count in seen)  # the tiny world's near node is often the only one in the tier
+    assert record["training"]["demonstrations"]["teacher_outside_best_latency_tier"] == 0  # latency-pack keeps to it
+
+
 # --- rlscore-train ----------------------------------------------------------------------------------
 
 TINY = ["--demo-worlds", "3", "--demo-decisions", "32", "--burn-in", "20", "--pretrain-steps", "20",
@@ -264,6 +287,7 @@ def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
     (["--profile", "/nonexistent.yaml"], "--profile"),
     (["--init", "/nonexistent.safetensors"], "--init"),
     (["--members", "0"], "--members must be >= 1"),
+    (["--candidates", "nearest"], "--candidates must be one of all, best-latency-tier, not 'nearest'"),
     (["--members", "2", "--distil-worlds", "1"], "--distil-worlds must be >= 2"),
     (["--members", "2", "--snapshot-dir", "/tmp/x"], "--snapshot-dir writes one run's weights"),
 ])

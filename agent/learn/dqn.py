@@ -231,6 +231,8 @@ class DQNConfig(TrainConfig):
         if self.weight_average not in WEIGHT_AVERAGES:
             problems.append(f"--weight-average must be one of {', '.join(WEIGHT_AVERAGES)}, "
                             f"not {self.weight_average!r}")
+        if self.candidates not in ("", *CANDIDATE_SETS):
+            problems.append(f"--candidates must be one of {', '.join(CANDIDATE_SETS)}, not {self.candidates!r}")
         if not 0.0 <= self.ema_decay < 1.0:
             problems.append("--ema-decay must be within [0, 1)")
         for name in ("mixed_share", "demo_share", "margin_decay", "average_start"):
@@ -603,8 +605,6 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     """Train one policy; returns the online network and the training record for the sidecar."""
     cfg.policy = normalize_policy(cfg.policy)
     cfg.candidates = cfg.candidates or (init.candidates if init is not None else "all")
-    if cfg.candidates not in CANDIDATE_SETS:
-        raise ValueError(f"--candidates {cfg.candidates!r}: expected one of {', '.join(CANDIDATE_SETS)}")
     # the ablation takes as many gradient steps as the whole run does, all of them on the demonstrations
     interaction_steps = cfg.total_timesteps // cfg.train_frequency
     if cfg.demonstrations_only:

@@ -143,7 +143,7 @@ def rank_outside_below(values: np.ndarray, inside: np.ndarray, tier: np.ndarray)
     keep the values inside as they are: the gap per tier is the spread inside (1 where it is 0), so a
     score plugin sharing the scheduler's sum keeps the inside nodes apart. Whatever the values outside
     were (-inf, NaN, finite) does not matter."""
-    values = np.asarray(values, dtype=np.float64)
+    values, tier = np.asarray(values, dtype=np.float64), np.asarray(tier, dtype=np.float64)
     if inside.all() or not inside.any():
         return values
     kept = values[inside]
@@ -151,7 +151,7 @@ def rank_outside_below(values: np.ndarray, inside: np.ndarray, tier: np.ndarray)
     gap = float(kept.max()) - low
     gap = gap if gap > 0 else 1.0
     best = float(tier[inside].max())
-    return np.where(inside, values, low - gap * (1.0 + best - tier))
+    return np.where(inside, values, low - gap * (best - tier))
 
 
 def _share(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:

@@ -480,8 +480,12 @@ def _architecture(path: Path, header: dict[str, str], model_format: str, spec: i
     try:
         arch = Architecture.model_validate(
             bounded_json.loads(header.get("architecture", ""), MAX_HEADER_FIELD_BYTES, what="architecture"))
-    except (bounded_json.BoundedJSONError, ValidationError) as exc:
+    except bounded_json.BoundedJSONError as exc:
         raise ModelValidationError(f"{path.name}: invalid architecture: {str(exc).splitlines()[0][:160]}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "architecture"
+        raise ModelValidationError(f"{path.name}: invalid architecture: {where}: {first['msg'][:160]}") from None
     _require(all(1 <= h <= MAX_HIDDEN_UNITS for h in arch.hidden), path,
              f"hidden layer widths must be within 1..{MAX_HIDDEN_UNITS}")
     width = NODE_FEATURES_OF_VERSION[spec]

@@ -24,6 +24,8 @@ const (
 	numStateFeatures            = 32
 	numNodeFeatures             = numStateFeatures + len(ruleFeatures)
 	recentPeakToComeColumn      = 31
+	colMeetsSoft                = 19
+	colMeetsHard                = 20
 	numPodFeatures              = 3
 	featureClip                 = 4.0
 	noLimitLatencyScaleMs       = 100.0
@@ -274,8 +276,8 @@ func NodeFeatures(s *NodeState, pod PodRequest, f *Features) {
 		row := out[i*F : i*F+F]
 		lat := s.LatencyMs[i]
 		row[17] = b2f(known[i])
-		row[19] = b2f(tiers[i] >= latencyTierSoft && limited)
-		row[20] = b2f(tiers[i] >= latencyTierHard && limited)
+		row[colMeetsSoft] = b2f(tiers[i] >= latencyTierSoft && limited)
+		row[colMeetsHard] = b2f(tiers[i] >= latencyTierHard && limited)
 		if known[i] {
 			row[18] = lat / scale
 			row[21] = (lat - best) / scale

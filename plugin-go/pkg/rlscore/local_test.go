@@ -75,6 +75,7 @@ func TestParseModelRefusesWhatItCannotServe(t *testing.T) {
 		{"two outputs", "layer 2 has 2 outputs", edit(func(e map[string]any) {
 			layer(e, 2)["bias"] = []any{0.0, 0.0}
 		})},
+		{"unknown candidates", `candidates is "best-tier"`, edit(func(e map[string]any) { e["candidates"] = "best-tier" })},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

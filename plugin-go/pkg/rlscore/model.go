@@ -42,7 +42,14 @@ type Model struct {
 	// readsRules: some first-layer weight on a rule-standing column is not zero (false for a model
 	// of an earlier feature version, whose weights on those columns are 0).
 	readsRules bool
+	// bestLatencyTier: the network ranks only the candidates in the pod's best latency tier and every
+	// other node ranks below them (the model's "candidates": "best-latency-tier").
+	bestLatencyTier bool
 }
+
+// CandidatesBestLatencyTier is the one restriction of what a node scorer ranks (rlscore.core.features.
+// CANDIDATE_SETS): only the candidates in the pod's best latency tier.
+const CandidatesBestLatencyTier = "best-latency-tier"
 
 // readsInput says whether any first-layer weight on input column c is not zero.
 func (m *Model) readsInput(c int) bool {
@@ -77,8 +84,9 @@ type exportedModel struct {
 	NodeFeatures       int              `json:"node_features"`
 	PodFeatures        int              `json:"pod_features"`
 	Layers             []exportedLayer  `json:"layers"`
-	Rules              []string         `json:"rules"` // a selector's
-	Head               []exportedLinear `json:"head"`  // a selector's: [mean, max] -> hidden -> one logit per rule
+	Rules              []string         `json:"rules"`      // a selector's
+	Head               []exportedLinear `json:"head"`       // a selector's: [mean, max] -> hidden -> one logit per rule
+	Candidates         string           `json:"candidates"` // a node scorer's: "" (every candidate) or best-latency-tier
 }
 
 // selectorHead is a rule selector's part after the trunk: two linear layers over the pooled trunk, one
@@ -116,8 +124,13 @@ func ParseModel(data []byte) (*Model, error) {
 		return nil, fmt.Errorf("model %s: %d layers, expected 2..9", e.Version, len(e.Layers))
 	case isGate && (len(e.Layers) < 1 || len(e.Layers) > 8):
 		return nil, fmt.Errorf("selector %s: %d trunk layers, expected 1..8", e.Version, len(e.Layers))
+	case e.Candidates != "" && e.Candidates != CandidatesBestLatencyTier:
+		return nil, fmt.Errorf("model %s: candidates is %.40q, expected %q or none", e.Version, e.Candidates,
+			CandidatesBestLatencyTier)
+	case isGate && e.Candidates != "":
+		return nil, fmt.Errorf("selector %s: names candidates, a selector's are its rules' own", e.Version)
 	}
-	m := &Model{Policy: e.Policy, Version: e.Version}
+	m := &Model{Policy: e.Policy, Version: e.Version, bestLatencyTier: e.Candidates == CandidatesBestLatencyTier}
 	in := numNodeFeatures + numPodFeatures
 	for k, l := range e.Layers {
 		out := len(l.Bias)
@@ -325,6 +338,41 @@ func (m *Model) Pick(f *Features, scratch *forwardScratch, parallel Parallel) in
 func (m *Model) QValues(f *Features, values []float64, scratch *forwardScratch, parallel Parallel) {
 	x := m.trunk(f, scratch, parallel)
 	copy(values, x[:len(values)])
+	if m.bestLatencyTier {
+		rankOutsideBelow(f, values)
+	}
+}
+
+// rankOutsideBelow is rlscore.core.features.rank_outside_below on the best latency tier: the values of
+// the nodes inside it stay, every other node ranks below them, the better tier first, one spread of the
+// inside values (1 where that is 0) per tier.
+func rankOutsideBelow(f *Features, values []float64) {
+	const F = numNodeFeatures
+	tier := func(i int) float64 { return f.Nodes[i*F+colMeetsSoft] + f.Nodes[i*F+colMeetsHard] }
+	best := math.Inf(-1)
+	for i := range values {
+		best = math.Max(best, tier(i))
+	}
+	low, high, outside := math.Inf(1), math.Inf(-1), false
+	for i, v := range values {
+		if tier(i) >= best {
+			low, high = math.Min(low, v), math.Max(high, v)
+		} else {
+			outside = true
+		}
+	}
+	if !outside {
+		return
+	}
+	gap := high - low
+	if !(gap > 0) {
+		gap = 1
+	}
+	for i := range values {
+		if t := tier(i); t < best {
+			values[i] = low - gap*(best-t)
+		}
+	}
 }
 
 // trunk runs the equivariant layers, ReLU between them (not after the last), and returns the last
