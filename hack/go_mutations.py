@@ -35,6 +35,8 @@ MUTATIONS = [
      "max pooling becomes min"),
     ("model.go", "s7 += a * wk[7]", "s7 += a * wk[6]", "one weight read from the wrong column"),
     ("model.go", "const scoreTie = 1e-9", "const scoreTie = 1e-3", "the score tie"),
+    ("model.go", "values[i] = low - gap*(best-t)", "values[i] = low - (best - t)", "the gap below the best latency tier"),
+    ("model.go", "if tier(i) >= best {", "if tier(i) >= best-1 {", "the best latency tier taken one tier wide"),
 ]
 
 
