@@ -31,6 +31,10 @@ class TrainConfig:
     """reward variant: outcome (the objective over time), stepwise (wave 1) or thesis"""
     shaping: bool = True
     """potential-based shaping of the outcome reward (leaves the optimal policy unchanged)"""
+    shaping_gamma: float = -1.0
+    """the factor on Phi(s') in the shaping term: -1 the discount gamma (leaves the optimal policy
+    unchanged); 1 charges each decision exactly the cost it commits the cluster to (for energy, the draw it
+    adds until the pods leave), the undiscounted total the evaluation measures"""
     gamma: float = 0.99
     """discount: ~100 decisions of horizon, so later consequences of a placement count"""
     families: tuple[str, ...] = ()
@@ -88,7 +92,12 @@ def make_env(cfg: TrainConfig) -> SchedulingEnv:
     return SchedulingEnv(cfg.policy, max_nodes=cfg.max_nodes, min_nodes=cfg.min_nodes,
                          families=cfg.families or None, episode_decisions=cfg.episode_decisions,
                          reward=cfg.reward, gamma=cfg.gamma, shaping=cfg.shaping, training=True,
-                         node_draw=cfg.node_draw)
+                         node_draw=cfg.node_draw, shaping_gamma=shaping_factor(cfg))
+
+
+def shaping_factor(cfg: TrainConfig) -> float | None:
+    """TrainConfig.shaping_gamma as the environment takes it (None: the discount)."""
+    return None if cfg.shaping_gamma < 0 else cfg.shaping_gamma
 
 
 def tensorboard(cfg: TrainConfig, algo: str):

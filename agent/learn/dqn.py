@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from agent.evaluate.rollout_bound import CANDIDATES as ROLLOUT_RULES
 from agent.evaluate.rollout_bound import base_choice, confident_pick, option_costs, rule_choice
-from agent.learn.common import TrainConfig, git_commit, make_actor, seed_everything, training_record
+from agent.learn.common import TrainConfig, git_commit, make_actor, seed_everything, shaping_factor, training_record
 from agent.learn.env import MAX_EPISODE_DECISIONS, SchedulingEnv
 from agent.learn.model_io import save_model
 from agent.learn.network import DuelingQ, NodeScorer, values_by_extent
@@ -238,6 +238,8 @@ class DQNConfig(TrainConfig):
         for name in ("mixed_share", "demo_share", "margin_decay", "average_start"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 problems.append(f"--{name.replace('_', '-')} must be within 0..1")
+        if not (self.shaping_gamma == -1.0 or 0.0 <= self.shaping_gamma <= 1.0):
+            problems.append("--shaping-gamma must be -1 (the discount) or within 0..1")
         if not 0.0 < self.gamma <= 1.0:
             problems.append("--gamma must be within (0, 1]")
         for name in ("margin", "margin_weight", "td_weight", "weight_decay", "reward_clip", "advantage_weight"):
@@ -305,7 +307,8 @@ def make_env(cfg: DQNConfig) -> SchedulingEnv:
     """An environment whose episodes the trainer ends (never the environment's own time limit)."""
     return SchedulingEnv(cfg.policy, max_nodes=cfg.max_nodes, min_nodes=cfg.min_nodes,
                          families=cfg.families or families_for(cfg.policy), episode_decisions=MAX_EPISODE_DECISIONS,
-                         reward=cfg.reward, gamma=cfg.gamma, shaping=cfg.shaping, training=True, node_draw=cfg.node_draw)
+                         reward=cfg.reward, gamma=cfg.gamma, shaping=cfg.shaping, training=True, node_draw=cfg.node_draw,
+                         shaping_gamma=shaping_factor(cfg))
 
 
 def warm_start(env: SchedulingEnv, world: tuple[str, int, int], teacher: str, burn_in: int,

@@ -31,7 +31,7 @@ class SchedulingEnv(gym.Env):
     def __init__(self, policy: str = "EE", max_nodes: int = TRAIN_NODES[1], min_nodes: int = TRAIN_NODES[0],
                  families: tuple[str, ...] | None = None, episode_decisions: int = 256,  # at least; see reset
                  reward: str = "outcome", gamma: float = 0.99, shaping: bool = True, training: bool = True,
-                 node_draw: str = "uniform"):
+                 node_draw: str = "uniform", shaping_gamma: float | None = None):
         self.policy = normalize_policy(policy)
         if not 1 <= min_nodes <= max_nodes:
             raise ValueError(f"need 1 <= min_nodes <= max_nodes, got {min_nodes}, {max_nodes}")
@@ -44,7 +44,7 @@ class SchedulingEnv(gym.Env):
             family(name)  # unknown: a ValueError naming the known ones
         self.episode_decisions = episode_decisions
         self.reward_variant = reward
-        self.outcome = OutcomeReward(self.policy, gamma, shaping)
+        self.outcome = OutcomeReward(self.policy, gamma, shaping, shaping_gamma)
         self.training = training
         self.limits = self.policy == "EL"  # EL learns to read latency limits; EE and LB pods carry none
         self.observation_space = spaces.Dict({

@@ -96,9 +96,15 @@ class OutcomeReward:
     policy: str
     gamma: float = 0.99
     shaping: bool = True
+    # the factor on Phi(s') (None: gamma, which leaves the optimal discounted policy unchanged). With 1 and
+    # energy's Phi, a decision's reward is minus exactly the energy it adds to the cluster's commitment: the
+    # undiscounted total the evaluation measures, without the (1 - gamma) x committed-energy term that
+    # gamma adds to every step whatever the placement
+    shaping_gamma: float | None = None
 
     def __call__(self, delta: Ledger, units: Units, potential_before: float, potential_after: float) -> float:
         r = -cost(self.policy, delta, units)
         if self.shaping:
-            r += self.gamma * potential_after - potential_before
+            factor = self.gamma if self.shaping_gamma is None else self.shaping_gamma
+            r += factor * potential_after - potential_before
         return float(r)
