@@ -54,6 +54,32 @@ def test_shaping_adds_gamma_phi_next_minus_phi():
     assert shaped(delta, UNITS, -10.0, -10.0) > shaped(delta, UNITS, -10.0, -12.0)
 
 
+def test_shaping_gamma_sets_the_factor_on_phi_next_and_one_charges_exactly_the_commitment_added():
+    delta = Ledger(energy_j=400.0)  # one unit burned while the commitment went from 10 to 12 units
+    undiscounted = OutcomeReward("EE", 0.9, shaping=True, shaping_gamma=1.0)
+    assert undiscounted(delta, UNITS, -10.0, -12.0) == pytest.approx(-1.0 - 12.0 + 10.0)
+    # the discount's own shaping pays (1 - gamma) x the commitment left on top, whatever the placement
+    discounted = OutcomeReward("EE", 0.9, shaping=True)
+    assert discounted(delta, UNITS, -10.0, -12.0) - undiscounted(delta, UNITS, -10.0, -12.0) == pytest.approx(0.1 * 12.0)
+
+
+def test_with_shaping_gamma_one_an_ee_decision_costs_the_energy_it_adds_until_the_pods_leave():
+    """Summed over a run, the undiscounted shaped rewards are minus the energy burned plus what the run
+    left committed minus what it found committed: each decision pays what it adds and nothing else."""
+    env = SchedulingEnv("EE", max_nodes=6, min_nodes=6, reward="outcome", families=("poisson",), shaping_gamma=1.0,
+                        episode_decisions=60)
+    obs, _ = env.reset(seed=3)
+    start, burned, total = env._potential, 0.0, 0.0
+    for _ in range(60):
+        before = env.sim.ledger.copy()
+        obs, reward, terminated, truncated, _ = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
+        burned += cost("EE", env.sim.ledger.minus(before), env.sim.units)
+        total += reward
+        if terminated or truncated:
+            break
+    assert total == pytest.approx(-burned + env._potential - start, rel=1e-9)
+
+
 def test_ee_shaping_charges_a_placement_the_energy_it_commits_to():
     """Same pod, two nodes: the one that must be switched on (idle draw for the pod's lifetime)
     gets the lower shaped reward at once, not a thousand decisions later."""

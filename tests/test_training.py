@@ -288,6 +288,7 @@ def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
     (["--init", "/nonexistent.safetensors"], "--init"),
     (["--members", "0"], "--members must be >= 1"),
     (["--candidates", "nearest"], "--candidates must be one of all, best-latency-tier, not 'nearest'"),
+    (["--shaping-gamma", "1.5"], "--shaping-gamma must be -1 (the discount) or within 0..1"),
     (["--members", "2", "--distil-worlds", "1"], "--distil-worlds must be >= 2"),
     (["--members", "2", "--snapshot-dir", "/tmp/x"], "--snapshot-dir writes one run's weights"),
 ])
