@@ -51,7 +51,8 @@ from agent.sim.families import draw_node_count, families_for, family
 from agent.sim.futures import branchable
 from agent.sim.mixed import LEADING_RULES, MIXED
 from agent.sim.scenarios import can_draw_afresh
-from rlscore.core.features import CANDIDATE_SETS, NUM_NODE_FEATURES, NUM_POD_FEATURES, best_latency_tier, input_columns
+from rlscore.core.features import (CANDIDATE_SETS, NUM_NODE_FEATURES, NUM_POD_FEATURES, NUM_STATE_FEATURES,
+                                   RULE_FEATURES, best_latency_tier, input_columns)
 from rlscore.core.state import normalize_policy
 
 # Each single-difficulty family's teacher: its best rule on training seeds (`rlscore-train --algo
@@ -75,6 +76,7 @@ TEACHERS = {
 # another is cheaper by more than agent.learn.teachers.WORLD_MARGIN.
 CANDIDATE_TEACHERS = LEADING_RULES
 WEIGHT_AVERAGES = ("last", "uniform", "ema")
+BOOTSTRAPS = ("max", "teacher")
 
 
 @dataclass
@@ -128,6 +130,12 @@ class DQNConfig(TrainConfig):
     # losses
     n_step: int = 8
     """rewards summed before bootstrapping"""
+    bootstrap: str = "max"
+    """what the n-step return is bootstrapped on: max (double DQN: the online network's best node, valued
+    by the target network) or teacher (the target network's mean value over the nodes the world's teacher
+    would pick there, read from its standing column): the network then learns its teachers' values, its
+    greedy choice is one step of policy improvement over them, and no max over noisy values inflates the
+    states with many near-equal choices"""
     burn_in: int = 400
     """at most this many placements by the world's teacher before an episode is recorded or played: the
     steady state a cluster lives in (and evaluation measures), not the fill of an empty one"""
@@ -228,6 +236,8 @@ class DQNConfig(TrainConfig):
                                     "rollout_futures") else 1
             if getattr(self, name) < minimum:
                 problems.append(f"--{name.replace('_', '-')} must be >= {minimum}")
+        if self.bootstrap not in BOOTSTRAPS:
+            problems.append(f"--bootstrap must be one of {', '.join(BOOTSTRAPS)}, not {self.bootstrap!r}")
         if self.weight_average not in WEIGHT_AVERAGES:
             problems.append(f"--weight-average must be one of {', '.join(WEIGHT_AVERAGES)}, "
                             f"not {self.weight_average!r}")
@@ -378,12 +388,13 @@ class Replay:
         self.discount = np.zeros(size, np.float32)
         self.expert = np.zeros((size, slots), bool)
         self.advantage = np.full((size, slots), np.nan, np.float32)  # measured by rollouts, NaN elsewhere
+        self.teacher = np.full(size, -1, np.int64)  # the world's teacher's standing column (RULE_FEATURES), -1: none
 
     def __len__(self) -> int:
         return self.size if self.full else self.pos
 
     def add(self, obs: dict, action: int, ret: float, discount: float, next_obs: dict,
-            expert: np.ndarray | None = None, advantage: np.ndarray | None = None) -> None:
+            expert: np.ndarray | None = None, advantage: np.ndarray | None = None, teacher: int = -1) -> None:
         i = self.pos
         self.nodes[i], self.pod[i], self.width[i] = obs["nodes"], obs["pod"], int(obs["action_mask"].sum())
         self.next_nodes[i], self.next_pod[i] = next_obs["nodes"], next_obs["pod"]
@@ -391,6 +402,7 @@ class Replay:
         self.action[i], self.ret[i], self.discount[i] = action, ret, discount
         self.expert[i] = expert if expert is not None else False
         self.advantage[i] = advantage if advantage is not None else np.nan
+        self.teacher[i] = teacher
         self.pos = (i + 1) % self.size
         self.full = self.full or self.pos == 0
 
@@ -407,7 +419,8 @@ class Replay:
                 "action": torch.from_numpy(self.action[idx]), "ret": torch.from_numpy(self.ret[idx]),
                 "discount": torch.from_numpy(self.discount[idx]),
                 "expert": torch.from_numpy(self.expert[idx, :width]),
-                "advantage": torch.from_numpy(self.advantage[idx, :width])}
+                "advantage": torch.from_numpy(self.advantage[idx, :width]),
+                "teacher": torch.from_numpy(self.teacher[idx])}
 
 
 def _cat(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -425,11 +438,17 @@ def _cat(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, to
     return {k: torch.cat([pad(a[k], wide[k]), pad(b[k], wide[k])] if k in wide else [a[k], b[k]]) for k in a}
 
 
+def teacher_column(teacher: str | None) -> int:
+    """The index in RULE_FEATURES of the rule's standing column (-1: the rule has none)."""
+    return RULE_FEATURES.index(teacher) if teacher in RULE_FEATURES else -1
+
+
 class NStep:
     """Per environment, the last `n` (obs, action, reward, expert) of its episode: n-step returns."""
 
-    def __init__(self, n: int, gamma: float):
+    def __init__(self, n: int, gamma: float, teacher: str | None = None):
         self.n, self.gamma = n, gamma
+        self.teacher = teacher_column(teacher)
         self.pending: deque = deque()
 
     def push(self, obs, action, reward, expert, next_obs, terminated: bool, ended: bool, replay: Replay,
@@ -441,7 +460,7 @@ class NStep:
             ret = sum(r * self.gamma**k for k, (_, _, r, _, _) in enumerate(self.pending))
             first_obs, first_action, _, first_expert, first_advantage = self.pending[0]
             discount = 0.0 if terminated else self.gamma ** len(self.pending)
-            replay.add(first_obs, first_action, ret, discount, next_obs, first_expert, first_advantage)
+            replay.add(first_obs, first_action, ret, discount, next_obs, first_expert, first_advantage, self.teacher)
             self.pending.popleft()
             if not ended:
                 break
@@ -450,18 +469,37 @@ class NStep:
 # --- the losses -----------------------------------------------------------------------------------
 
 def td_loss(q: torch.Tensor, q_network: NodeScorer, target_network: NodeScorer,
-            batch: dict[str, torch.Tensor]) -> torch.Tensor:
+            batch: dict[str, torch.Tensor], bootstrap: str = "max") -> torch.Tensor:
     """n-step double DQN, per transition: the online network picks the next action, the target
-    network values it (Huber loss). `q` is the online network's values of the batch's states, which the
-    margin loss shares: one forward pass and one backward pass through it, not two."""
+    network values it (Huber loss); with `bootstrap` "teacher", the target network's mean value over the
+    teacher's choices there (max where the transition's teacher has no standing column). `q` is the online
+    network's values of the batch's states, which the margin loss shares: one forward pass and one backward
+    pass through it, not two."""
     with torch.no_grad():
         next_state = batch["next_nodes"], batch["next_pod"], batch["next_mask"]
+        target_values = values_by_extent(target_network, *next_state)
         next_action = values_by_extent(q_network, *next_state).argmax(dim=1, keepdim=True)
-        next_value = values_by_extent(target_network, *next_state).gather(1, next_action)
-        next_value = torch.nan_to_num(next_value.squeeze(1), nan=0.0, posinf=0.0, neginf=0.0)
+        next_value = target_values.gather(1, next_action).squeeze(1)
+        if bootstrap == "teacher":
+            next_value = torch.where(*teacher_value(target_values, batch), next_value)
+        next_value = torch.nan_to_num(next_value, nan=0.0, posinf=0.0, neginf=0.0)
         target = batch["ret"] + batch["discount"] * next_value
     taken = q.gather(1, batch["action"].unsqueeze(1)).squeeze(1)
     return F.smooth_l1_loss(taken, target, reduction="none")
+
+
+def teacher_value(values: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(which rows have a teacher's choice to bootstrap on, the mean of `values` [B, N] over it): the
+    next state's nodes whose standing under the transition's teacher is 1 (its best, ties included) and
+    that have a value."""
+    column = batch["teacher"]
+    nodes = batch["next_nodes"]
+    index = (NUM_STATE_FEATURES + column.clamp(min=0)).view(-1, 1, 1).expand(-1, nodes.shape[1], 1)
+    standing = nodes.gather(2, index).squeeze(2)
+    chosen = (standing >= 1.0 - 1e-6) & batch["next_mask"] & torch.isfinite(values) & (column >= 0).unsqueeze(1)
+    count = chosen.sum(dim=1)
+    mean = torch.where(chosen, values, torch.zeros_like(values)).sum(dim=1) / count.clamp(min=1)
+    return count > 0, mean
 
 
 def q_filtered(q_target: torch.Tensor, mask: torch.Tensor, expert: torch.Tensor, margin: float) -> torch.Tensor:
@@ -518,8 +556,8 @@ def record_demonstrations(cfg: DQNConfig, plan, teachers, progress: bool) -> tup
     labelled, departed, outside = (sum(r[k] for r in recorded) for k in (1, 2, 3))
     scale = 1.0 / max(float(np.std(rewards)), 1e-6)
     demos = Replay(sum(map(len, episodes)), cfg.max_nodes)
-    for steps in episodes:
-        nstep = NStep(cfg.n_step, cfg.gamma)
+    for steps, teacher in zip(episodes, teachers):
+        nstep = NStep(cfg.n_step, cfg.gamma, teacher)
         for obs, action, reward, expert, next_obs, terminated, ended, advantage in steps:
             clipped = float(np.clip(reward * scale, -cfg.reward_clip, cfg.reward_clip))
             nstep.push(obs, action, clipped, expert, next_obs, terminated, ended, demos,
@@ -666,7 +704,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 loss = loss + cfg.advantage_weight * a
                 losses["advantage"].append(float(a.detach()))
         if cfg.td_weight > 0:
-            td = td_loss(q, q_network, target_network, batch)
+            td = td_loss(q, q_network, target_network, batch, cfg.bootstrap)
             loss = loss + cfg.td_weight * td.mean()
             losses["td"].append(float(td.detach().mean()))
         optimizer.zero_grad()
@@ -703,13 +741,16 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         envs = [make_env(cfg) for _ in range(cfg.num_envs)]
         worlds = iter(world_plan(cfg, 10**6, cfg.seed + 1))
 
-        def begin(env: SchedulingEnv) -> dict:
-            world = next(worlds)
-            return warm_start(env, world, burn_in_teacher(cfg, world), cfg.burn_in, rng)
+        teacher_of = [""] * len(envs)
 
-        obs = [begin(env) for env in envs]
+        def begin(i: int) -> dict:
+            world = next(worlds)
+            teacher_of[i] = burn_in_teacher(cfg, world)
+            return warm_start(envs[i], world, teacher_of[i], cfg.burn_in, rng)
+
+        obs = [begin(i) for i in range(len(envs))]
         played = np.zeros(cfg.num_envs, dtype=int)
-        nsteps = [NStep(cfg.n_step, cfg.gamma) for _ in envs]
+        nsteps = [NStep(cfg.n_step, cfg.gamma, teacher_of[i]) for i in range(len(envs))]
         returns = np.zeros(cfg.num_envs)
         demo_rows = int(round(cfg.demo_share * cfg.batch_size))
         bar = tqdm(total=cfg.total_timesteps, desc=f"dqn {cfg.policy}", disable=not cfg.progress, mininterval=1.0,
@@ -733,8 +774,8 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 if ended:
                     episode_returns.append(float(returns[i]))
                     returns[i], played[i] = 0.0, 0
-                    next_obs = begin(env)
-                    nsteps[i] = NStep(cfg.n_step, cfg.gamma)
+                    next_obs = begin(i)
+                    nsteps[i] = NStep(cfg.n_step, cfg.gamma, teacher_of[i])
                 obs[i] = next_obs
                 step += 1
                 bar.update()
@@ -813,14 +854,16 @@ class EnvironmentActor:
         self.network = DuelingQ(actor) if cfg.dueling else actor
         self.worlds = iter(world_plan(cfg, 10**6, cfg.seed + 1 + 7919 * (index + 1)))
         self.envs = [make_env(cfg) for _ in range(ACTOR_ENVS)]
-        self.obs = [self._begin(env) for env in self.envs]
-        self.nsteps = [NStep(cfg.n_step, cfg.gamma) for _ in self.envs]
+        self.teachers = [""] * ACTOR_ENVS
+        self.obs = [self._begin(i) for i in range(ACTOR_ENVS)]
+        self.nsteps = [NStep(cfg.n_step, cfg.gamma, self.teachers[i]) for i in range(ACTOR_ENVS)]
         self.played = np.zeros(len(self.envs), dtype=int)
         self.returns = np.zeros(len(self.envs))
 
-    def _begin(self, env: SchedulingEnv) -> dict:
+    def _begin(self, i: int) -> dict:
         world = next(self.worlds)
-        return warm_start(env, world, burn_in_teacher(self.cfg, world), self.cfg.burn_in, self.rng)
+        self.teachers[i] = burn_in_teacher(self.cfg, world)
+        return warm_start(self.envs[i], world, self.teachers[i], self.cfg.burn_in, self.rng)
 
     def play(self, weights: dict, epsilon: float, steps: int) -> tuple[list, list[float], float]:
         cfg, started = self.cfg, time.time()
@@ -843,8 +886,8 @@ class EnvironmentActor:
                 if ended:
                     finished.append(float(self.returns[i]))
                     self.returns[i], self.played[i] = 0.0, 0
-                    next_obs = self._begin(env)
-                    self.nsteps[i] = NStep(cfg.n_step, cfg.gamma)
+                    next_obs = self._begin(i)
+                    self.nsteps[i] = NStep(cfg.n_step, cfg.gamma, self.teachers[i])
                 self.obs[i] = next_obs
         return out.items, finished, time.time() - started
 
@@ -855,9 +898,9 @@ class _Transitions:
     def __init__(self):
         self.items: list = []
 
-    def add(self, obs, action, ret, discount, next_obs, expert=None, advantage=None) -> None:
+    def add(self, obs, action, ret, discount, next_obs, expert=None, advantage=None, teacher=-1) -> None:
         """Replay.add's signature; an actor's own transitions have no teacher's choice nor advantage."""
-        self.items.append((_trim(obs), action, ret, discount, _trim(next_obs)))
+        self.items.append((_trim(obs), action, ret, discount, _trim(next_obs), teacher))
 
 
 def _trim(obs: dict) -> dict:
@@ -915,8 +958,8 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Re
         except ray.exceptions.RayError as error:
             raise ClusterLost(f"DQN on Ray: an environment actor failed for good or the cluster went away "
                               f"({type(error).__name__}: {str(error)[:300]}); no model is written") from None
-        for obs, action, ret, discount, next_obs in transitions:
-            replay.add(_pad(obs, cfg.max_nodes), action, ret, discount, _pad(next_obs, cfg.max_nodes))
+        for obs, action, ret, discount, next_obs, teacher in transitions:
+            replay.add(_pad(obs, cfg.max_nodes), action, ret, discount, _pad(next_obs, cfg.max_nodes), teacher=teacher)
         played = min(ACTOR_STEPS, cfg.total_timesteps - step)
         step += played
         env_seconds += seconds
