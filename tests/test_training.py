@@ -9,14 +9,14 @@ import torch
 
 from agent.evaluate.compare import evaluate, summarize
 from agent.learn import dqn
-from agent.learn.dqn import DQNConfig, advantage_loss, margin_loss, td_loss, train
+from agent.learn.dqn import DQNConfig, advantage_loss, margin_loss, td_loss, teacher_column, teacher_value, train
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
 from agent.learn.train import main as train_main
 from agent.sim import families
 from agent.sim.families import Family
 from agent.sim.world import GIB, LARGE, Hardware, NodeSpec, PodClass, World
-from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES, latency_tier_of
+from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES, NUM_STATE_FEATURES, RULE_FEATURES, latency_tier_of
 from rlscore.core.model import load_model
 from rlscore.core.scoring import ModelScorer
 
@@ -66,6 +66,34 @@ def test_the_td_loss_is_the_huber_loss_to_the_n_step_double_dqn_target():
     # targets: 1 + 0.9 x 5 = 5.5 (bootstrapped from the target network), -0.5 (terminal); Q = 2
     expected = [abs(2.0 - 5.5) - 0.5, 0.5 * (2.0 + 0.5) ** 2 if abs(2.0 + 0.5) < 1 else abs(2.0 + 0.5) - 0.5]
     np.testing.assert_allclose(loss.detach().numpy(), expected, atol=1e-6)
+
+
+def test_bootstrapping_on_the_teacher_takes_the_mean_target_value_over_the_teachers_best_nodes():
+    """The target network values the next state's nodes 1, 2, 3 (node 3 off the mask); the teacher's
+    standing column says which of them it would pick. A transition whose teacher has no column, or none
+    of whose picks has a value, falls back to double DQN's max."""
+
+    class Indexed(torch.nn.Module):  # value = 1 + slot index, -inf off the mask
+        def forward(self, nodes, pod, mask):
+            values = torch.arange(1.0, nodes.shape[1] + 1).expand(nodes.shape[0], -1).clone()
+            return values.masked_fill(~mask, float("-inf"))
+
+    column = NUM_STATE_FEATURES + RULE_FEATURES.index("latency-fit")
+    next_nodes = torch.zeros(3, 4, NUM_NODE_FEATURES)
+    next_nodes[0, [0, 1], column] = 1.0  # the teacher ties nodes 0 and 1: its value is their mean, 1.5
+    next_nodes[1, 3, column] = 1.0  # its pick is off the mask: the max, 3
+    next_nodes[2, 0, column] = 1.0  # this transition has no teacher column: the max, 3
+    mask = torch.tensor([[True, True, True, False]] * 3)
+    batch = {"next_nodes": next_nodes, "next_pod": torch.zeros(3, NUM_POD_FEATURES), "next_mask": mask,
+             "teacher": torch.tensor([RULE_FEATURES.index("latency-fit")] * 2 + [-1]),
+             "action": torch.zeros(3, dtype=torch.long), "ret": torch.zeros(3), "discount": torch.ones(3)}
+    has, mean = teacher_value(Indexed()(next_nodes, None, mask), batch)
+    assert has.tolist() == [True, False, False] and mean[0] == pytest.approx(1.5)
+    q = torch.zeros(3, 4)  # the taken action's value 0: the Huber loss of the target alone
+    loss = td_loss(q, Indexed(), Indexed(), batch, bootstrap="teacher")
+    np.testing.assert_allclose(loss.numpy(), [1.5 - 0.5, 3.0 - 0.5, 3.0 - 0.5])
+    assert td_loss(q, Indexed(), Indexed(), batch)[0] == pytest.approx(2.5)  # max: node 2's 3
+    assert teacher_column("latency-greedy") == -1 and teacher_column("latency-fit") >= 0
 
 
 @pytest.mark.parametrize("steady", [False, True])
@@ -289,6 +317,7 @@ def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
     (["--members", "0"], "--members must be >= 1"),
     (["--candidates", "nearest"], "--candidates must be one of all, best-latency-tier, not 'nearest'"),
     (["--shaping-gamma", "1.5"], "--shaping-gamma must be -1 (the discount) or within 0..1"),
+    (["--bootstrap", "mean"], "--bootstrap must be one of max, teacher, not 'mean'"),
     (["--members", "2", "--distil-worlds", "1"], "--distil-worlds must be >= 2"),
     (["--members", "2", "--snapshot-dir", "/tmp/x"], "--snapshot-dir writes one run's weights"),
 ])
