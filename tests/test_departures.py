@@ -17,14 +17,15 @@ def test_a_heuristic_never_departs_from_itself():
                        seeds=2, decisions=120)
     assert sum(found.decisions.values()) == 240
     assert found.decisions[OPENING] > 0 and found.decisions[RUNNING] > 0
-    assert found.departed == {OPENING: 0, RUNNING: 0}
+    assert found.departed == {OPENING: 0, RUNNING: 0} and found.opened_instead == 0
 
 
 def test_spreading_departs_from_packing_where_packing_places_onto_running_nodes():
     found = departures(HeuristicScorer("least-allocated", np.random.default_rng(0)), "most-allocated", "test1", 3,
                        seeds=2, decisions=120)
     assert found.departed[RUNNING] > 0.3 * found.decisions[RUNNING]
-    assert "depart from the baseline" in found.lines()[0]
+    assert 0 < found.opened_instead <= found.departed[RUNNING]  # spreading opens the empty nodes packing leaves
+    assert "depart from the baseline" in found.lines()[0] and "onto an empty node" in found.lines()[-1]
 
 
 def test_the_shipped_ee_follows_its_poisson_teacher_and_not_a_spreading_rule():

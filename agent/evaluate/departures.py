@@ -32,6 +32,7 @@ OPENING, RUNNING = "opens an empty node", "places onto a running node"
 class Departures:
     decisions: dict[str, int] = field(default_factory=lambda: {OPENING: 0, RUNNING: 0})
     departed: dict[str, int] = field(default_factory=lambda: {OPENING: 0, RUNNING: 0})
+    opened_instead: int = 0  # departures onto an empty node where the baseline places onto a running one
 
     def lines(self) -> list[str]:
         total = sum(self.decisions.values())
@@ -39,6 +40,8 @@ class Departures:
         for kind in (OPENING, RUNNING):
             n, k = self.decisions[kind], self.departed[kind]
             out.append(f"  where the baseline {kind}: {k} of {n}" + (f" ({100 * k / n:.1f}%)" if n else ""))
+        if self.departed[RUNNING]:
+            out.append(f"    of them onto an empty node (one more node on): {self.opened_instead}")
         return out
 
 
@@ -57,7 +60,10 @@ def departures(scorer: Scorer, baseline: str, family_name: str, nodes: int | Non
             pick = choose(values, rng)
             kind = RUNNING if state.pods[pick] > 0 else OPENING
             out.decisions[kind] += 1
-            out.departed[kind] += int(values[int(np.argmax(scorer.values(state, pod)))] < values.max() - 1e-9)
+            own = int(np.argmax(scorer.values(state, pod)))
+            departed = values[own] < values.max() - 1e-9
+            out.departed[kind] += int(departed)
+            out.opened_instead += int(departed and kind == RUNNING and state.pods[own] == 0)
             sim.place(pick)
     return out
 
