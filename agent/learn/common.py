@@ -31,6 +31,9 @@ class TrainConfig:
     """reward variant: outcome (the objective over time), stepwise (wave 1) or thesis"""
     shaping: bool = True
     """potential-based shaping of the outcome reward (leaves the optimal policy unchanged)"""
+    energy_potential: str = "committed"
+    """the shaping potential's energy: committed (the draw until the pods leave, which the simulator
+    knows and the candidates' features do not show) or rate (the draw now, as if it lasted)"""
     shaping_gamma: float = -1.0
     """the factor on Phi(s') in the shaping term: -1 the discount gamma (leaves the optimal policy
     unchanged); 1 charges each decision exactly the cost it commits the cluster to (for energy, the draw it
@@ -92,7 +95,8 @@ def make_env(cfg: TrainConfig) -> SchedulingEnv:
     return SchedulingEnv(cfg.policy, max_nodes=cfg.max_nodes, min_nodes=cfg.min_nodes,
                          families=cfg.families or None, episode_decisions=cfg.episode_decisions,
                          reward=cfg.reward, gamma=cfg.gamma, shaping=cfg.shaping, training=True,
-                         node_draw=cfg.node_draw, shaping_gamma=shaping_factor(cfg))
+                         node_draw=cfg.node_draw, shaping_gamma=shaping_factor(cfg),
+                         energy_potential=cfg.energy_potential)
 
 
 def shaping_factor(cfg: TrainConfig) -> float | None:

@@ -236,6 +236,8 @@ class DQNConfig(TrainConfig):
                                     "rollout_futures") else 1
             if getattr(self, name) < minimum:
                 problems.append(f"--{name.replace('_', '-')} must be >= {minimum}")
+        if self.energy_potential not in ("committed", "rate"):
+            problems.append(f"--energy-potential must be committed or rate, not {self.energy_potential!r}")
         if self.bootstrap not in BOOTSTRAPS:
             problems.append(f"--bootstrap must be one of {', '.join(BOOTSTRAPS)}, not {self.bootstrap!r}")
         if self.weight_average not in WEIGHT_AVERAGES:
@@ -318,7 +320,7 @@ def make_env(cfg: DQNConfig) -> SchedulingEnv:
     return SchedulingEnv(cfg.policy, max_nodes=cfg.max_nodes, min_nodes=cfg.min_nodes,
                          families=cfg.families or families_for(cfg.policy), episode_decisions=MAX_EPISODE_DECISIONS,
                          reward=cfg.reward, gamma=cfg.gamma, shaping=cfg.shaping, training=True, node_draw=cfg.node_draw,
-                         shaping_gamma=shaping_factor(cfg))
+                         shaping_gamma=shaping_factor(cfg), energy_potential=cfg.energy_potential)
 
 
 def warm_start(env: SchedulingEnv, world: tuple[str, int, int], teacher: str, burn_in: int,

@@ -31,7 +31,7 @@ class SchedulingEnv(gym.Env):
     def __init__(self, policy: str = "EE", max_nodes: int = TRAIN_NODES[1], min_nodes: int = TRAIN_NODES[0],
                  families: tuple[str, ...] | None = None, episode_decisions: int = 256,  # at least; see reset
                  reward: str = "outcome", gamma: float = 0.99, shaping: bool = True, training: bool = True,
-                 node_draw: str = "uniform", shaping_gamma: float | None = None):
+                 node_draw: str = "uniform", shaping_gamma: float | None = None, energy_potential: str = "committed"):
         self.policy = normalize_policy(policy)
         if not 1 <= min_nodes <= max_nodes:
             raise ValueError(f"need 1 <= min_nodes <= max_nodes, got {min_nodes}, {max_nodes}")
@@ -45,6 +45,7 @@ class SchedulingEnv(gym.Env):
         self.episode_decisions = episode_decisions
         self.reward_variant = reward
         self.outcome = OutcomeReward(self.policy, gamma, shaping, shaping_gamma)
+        self.energy_potential = energy_potential
         self.training = training
         self.limits = self.policy == "EL"  # EL learns to read latency limits; EE and LB pods carry none
         self.observation_space = spaces.Dict({
@@ -73,7 +74,7 @@ class SchedulingEnv(gym.Env):
     def _observe(self) -> dict[str, np.ndarray]:
         assert self.sim is not None
         self._state, self._pod = self.sim.candidate_state(self.policy)
-        self._potential = self.sim.potential(self.policy, self.outcome.gamma)
+        self._potential = self.sim.potential(self.policy, self.outcome.gamma, self.energy_potential)
         features, pod_vec = node_features(self._state, self._pod)
         n = len(self._state)
         if n > self.max_nodes:

@@ -467,11 +467,14 @@ class Simulation:
         self.decisions += 1
         self.pod = None
 
-    def potential(self, policy: str, gamma: float) -> float:
+    def potential(self, policy: str, gamma: float, energy_potential: str = "committed") -> float:
         """Shaping potential Phi(s) of the policy: minus the cost the current state commits to. The
         energy part is the committed energy (Cluster.committed_energy_j) in reward units; hot
         nodes and imbalance, which new pods change as much as old ones, count as if they lasted
-        (rate / (1 - gamma))."""
+        (rate / (1 - gamma)). With `energy_potential` "rate", energy counts as if it lasted too: the draw
+        now / (1 - gamma), which the candidates' features show, not the departures that they do not."""
+        if energy_potential == "rate":
+            return -self.cost_rate(policy) / (1.0 - gamma)
         energy = self.cluster.committed_energy_j(self.time) / (
             self.units.reference_power_watts * self.units.interarrival_s)
         if policy == "EE":
