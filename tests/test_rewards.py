@@ -80,6 +80,22 @@ def test_with_shaping_gamma_one_an_ee_decision_costs_the_energy_it_adds_until_th
     assert total == pytest.approx(-burned + env._potential - start, rel=1e-9)
 
 
+def test_the_rate_potential_charges_opening_a_node_its_idle_draw_as_if_it_lasted():
+    """With energy_potential "rate", a state's potential is its draw now / (1 - gamma): switching a node on
+    costs the same whatever the pod's lifetime, which the features do not show."""
+    world = World("hand-built", (NodeSpec(LARGE, 5.0), NodeSpec(LARGE, 5.0)), (PodClass("nginx", 1.0, (250.0,)),),
+                  arrivals="test2", latency_drift=False)
+    sim = Simulation(world, seed=0)
+    sim.next_decision()
+    assert sim.potential("EE", 0.9, "rate") == pytest.approx(-sim.cost_rate("EE") / 0.1)
+    before = sim.potential("EE", 0.9, "rate")
+    sim.place(0)
+    sim.next_decision()
+    idle = LARGE.power_idle_watts / sim.units.reference_power_watts
+    assert before - sim.potential("EE", 0.9, "rate") > idle / 0.1  # at least the idle draw, as if it lasted
+    assert sim.potential("EE", 0.9, "rate") != pytest.approx(sim.potential("EE", 0.9))
+
+
 def test_ee_shaping_charges_a_placement_the_energy_it_commits_to():
     """Same pod, two nodes: the one that must be switched on (idle draw for the pod's lifetime)
     gets the lower shaped reward at once, not a thousand decisions later."""

@@ -318,6 +318,7 @@ def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
     (["--candidates", "nearest"], "--candidates must be one of all, best-latency-tier, not 'nearest'"),
     (["--shaping-gamma", "1.5"], "--shaping-gamma must be -1 (the discount) or within 0..1"),
     (["--bootstrap", "mean"], "--bootstrap must be one of max, teacher, not 'mean'"),
+    (["--energy-potential", "future"], "--energy-potential must be committed or rate, not 'future'"),
     (["--members", "2", "--distil-worlds", "1"], "--distil-worlds must be >= 2"),
     (["--members", "2", "--snapshot-dir", "/tmp/x"], "--snapshot-dir writes one run's weights"),
 ])
