@@ -61,3 +61,14 @@ def test_the_cli_prints_the_split(capsys):
                  "--seeds", "1", "--decisions", "60"]) == 0
     out = capsys.readouterr().out
     assert "on test1 at 3 nodes, 1 seeds" in out and f"where the baseline {OPENING}" in out
+
+
+def test_the_window_prices_the_openings_with_the_training_reward_and_the_cost_that_follows():
+    """Spreading against packing on test1: every third opening is priced; switching a node on is charged
+    at once by the reward training gives, with either shaping factor."""
+    found = departures(HeuristicScorer("least-allocated", np.random.default_rng(0)), "most-allocated", "test1", 3,
+                       seeds=2, decisions=120, policy="EE", window=30)
+    assert len(found.priced) == found.opened_instead // 3 > 0
+    priced = np.array(found.priced)
+    assert np.mean(priced[:, 0] < priced[:, 1]) > 0.5 and np.mean(priced[:, 2] < priced[:, 3]) > 0.5
+    assert "cost over the next 30 decisions" in found.lines()[-1]

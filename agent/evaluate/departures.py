@@ -8,11 +8,17 @@ here whether it packs differently or opens other nodes (the choice whose best an
 load still to come, which no node feature shows).
 
     python -m agent.evaluate.departures models/ee.safetensors --baseline most-allocated --family test1 --nodes 3
+
+`--window N` also prices every third departure that opens an empty node where the baseline packs: the
+reward training gives each of the two picks (shaped with the discount's factor and with 1) and the
+policy's cost over the next N decisions with the baseline placing them, both branches meeting the same
+future. It says whether the reward, or what TD made of the future, sent the model there.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE, cells
+from agent.evaluate.rollout_bound import branch_cost
+from agent.sim.futures import branchable
+from agent.sim.outcomes import OutcomeReward
 from rlscore.core.model import ModelValidationError, load_model
 from rlscore.core.scoring import HeuristicScorer, ModelScorer, Scorer, choose
 from agent.sim.families import family
@@ -33,6 +42,9 @@ class Departures:
     decisions: dict[str, int] = field(default_factory=lambda: {OPENING: 0, RUNNING: 0})
     departed: dict[str, int] = field(default_factory=lambda: {OPENING: 0, RUNNING: 0})
     opened_instead: int = 0  # departures onto an empty node where the baseline places onto a running one
+    # per priced opening: rewards (model's, baseline's) shaped with the discount, then with 1, then the costs
+    priced: list[tuple[float, float, float, float, float, float]] = field(default_factory=list)
+    window: int = 0
 
     def lines(self) -> list[str]:
         total = sum(self.decisions.values())
@@ -42,15 +54,38 @@ class Departures:
             out.append(f"  where the baseline {kind}: {k} of {n}" + (f" ({100 * k / n:.1f}%)" if n else ""))
         if self.departed[RUNNING]:
             out.append(f"    of them onto an empty node (one more node on): {self.opened_instead}")
+        if self.priced:
+            a = np.array(self.priced)
+            out.append(f"  {len(a)} of those openings priced against the baseline's pick:")
+            for label, k in (("the reward training gives (shaping x gamma)", 0), ("the reward with shaping x 1", 2)):
+                out.append(f"    {label}: {a[:, k].mean():.2f} for the model's pick, {a[:, k + 1].mean():.2f} for the "
+                           f"baseline's; the model's higher on {np.mean(a[:, k] > a[:, k + 1]):.0%}")
+            gap = a[:, 4] - a[:, 5]
+            out.append(f"    cost over the next {self.window} decisions (the baseline after): {a[:, 4].mean():.1f} against "
+                       f"{a[:, 5].mean():.1f} (difference {gap.mean():.2f} +- {1.96 * gap.std() / np.sqrt(len(a)):.2f}); "
+                       f"the model's cheaper on {np.mean(gap < 0):.0%}")
         return out
 
 
+def training_reward(sim: Simulation, candidate: int, policy: str, shaping_gamma: float | None) -> float:
+    """The outcome reward training gives placing the current pod on `candidate` (the default discount)."""
+    branch = copy.deepcopy(sim)
+    reward = OutcomeReward(policy, shaping_gamma=shaping_gamma)
+    before, potential = branch.ledger.copy(), branch.potential(policy, reward.gamma)
+    branch.place(candidate)
+    branch.next_decision()
+    return reward(branch.ledger.minus(before), branch.units, potential, branch.potential(policy, reward.gamma))
+
+
 def departures(scorer: Scorer, baseline: str, family_name: str, nodes: int | None, seeds: int, decisions: int,
-               seed_base: int = EVAL_SEED_BASE, limits: bool = False) -> Departures:
-    """Count the scorer's departures from `baseline` along the baseline's own trajectories."""
-    out = Departures()
+               seed_base: int = EVAL_SEED_BASE, limits: bool = False, policy: str = "EE", window: int = 0) -> Departures:
+    """Count the scorer's departures from `baseline` along the baseline's own trajectories (and with
+    `window`, price every third opening; module docstring)."""
+    out = Departures(window=window)
     for name, size, seed in cells((family_name,), seeds, (nodes,) if nodes else None, seed_base):
         sim = Simulation.of_family(name, seed, size, limits=limits)
+        if window:
+            branchable(sim)
         rng = np.random.default_rng(seed)
         heuristic = HeuristicScorer(baseline, rng)
         for _ in range(decisions):
@@ -63,7 +98,14 @@ def departures(scorer: Scorer, baseline: str, family_name: str, nodes: int | Non
             own = int(np.argmax(scorer.values(state, pod)))
             departed = values[own] < values.max() - 1e-9
             out.departed[kind] += int(departed)
-            out.opened_instead += int(departed and kind == RUNNING and state.pods[own] == 0)
+            opened = departed and kind == RUNNING and state.pods[own] == 0
+            out.opened_instead += int(opened)
+            if opened and window and out.opened_instead % 3 == 0:
+                end = sim.decisions + window
+                out.priced.append((training_reward(sim, own, policy, None), training_reward(sim, pick, policy, None),
+                                   training_reward(sim, own, policy, 1.0), training_reward(sim, pick, policy, 1.0),
+                                   branch_cost(sim, own, baseline, policy, seed, end),
+                                   branch_cost(sim, pick, baseline, policy, seed, end)))
             sim.place(pick)
     return out
 
@@ -77,9 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--decisions", type=int, default=400, help="placements per world")
     parser.add_argument("--holdout", action="store_true", help="the hold-out seeds instead of the evaluation's")
+    parser.add_argument("--window", type=int, default=0,
+                        help="price every third opening over this many decisions (module docstring; 0: none)")
     args = parser.parse_args(argv)
-    if args.seeds < 1 or args.decisions < 1 or (args.nodes is not None and args.nodes < 1):
-        print("departures: --seeds, --decisions and --nodes must be positive", file=sys.stderr)
+    if args.seeds < 1 or args.decisions < 1 or (args.nodes is not None and args.nodes < 1) or args.window < 0:
+        print("departures: --seeds, --decisions and --nodes must be positive, --window >= 0", file=sys.stderr)
         return 2
     try:
         model = load_model(args.model)
@@ -90,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"departures: {exc}", file=sys.stderr)
         return 2
     found = departures(scorer, args.baseline, args.family, args.nodes, args.seeds, args.decisions,
-                       HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE, limits=model.policy == "EL")
+                       HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE, limits=model.policy == "EL",
+                       policy=model.policy, window=args.window)
     print(f"{args.model} against {args.baseline} on {args.family}"
           + (f" at {args.nodes} nodes" if args.nodes else "") + f", {args.seeds} seeds:")
     print("\n".join(found.lines()))
