@@ -184,3 +184,11 @@ def test_one_step_ee_charges_an_empty_nodes_idle_draw_and_one_step_el_violations
     # EL: node 0 meets the soft limit, node 1 only the hard one (3), node 2 neither (10 + 3); then 0.1 x energy
     np.testing.assert_allclose(one_step_el(nodes, pod, RNG), [0.0, -3.0, -13.0] + 0.1 * expected)
     assert int(np.argmax(one_step_el(nodes, pod, RNG))) == 0
+
+
+def test_the_coefficient_of_variation_of_shares_whose_mean_underflows_is_zero_not_an_error():
+    """Found by the API fuzzer: a node with 2e-16 millicores requested of 3e307 has a share of 5e-324, and
+    the mean of it and a 0 underflows to 0."""
+    from rlscore.core.objectives import cv
+    assert cv(np.array([0.0, 5e-324])) == 0.0
+    assert cv(np.array([1.0, 3.0])) == pytest.approx(0.5)

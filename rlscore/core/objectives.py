@@ -30,6 +30,8 @@ def cv(values: np.ndarray) -> float:
     if total <= 0:
         return 0.0
     mean = total / n
+    if mean == 0:  # shares so small that their mean underflows (NaN goes on, as in the Go port)
+        return 0.0
     variance = max(float(np.dot(values, values)) / n - mean * mean, 0.0)
     return variance**0.5 / mean
 

@@ -299,8 +299,7 @@ func placementCosts(policy string, s *NodeState, pod PodRequest, out []float64) 
 			squares += before * before
 		}
 		cvBefore := 0.0
-		if !(total <= 0) { // as outcomes.cv: NaN goes on
-			mean := total / float64(n)
+		if mean := total / float64(n); !(total <= 0) && mean != 0 { // as objectives.cv: NaN goes on
 			cvBefore = math.Sqrt(math.Max(squares/float64(n)-mean*mean, 0)) / mean
 		}
 		for i := 0; i < n; i++ {
