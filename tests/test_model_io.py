@@ -23,17 +23,20 @@ def saved(tmp_path):
     return path, net
 
 
+def _torch_values(net, nodes, pod):
+    """The torch network's values of every node as candidates (-inf where it ranks none)."""
+    feats, pod_vec = node_features(nodes, pod)
+    with torch.no_grad():
+        return net(torch.from_numpy(feats)[None], torch.from_numpy(pod_vec)[None],
+                   torch.ones(1, len(feats), dtype=torch.bool))[0].numpy()
+
+
 def test_round_trip_gives_the_same_q_values_and_records_metadata(saved):
     path, net = saved
     model = load_model(path, expected_policy="EE")
     nodes = make_nodes([4000, 8000, 16000], cpu_req=[1000, 0, 500], latency=[5, 15, 40])
     pod = PodRequest(250, 64 * 2**20)
-    from rlscore.core.features import node_features
-    feats, pod_vec = node_features(nodes, pod)
-    with torch.no_grad():
-        expected = net(torch.from_numpy(feats)[None], torch.from_numpy(pod_vec)[None],
-                       torch.ones(1, 3, dtype=torch.bool))[0].numpy()
-    np.testing.assert_allclose(model.q_values(nodes, pod), expected, rtol=1e-6)
+    np.testing.assert_allclose(model.q_values(nodes, pod), _torch_values(net, nodes, pod), rtol=1e-6)
     assert model.version.startswith("ee-") and model.metadata["training"]["steps"] == 1
     assert model.metadata["feature_spec_version"] == FEATURE_SPEC_VERSION
 
@@ -47,10 +50,7 @@ def test_a_best_tier_scorer_serves_the_networks_values_inside_the_tier_and_ranks
     # soft limit 10 ms, hard 30: nodes 1 and 3 within the soft limit, node 0 within the hard one, node 2 beyond
     nodes = make_nodes([4000, 8000, 16000, 4000], cpu_req=[1000, 0, 500, 0], latency=[25, 8, 90, 10])
     pod = PodRequest(250, 64 * 2**20, 10.0, 30.0)
-    feats, pod_vec = node_features(nodes, pod)
-    with torch.no_grad():
-        torch_values = net(torch.from_numpy(feats)[None], torch.from_numpy(pod_vec)[None],
-                           torch.ones(1, 4, dtype=torch.bool))[0].numpy()
+    torch_values = _torch_values(net, nodes, pod)
     served = model.q_values(nodes, pod)
     np.testing.assert_allclose(served[[1, 3]], torch_values[[1, 3]], rtol=1e-6)
     assert np.isfinite(served).all() and not np.isfinite(torch_values[[0, 2]]).any()
@@ -59,11 +59,7 @@ def test_a_best_tier_scorer_serves_the_networks_values_inside_the_tier_and_ranks
     assert served[2] == pytest.approx(min(served[[1, 3]]) - 2 * spread)
     # a pod without limits: every node is in the one tier, and the network's values are served as they are
     free = PodRequest(250, 64 * 2**20)
-    feats, pod_vec = node_features(nodes, free)
-    with torch.no_grad():
-        expected = net(torch.from_numpy(feats)[None], torch.from_numpy(pod_vec)[None],
-                       torch.ones(1, 4, dtype=torch.bool))[0].numpy()
-    np.testing.assert_allclose(model.q_values(nodes, free), expected, rtol=1e-6)
+    np.testing.assert_allclose(model.q_values(nodes, free), _torch_values(net, nodes, free), rtol=1e-6)
     assert torch_network(model).candidates == "best-latency-tier"
 
 
