@@ -15,7 +15,6 @@ worlds this measures:
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 from dataclasses import dataclass
 
@@ -27,7 +26,7 @@ from agent.evaluate.goals import paired_ratio
 from agent.evaluate.rollout_bound import branch_cost
 from agent.parallel import shared, worker_pool
 from agent.sim.futures import branchable
-from agent.sim.outcomes import OutcomeReward
+from agent.evaluate.departures import training_reward
 from agent.sim.simulator import EventsExhausted, Simulation
 from rlscore.core.model import ModelValidationError, load_model
 from rlscore.core.rules import RULES
@@ -35,8 +34,6 @@ from rlscore.core.scoring import HeuristicScorer, ModelScorer, Scorer, choose
 from rlscore.core.state import NodeState, PodRequest, latency_tiers
 
 REFERENCE = "latency-fit"
-GAMMA = 0.99  # rlscore-train's default discount, which its shaped reward uses
-TRAINING_REWARD = OutcomeReward("EL", GAMMA, shaping=True)
 
 
 @dataclass
@@ -75,11 +72,7 @@ def scorer_of(spec: str, seed: int) -> Scorer:
 def one_step_reward(sim: Simulation, candidate: int) -> float:
     """The reward rlscore-train gives placing the current pod on `candidate` (its default outcome
     reward, shaped), read on a copy of the simulation."""
-    branch = copy.deepcopy(sim)
-    before, potential = branch.ledger.copy(), branch.potential("EL", GAMMA)
-    branch.place(candidate)
-    branch.next_decision()
-    return TRAINING_REWARD(branch.ledger.minus(before), branch.units, potential, branch.potential("EL", GAMMA))
+    return training_reward(sim, candidate, "EL", None)
 
 
 def _runs(job: tuple) -> dict[str, tuple[float, int, int]]:

@@ -277,8 +277,8 @@ def _node_features(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.nd
     limited = pod.has_latency_limits
     out[17] = known
     out[18] = np.where(known, latency / scale, FEATURE_CLIP)
-    out[19] = (tiers >= LATENCY_TIER_SOFT) & limited
-    out[20] = (tiers >= LATENCY_TIER_HARD) & limited
+    out[_MEETS_SOFT] = (tiers >= LATENCY_TIER_SOFT) & limited
+    out[_MEETS_HARD] = (tiers >= LATENCY_TIER_HARD) & limited
     best = latency[known].min() if known.any() else 0.0
     out[21] = np.where(known, (latency - best) / scale, FEATURE_CLIP)
     if n and known.any():
