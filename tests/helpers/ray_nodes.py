@@ -46,9 +46,11 @@ class RayNodes:
     def alive(self) -> int:
         out = subprocess.run([str(RAY_PY), "-c", (
             "import ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
-            "print(sum(n['Alive'] for n in ray.nodes()))") % self.address],
+            "print('alive', sum(n['Alive'] for n in ray.nodes()))") % self.address],
             env=ENV, capture_output=True, text=True, timeout=60)
-        return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else 0
+        # Ray may print its own warnings on stdout after ours ("raylet has lagging heartbeats ...")
+        counts = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("alive ")]
+        return int(counts[-1]) if out.returncode == 0 and counts else 0
 
     def kill(self, name: str) -> None:
         os.killpg(self.nodes.pop(name).pid, signal.SIGKILL)
