@@ -72,3 +72,16 @@ def test_the_window_prices_the_openings_with_the_training_reward_and_the_cost_th
     priced = np.array(found.priced)
     assert np.mean(priced[:, 0] < priced[:, 1]) > 0.5 and np.mean(priced[:, 2] < priced[:, 3]) > 0.5
     assert "cost over the next 30 decisions" in found.lines()[-1]
+
+
+def test_the_returns_price_the_openings_in_what_td_estimates_with_either_continuation():
+    """Spreading against packing on test1 under EE: with the rest placed by either rule, training's
+    return is lower after switching a node on than after packing on most priced openings."""
+    found = departures(HeuristicScorer("least-allocated", np.random.default_rng(0)), "most-allocated", "test1", 3,
+                       seeds=2, decisions=120, policy="EE", window=30, returns=40)
+    assert len(found.returns) == len(found.priced) > 0
+    r = np.array(found.returns)
+    assert np.mean(r[:, 0] < r[:, 1]) > 0.5 and np.mean(r[:, 2] < r[:, 3]) > 0.5
+    assert "the rest placed by the baseline" in found.lines()[-1]
+    assert main([str(MODELS / "ee.safetensors"), "--baseline", "efficient-first", "--family", "test1",
+                 "--returns", "5"]) == 2

@@ -96,6 +96,28 @@ def test_bootstrapping_on_the_teacher_takes_the_mean_target_value_over_the_teach
     assert teacher_column("latency-greedy") == -1 and teacher_column("latency-fit") >= 0
 
 
+def test_advantage_learning_lowers_the_target_of_a_node_by_its_gap_to_the_states_best():
+    """The target network values the state's nodes 1, 2, 3 (slot index + 1) and the next state's alike;
+    taking node 0 is 2 below the best, so with action gap 0.5 its target drops by 1; the best node's
+    target is double DQN's."""
+
+    class Indexed(torch.nn.Module):
+        def forward(self, nodes, pod, mask):
+            values = torch.arange(1.0, nodes.shape[1] + 1).expand(nodes.shape[0], -1).clone()
+            return values.masked_fill(~mask, float("-inf"))
+
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    batch = {"nodes": torch.zeros(2, 3, NUM_NODE_FEATURES), "pod": torch.zeros(2, NUM_POD_FEATURES), "mask": mask,
+             "next_nodes": torch.zeros(2, 3, NUM_NODE_FEATURES), "next_pod": torch.zeros(2, NUM_POD_FEATURES),
+             "next_mask": mask, "action": torch.tensor([0, 2]), "ret": torch.tensor([10.0, 10.0]),
+             "discount": torch.tensor([0.5, 0.5])}
+    q = torch.zeros(2, 3)  # the taken node's value 0: the Huber loss of the target alone
+    plain = td_loss(q, Indexed(), Indexed(), batch)
+    gapped = td_loss(q, Indexed(), Indexed(), batch, action_gap=0.5)
+    np.testing.assert_allclose(plain.numpy(), [11.5 - 0.5, 11.5 - 0.5])  # 10 + 0.5 x 3
+    np.testing.assert_allclose(gapped.numpy(), [10.5 - 0.5, 11.5 - 0.5])  # node 0: 11.5 - 0.5 x (3 - 1)
+
+
 @pytest.mark.parametrize("steady", [False, True])
 def test_the_mixed_worlds_teachers_are_measured_where_teacher_steady_says(steady):
     """--teacher-steady picks each mixed world's teacher on runs after one fill, as the demonstrations
@@ -318,6 +340,7 @@ def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
     (["--candidates", "nearest"], "--candidates must be one of all, best-latency-tier, not 'nearest'"),
     (["--shaping-gamma", "1.5"], "--shaping-gamma must be -1 (the discount) or within 0..1"),
     (["--bootstrap", "mean"], "--bootstrap must be one of max, teacher, not 'mean'"),
+    (["--action-gap", "1"], "--action-gap must be within [0, 1)"),
     (["--energy-potential", "future"], "--energy-potential must be committed or rate, not 'future'"),
     (["--members", "2", "--distil-worlds", "1"], "--distil-worlds must be >= 2"),
     (["--members", "2", "--snapshot-dir", "/tmp/x"], "--snapshot-dir writes one run's weights"),

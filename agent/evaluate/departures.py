@@ -12,7 +12,10 @@ load still to come, which no node feature shows).
 `--window N` also prices every third departure that opens an empty node where the baseline packs: the
 reward training gives each of the two picks (shaped with the discount's factor and with 1) and the
 policy's cost over the next N decisions with the baseline placing them, both branches meeting the same
-future. It says whether the reward, or what TD made of the future, sent the model there.
+future. It says whether the reward, or what TD made of the future, sent the model there. `--returns H`
+also gives each priced pair the discounted sum of training's rewards over H decisions (what TD
+estimates), the rest placed by the model itself and by the baseline: how far apart the two picks are
+in the quantity TD learns, next to the noise of a single return.
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ class Departures:
     # per priced opening: rewards (model's, baseline's) shaped with the discount, then with 1, then the costs
     priced: list[tuple[float, float, float, float, float, float]] = field(default_factory=list)
     window: int = 0
+    # per priced opening with `returns`: training returns (model's pick, baseline's) continued by the
+    # model, then by the baseline
+    returns: list[tuple[float, float, float, float]] = field(default_factory=list)
+    horizon: int = 0
 
     def lines(self) -> list[str]:
         total = sum(self.decisions.values())
@@ -64,6 +71,14 @@ class Departures:
             out.append(f"    cost over the next {self.window} decisions (the baseline after): {a[:, 4].mean():.1f} against "
                        f"{a[:, 5].mean():.1f} (difference {gap.mean():.2f} +- {1.96 * gap.std() / np.sqrt(len(a)):.2f}); "
                        f"the model's cheaper on {np.mean(gap < 0):.0%}")
+        if self.returns:
+            r = np.array(self.returns)
+            out.append(f"  training's discounted return over {self.horizon} decisions (what TD estimates):")
+            for label, k in (("the model", 0), ("the baseline", 2)):
+                gap = r[:, k] - r[:, k + 1]
+                out.append(f"    the rest placed by {label}: {r[:, k].mean():.1f} for the model's pick, {r[:, k + 1].mean():.1f}"
+                           f" for the baseline's (difference {gap.mean():.2f} +- {1.96 * gap.std() / np.sqrt(len(r)):.2f},"
+                           f" spread of one return {r[:, k].std():.1f}); the model's higher on {np.mean(gap > 0):.0%}")
         return out
 
 
@@ -77,11 +92,33 @@ def training_reward(sim: Simulation, candidate: int, policy: str, shaping_gamma:
     return reward(branch.ledger.minus(before), branch.units, potential, branch.potential(policy, reward.gamma))
 
 
+def training_return(sim: Simulation, first: int, policy: str, horizon: int, scorer: Scorer | None, baseline: str,
+                    seed: int) -> float:
+    """The discounted sum of the rewards training gives (shaped with the discount's factor) over `horizon`
+    decisions from placing the current pod on `first`, the rest placed greedily by `scorer` or, without
+    one, by `baseline`."""
+    branch = copy.deepcopy(sim)
+    rng = np.random.default_rng(seed)
+    heuristic = HeuristicScorer(baseline, rng)
+    reward = OutcomeReward(policy)
+    total, pick = 0.0, first
+    for k in range(horizon):
+        before, potential = branch.ledger.copy(), branch.potential(policy, reward.gamma)
+        branch.place(pick)
+        branch.next_decision()
+        total += reward.gamma**k * reward(branch.ledger.minus(before), branch.units, potential,
+                                          branch.potential(policy, reward.gamma))
+        state, pod = branch.candidate_state()
+        pick = int(np.argmax(scorer.values(state, pod))) if scorer else choose(heuristic.values(state, pod), rng)
+    return total
+
+
 def departures(scorer: Scorer, baseline: str, family_name: str, nodes: int | None, seeds: int, decisions: int,
-               seed_base: int = EVAL_SEED_BASE, limits: bool = False, policy: str = "EE", window: int = 0) -> Departures:
+               seed_base: int = EVAL_SEED_BASE, limits: bool = False, policy: str = "EE", window: int = 0,
+               returns: int = 0) -> Departures:
     """Count the scorer's departures from `baseline` along the baseline's own trajectories (and with
-    `window`, price every third opening; module docstring)."""
-    out = Departures(window=window)
+    `window`, price every third opening, with `returns` also by training's return; module docstring)."""
+    out = Departures(window=window, horizon=returns)
     for name, size, seed in cells((family_name,), seeds, (nodes,) if nodes else None, seed_base):
         sim = Simulation.of_family(name, seed, size, limits=limits)
         if window:
@@ -106,6 +143,9 @@ def departures(scorer: Scorer, baseline: str, family_name: str, nodes: int | Non
                                    training_reward(sim, own, policy, 1.0), training_reward(sim, pick, policy, 1.0),
                                    branch_cost(sim, own, baseline, policy, seed, end),
                                    branch_cost(sim, pick, baseline, policy, seed, end)))
+                if returns:
+                    out.returns.append(tuple(training_return(sim, first, policy, returns, rest, baseline, seed)
+                                             for rest in (scorer, None) for first in (own, pick)))
             sim.place(pick)
     return out
 
@@ -121,9 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--holdout", action="store_true", help="the hold-out seeds instead of the evaluation's")
     parser.add_argument("--window", type=int, default=0,
                         help="price every third opening over this many decisions (module docstring; 0: none)")
+    parser.add_argument("--returns", type=int, default=0,
+                        help="with --window, also price by training's discounted return over this many decisions")
     args = parser.parse_args(argv)
-    if args.seeds < 1 or args.decisions < 1 or (args.nodes is not None and args.nodes < 1) or args.window < 0:
-        print("departures: --seeds, --decisions and --nodes must be positive, --window >= 0", file=sys.stderr)
+    if args.seeds < 1 or args.decisions < 1 or (args.nodes is not None and args.nodes < 1) or args.window < 0 \
+            or args.returns < 0 or (args.returns and not args.window):
+        print("departures: --seeds, --decisions and --nodes must be positive, --window and --returns >= 0, "
+              "--returns needs --window", file=sys.stderr)
         return 2
     try:
         model = load_model(args.model)
@@ -135,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     found = departures(scorer, args.baseline, args.family, args.nodes, args.seeds, args.decisions,
                        HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE, limits=model.policy == "EL",
-                       policy=model.policy, window=args.window)
+                       policy=model.policy, window=args.window, returns=args.returns)
     print(f"{args.model} against {args.baseline} on {args.family}"
           + (f" at {args.nodes} nodes" if args.nodes else "") + f", {args.seeds} seeds:")
     print("\n".join(found.lines()))

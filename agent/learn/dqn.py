@@ -136,6 +136,11 @@ class DQNConfig(TrainConfig):
     would pick there, read from its standing column): the network then learns its teachers' values, its
     greedy choice is one step of policy improvement over them, and no max over noisy values inflates the
     states with many near-equal choices"""
+    action_gap: float = 0.0
+    """advantage learning (Bellemare et al. 2016): the target of a node other than the target network's
+    best is lowered by this share of its gap to the best, so near-equal values the regression cannot
+    resolve keep the order they have (after pre-training: the teachers') until returns say otherwise;
+    0: plain double DQN"""
     burn_in: int = 400
     """at most this many placements by the world's teacher before an episode is recorded or played: the
     steady state a cluster lives in (and evaluation measures), not the fill of an empty one"""
@@ -238,6 +243,8 @@ class DQNConfig(TrainConfig):
                 problems.append(f"--{name.replace('_', '-')} must be >= {minimum}")
         if self.energy_potential not in ("committed", "rate"):
             problems.append(f"--energy-potential must be committed or rate, not {self.energy_potential!r}")
+        if not 0.0 <= self.action_gap < 1.0:
+            problems.append("--action-gap must be within [0, 1)")
         if self.bootstrap not in BOOTSTRAPS:
             problems.append(f"--bootstrap must be one of {', '.join(BOOTSTRAPS)}, not {self.bootstrap!r}")
         if self.weight_average not in WEIGHT_AVERAGES:
@@ -471,10 +478,12 @@ class NStep:
 # --- the losses -----------------------------------------------------------------------------------
 
 def td_loss(q: torch.Tensor, q_network: NodeScorer, target_network: NodeScorer,
-            batch: dict[str, torch.Tensor], bootstrap: str = "max") -> torch.Tensor:
+            batch: dict[str, torch.Tensor], bootstrap: str = "max", action_gap: float = 0.0) -> torch.Tensor:
     """n-step double DQN, per transition: the online network picks the next action, the target
     network values it (Huber loss); with `bootstrap` "teacher", the target network's mean value over the
-    teacher's choices there (max where the transition's teacher has no standing column). `q` is the online
+    teacher's choices there (max where the transition's teacher has no standing column); with `action_gap`
+    alpha, minus alpha x (the target network's best value of the state minus its value of the taken node),
+    the advantage learning operator. `q` is the online
     network's values of the batch's states, which the margin loss shares: one forward pass and one backward
     pass through it, not two."""
     with torch.no_grad():
@@ -486,6 +495,10 @@ def td_loss(q: torch.Tensor, q_network: NodeScorer, target_network: NodeScorer,
             next_value = torch.where(*teacher_value(target_values, batch), next_value)
         next_value = torch.nan_to_num(next_value, nan=0.0, posinf=0.0, neginf=0.0)
         target = batch["ret"] + batch["discount"] * next_value
+        if action_gap > 0:
+            here = values_by_extent(target_network, batch["nodes"], batch["pod"], batch["mask"])
+            gap = here.max(dim=1).values - here.gather(1, batch["action"].unsqueeze(1)).squeeze(1)
+            target = target - action_gap * torch.nan_to_num(gap, nan=0.0, posinf=0.0, neginf=0.0)
     taken = q.gather(1, batch["action"].unsqueeze(1)).squeeze(1)
     return F.smooth_l1_loss(taken, target, reduction="none")
 
@@ -706,7 +719,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 loss = loss + cfg.advantage_weight * a
                 losses["advantage"].append(float(a.detach()))
         if cfg.td_weight > 0:
-            td = td_loss(q, q_network, target_network, batch, cfg.bootstrap)
+            td = td_loss(q, q_network, target_network, batch, cfg.bootstrap, cfg.action_gap)
             loss = loss + cfg.td_weight * td.mean()
             losses["td"].append(float(td.detach().mean()))
         optimizer.zero_grad()
