@@ -84,33 +84,30 @@ class Departures:
 
 def training_reward(sim: Simulation, candidate: int, policy: str, shaping_gamma: float | None) -> float:
     """The outcome reward training gives placing the current pod on `candidate` (the default discount)."""
+    return training_return(sim, candidate, policy, shaping_gamma=shaping_gamma)
+
+
+def training_return(sim: Simulation, first: int, policy: str, horizon: int = 1, rest=None,
+                    shaping_gamma: float | None = None) -> float:
+    """The discounted sum of the rewards training gives over `horizon` decisions from placing the current
+    pod on `first`, the rest placed by `rest(state, pod) -> candidate`."""
     branch = copy.deepcopy(sim)
     reward = OutcomeReward(policy, shaping_gamma=shaping_gamma)
-    before, potential = branch.ledger.copy(), branch.potential(policy, reward.gamma)
-    branch.place(candidate)
-    branch.next_decision()
-    return reward(branch.ledger.minus(before), branch.units, potential, branch.potential(policy, reward.gamma))
-
-
-def training_return(sim: Simulation, first: int, policy: str, horizon: int, scorer: Scorer | None, baseline: str,
-                    seed: int) -> float:
-    """The discounted sum of the rewards training gives (shaped with the discount's factor) over `horizon`
-    decisions from placing the current pod on `first`, the rest placed greedily by `scorer` or, without
-    one, by `baseline`."""
-    branch = copy.deepcopy(sim)
-    rng = np.random.default_rng(seed)
-    heuristic = HeuristicScorer(baseline, rng)
-    reward = OutcomeReward(policy)
     total, pick = 0.0, first
     for k in range(horizon):
+        if k:
+            pick = rest(*branch.candidate_state())
         before, potential = branch.ledger.copy(), branch.potential(policy, reward.gamma)
         branch.place(pick)
         branch.next_decision()
         total += reward.gamma**k * reward(branch.ledger.minus(before), branch.units, potential,
                                           branch.potential(policy, reward.gamma))
-        state, pod = branch.candidate_state()
-        pick = int(np.argmax(scorer.values(state, pod))) if scorer else choose(heuristic.values(state, pod), rng)
     return total
+
+
+def greedy(scorer: Scorer, rng: np.random.Generator):
+    """`scorer`'s pick (ties broken by `rng`) as training_return's `rest`."""
+    return lambda state, pod: choose(scorer.values(state, pod), rng)
 
 
 def departures(scorer: Scorer, baseline: str, family_name: str, nodes: int | None, seeds: int, decisions: int,
@@ -144,8 +141,10 @@ def departures(scorer: Scorer, baseline: str, family_name: str, nodes: int | Non
                                    branch_cost(sim, own, baseline, policy, seed, end),
                                    branch_cost(sim, pick, baseline, policy, seed, end)))
                 if returns:
-                    out.returns.append(tuple(training_return(sim, first, policy, returns, rest, baseline, seed)
-                                             for rest in (scorer, None) for first in (own, pick)))
+                    out.returns.append(tuple(
+                        training_return(sim, first, policy, returns, greedy(rest, np.random.default_rng(seed)))
+                        for rest in (scorer, HeuristicScorer(baseline, np.random.default_rng(seed)))
+                        for first in (own, pick)))
             sim.place(pick)
     return out
 
