@@ -85,3 +85,14 @@ def test_the_returns_price_the_openings_in_what_td_estimates_with_either_continu
     assert "the rest placed by the baseline" in found.lines()[-1]
     assert main([str(MODELS / "ee.safetensors"), "--baseline", "efficient-first", "--family", "test1",
                  "--returns", "5"]) == 2
+
+
+def test_following_the_model_asks_on_the_states_its_own_placements_lead_to():
+    """A spreader against a packer on 3 nodes: on the packer's states most pods could open an empty
+    node and the spreader does; on its own states every node soon runs pods, so there is little to open."""
+    spreader = HeuristicScorer("least-allocated", np.random.default_rng(0))
+    on_baseline = departures(spreader, "most-allocated", "test1", 3, seeds=2, decisions=120, policy="EE")
+    on_own = departures(spreader, "most-allocated", "test1", 3, seeds=2, decisions=120, policy="EE",
+                        follow_model=True)
+    assert sum(on_own.decisions.values()) == sum(on_baseline.decisions.values())
+    assert on_own.opened_instead < on_baseline.opened_instead / 4

@@ -1,7 +1,8 @@
 """Where a model departs from a heuristic, and on which kind of decision.
 
 The model and the heuristic are asked about the same states: the ones the heuristic's own placements
-lead to, on the evaluation's seeded worlds. A departure is a decision where the model's pick is not
+lead to, on the evaluation's seeded worlds (`--follow model`: the model's own, which is where its
+departures add up to what evaluation measures). A departure is a decision where the model's pick is not
 among the heuristic's tied best. Decisions are split by what the heuristic does: open an empty node,
 or place onto a node that already runs pods. A cloned model that loses to its teacher in a cell shows
 here whether it packs differently or opens other nodes (the choice whose best answer depends on the
@@ -112,9 +113,10 @@ def greedy(scorer: Scorer, rng: np.random.Generator):
 
 def departures(scorer: Scorer, baseline: str, family_name: str, nodes: int | None, seeds: int, decisions: int,
                seed_base: int = EVAL_SEED_BASE, limits: bool = False, policy: str = "EE", window: int = 0,
-               returns: int = 0) -> Departures:
-    """Count the scorer's departures from `baseline` along the baseline's own trajectories (and with
-    `window`, price every third opening, with `returns` also by training's return; module docstring)."""
+               returns: int = 0, follow_model: bool = False) -> Departures:
+    """Count the scorer's departures from `baseline` along the baseline's own trajectories (the scorer's
+    with `follow_model`; with `window`, price every third opening, with `returns` also by training's
+    return; module docstring)."""
     out = Departures(window=window, horizon=returns)
     for name, size, seed in cells((family_name,), seeds, (nodes,) if nodes else None, seed_base):
         sim = Simulation.of_family(name, seed, size, limits=limits)
@@ -145,7 +147,7 @@ def departures(scorer: Scorer, baseline: str, family_name: str, nodes: int | Non
                         training_return(sim, first, policy, returns, greedy(rest, np.random.default_rng(seed)))
                         for rest in (scorer, HeuristicScorer(baseline, np.random.default_rng(seed)))
                         for first in (own, pick)))
-            sim.place(pick)
+            sim.place(own if follow_model else pick)
     return out
 
 
@@ -158,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--decisions", type=int, default=400, help="placements per world")
     parser.add_argument("--holdout", action="store_true", help="the hold-out seeds instead of the evaluation's")
+    parser.add_argument("--follow", choices=("baseline", "model"), default="baseline",
+                        help="whose placements lead from one decision to the next")
     parser.add_argument("--window", type=int, default=0,
                         help="price every third opening over this many decisions (module docstring; 0: none)")
     parser.add_argument("--returns", type=int, default=0,
@@ -178,9 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     found = departures(scorer, args.baseline, args.family, args.nodes, args.seeds, args.decisions,
                        HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE, limits=model.policy == "EL",
-                       policy=model.policy, window=args.window, returns=args.returns)
+                       policy=model.policy, window=args.window, returns=args.returns,
+                       follow_model=args.follow == "model")
     print(f"{args.model} against {args.baseline} on {args.family}"
-          + (f" at {args.nodes} nodes" if args.nodes else "") + f", {args.seeds} seeds:")
+          + (f" at {args.nodes} nodes" if args.nodes else "") + f", {args.seeds} seeds, on the {args.follow}'s states:")
     print("\n".join(found.lines()))
     return 0
 
