@@ -46,6 +46,7 @@ class Departures:
     decisions: dict[str, int] = field(default_factory=lambda: {OPENING: 0, RUNNING: 0})
     departed: dict[str, int] = field(default_factory=lambda: {OPENING: 0, RUNNING: 0})
     opened_instead: int = 0  # departures onto an empty node where the baseline places onto a running one
+    model_opens: int = 0  # decisions where the model's pick is an empty node
     # per priced opening: rewards (model's, baseline's) shaped with the discount, then with 1, then the costs
     priced: list[tuple[float, float, float, float, float, float]] = field(default_factory=list)
     window: int = 0
@@ -56,7 +57,9 @@ class Departures:
 
     def lines(self) -> list[str]:
         total = sum(self.decisions.values())
-        out = [f"{sum(self.departed.values())} of {total} decisions depart from the baseline"]
+        out = [f"{sum(self.departed.values())} of {total} decisions depart from the baseline",
+               f"  the model switches an empty node on at {self.model_opens} of them, the baseline at "
+               f"{self.decisions[OPENING]}"]
         for kind in (OPENING, RUNNING):
             n, k = self.decisions[kind], self.departed[kind]
             out.append(f"  where the baseline {kind}: {k} of {n}" + (f" ({100 * k / n:.1f}%)" if n else ""))
@@ -136,6 +139,7 @@ def departures(scorer: Scorer, baseline: str, family_name: str, nodes: int | Non
             out.departed[kind] += int(departed)
             opened = departed and kind == RUNNING and state.pods[own] == 0
             out.opened_instead += int(opened)
+            out.model_opens += int(state.pods[own] == 0)
             if opened and window and out.opened_instead % 3 == 0:
                 end = sim.decisions + window
                 out.priced.append((training_reward(sim, own, policy, None), training_reward(sim, pick, policy, None),
