@@ -58,7 +58,7 @@ class Departures:
     def lines(self) -> list[str]:
         total = sum(self.decisions.values())
         out = [f"{sum(self.departed.values())} of {total} decisions depart from the baseline",
-               f"  the model switches an empty node on at {self.model_opens} of them, the baseline at "
+               f"  the model switches an empty node on at {self.model_opens} decisions, the baseline at "
                f"{self.decisions[OPENING]}"]
         for kind in (OPENING, RUNNING):
             n, k = self.decisions[kind], self.departed[kind]
