@@ -99,4 +99,5 @@ def test_following_the_model_asks_on_the_states_its_own_placements_lead_to():
     # the spreader switches a node on wherever one is empty: on the packer's states, at almost every decision
     assert on_baseline.model_opens >= on_baseline.opened_instead + on_baseline.decisions[OPENING] - \
         on_baseline.departed[OPENING]
+    assert on_baseline.model_opens > 0.9 * sum(on_baseline.decisions.values()) > on_own.model_opens
     assert "the model switches an empty node on at" in on_own.lines()[1]

@@ -22,11 +22,11 @@ import numpy as np
 
 from agent.evaluate.cli import family_list
 from agent.evaluate.compare import EVAL_SEED_BASE, EVAL_WORKERS, run
+from agent.evaluate.departures import training_reward
 from agent.evaluate.goals import paired_ratio
 from agent.evaluate.rollout_bound import branch_cost
 from agent.parallel import shared, worker_pool
 from agent.sim.futures import branchable
-from agent.evaluate.departures import training_reward
 from agent.sim.simulator import EventsExhausted, Simulation
 from rlscore.core.model import ModelValidationError, load_model
 from rlscore.core.rules import RULES

@@ -31,12 +31,12 @@ import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE, cells
 from agent.evaluate.rollout_bound import branch_cost
+from agent.sim.families import family
 from agent.sim.futures import branchable
 from agent.sim.outcomes import OutcomeReward
+from agent.sim.simulator import Simulation
 from rlscore.core.model import ModelValidationError, load_model
 from rlscore.core.scoring import HeuristicScorer, ModelScorer, Scorer, choose
-from agent.sim.families import family
-from agent.sim.simulator import Simulation
 
 OPENING, RUNNING = "opens an empty node", "places onto a running node"
 

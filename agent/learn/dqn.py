@@ -483,9 +483,8 @@ def td_loss(q: torch.Tensor, q_network: NodeScorer, target_network: NodeScorer,
     network values it (Huber loss); with `bootstrap` "teacher", the target network's mean value over the
     teacher's choices there (max where the transition's teacher has no standing column); with `action_gap`
     alpha, minus alpha x (the target network's best value of the state minus its value of the taken node),
-    the advantage learning operator. `q` is the online
-    network's values of the batch's states, which the margin loss shares: one forward pass and one backward
-    pass through it, not two."""
+    the advantage learning operator. `q` is the online network's values of the batch's states, which the
+    margin loss shares: one forward pass and one backward pass through it, not two."""
     with torch.no_grad():
         next_state = batch["next_nodes"], batch["next_pod"], batch["next_mask"]
         target_values = values_by_extent(target_network, *next_state)
