@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE, cells
-from agent.evaluate.rollout_bound import branch_cost
+from agent.evaluate.rollout_bound import base_choice, branch_cost
 from agent.sim.families import family
 from agent.sim.futures import branchable
 from agent.sim.outcomes import OutcomeReward
@@ -58,8 +58,8 @@ class Departures:
     def lines(self) -> list[str]:
         total = sum(self.decisions.values())
         out = [f"{sum(self.departed.values())} of {total} decisions depart from the baseline",
-               f"  the model switches an empty node on at {self.model_opens} decisions, the baseline at "
-               f"{self.decisions[OPENING]}"]
+               (f"  the model switches an empty node on at {self.model_opens} decisions, the baseline at "
+                f"{self.decisions[OPENING]}")]
         for kind in (OPENING, RUNNING):
             n, k = self.decisions[kind], self.departed[kind]
             out.append(f"  where the baseline {kind}: {k} of {n}" + (f" ({100 * k / n:.1f}%)" if n else ""))
@@ -94,13 +94,13 @@ def training_reward(sim: Simulation, candidate: int, policy: str, shaping_gamma:
 def training_return(sim: Simulation, first: int, policy: str, horizon: int = 1, rest=None,
                     shaping_gamma: float | None = None) -> float:
     """The discounted sum of the rewards training gives over `horizon` decisions from placing the current
-    pod on `first`, the rest placed by `rest(state, pod) -> candidate`."""
+    pod on `first`, the rest placed by `rest(sim) -> candidate`."""
     branch = copy.deepcopy(sim)
     reward = OutcomeReward(policy, shaping_gamma=shaping_gamma)
     total, pick = 0.0, first
     for k in range(horizon):
         if k:
-            pick = rest(*branch.candidate_state())
+            pick = rest(branch)
         before, potential = branch.ledger.copy(), branch.potential(policy, reward.gamma)
         branch.place(pick)
         branch.next_decision()
@@ -109,9 +109,14 @@ def training_return(sim: Simulation, first: int, policy: str, horizon: int = 1, 
     return total
 
 
-def greedy(scorer: Scorer, rng: np.random.Generator):
-    """`scorer`'s pick (ties broken by `rng`) as training_return's `rest`."""
-    return lambda state, pod: choose(scorer.values(state, pod), rng)
+def greedy(scorer: Scorer):
+    """`scorer`'s pick as training_return's `rest` (the model's own, as departures reads it)."""
+    return lambda sim: int(np.argmax(scorer.values(*sim.candidate_state())))
+
+
+def by_rule(rule: str, policy: str, seed: int):
+    """`rule`'s pick as training_return's `rest`, its ties broken alike in every branch (base_choice)."""
+    return lambda sim: base_choice(rule, sim, policy, seed)
 
 
 def departures(scorer: Scorer, baseline: str, family_name: str, nodes: int | None, seeds: int, decisions: int,
@@ -147,10 +152,9 @@ def departures(scorer: Scorer, baseline: str, family_name: str, nodes: int | Non
                                    branch_cost(sim, own, baseline, policy, seed, end),
                                    branch_cost(sim, pick, baseline, policy, seed, end)))
                 if returns:
-                    out.returns.append(tuple(
-                        training_return(sim, first, policy, returns, greedy(rest, np.random.default_rng(seed)))
-                        for rest in (scorer, HeuristicScorer(baseline, np.random.default_rng(seed)))
-                        for first in (own, pick)))
+                    out.returns.append(tuple(training_return(sim, first, policy, returns, rest)
+                                             for rest in (greedy(scorer), by_rule(baseline, policy, seed))
+                                             for first in (own, pick)))
             sim.place(own if follow_model else pick)
     return out
 
