@@ -9,7 +9,7 @@ import torch
 
 from agent.evaluate.compare import evaluate, summarize
 from agent.learn import dqn
-from agent.learn.dqn import DQNConfig, advantage_loss, margin_loss, td_loss, teacher_column, teacher_value, train
+from agent.learn.dqn import DQNConfig, advantage_loss, conservative_loss, margin_loss, td_loss, teacher_column, teacher_value, train
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
 from agent.learn.train import main as train_main
@@ -44,6 +44,20 @@ def test_the_advantage_loss_fits_only_the_differences_among_the_measured_candida
     # 3. centred Q (-2, 2) against centred targets (-0.5, 0.5): 1.5^2 on each
     # 4. Q ties two candidates that differ by 1: 0.5^2 on each
     np.testing.assert_allclose(loss.numpy(), [0.0, 0.0, 2.25, 0.25], atol=1e-6)
+
+
+def test_the_conservative_loss_pushes_the_untaken_nodes_below_the_taken_one():
+    q = torch.tensor([[0.0, 0.0, 9.0], [5.0, 0.0, 9.0], [0.0, 5.0, 9.0]], requires_grad=True)
+    mask = torch.tensor([[True, True, False]] * 3)  # the third slot is padding: its 9 never counts
+    action = torch.tensor([0, 0, 0])
+    loss = conservative_loss(q, mask, action)
+    # 1. two equal nodes: log 2; 2. the taken node leads by 5: log(1 + e^-5); 3. it trails by 5: 5 + log(1 + e^-5)
+    small = float(np.log1p(np.exp(-5.0)))
+    np.testing.assert_allclose(loss.detach().numpy(), [np.log(2.0), small, 5.0 + small], atol=1e-6)
+    loss.sum().backward()
+    # the taken node is lifted, the untaken one lowered, by its softmax weight; padding gets no gradient
+    np.testing.assert_allclose(q.grad[0].numpy(), [-0.5, 0.5, 0.0], atol=1e-6)
+    assert q.grad[2, 0] < -0.99 and q.grad[2, 1] > 0.99 and q.grad[:, 2].abs().max() == 0
 
 
 def _constant(value: float, hidden: int = 4) -> NodeScorer:
@@ -341,6 +355,7 @@ def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
     (["--shaping-gamma", "1.5"], "--shaping-gamma must be -1 (the discount) or within 0..1"),
     (["--bootstrap", "mean"], "--bootstrap must be one of max, teacher, not 'mean'"),
     (["--action-gap", "1"], "--action-gap must be within [0, 1)"),
+    (["--conservative-weight", "-1"], "--conservative-weight must be within 0..100"),
     (["--energy-potential", "future"], "--energy-potential must be committed or rate, not 'future'"),
     (["--members", "2", "--distil-worlds", "1"], "--distil-worlds must be >= 2"),
     (["--members", "2", "--snapshot-dir", "/tmp/x"], "--snapshot-dir writes one run's weights"),

@@ -160,6 +160,10 @@ class DQNConfig(TrainConfig):
     where it departs from them"""
     margin_decay: float = 0.2
     """share of the interaction over which the margin loss's weight decays to margin_floor"""
+    conservative_weight: float = 0.0
+    """weight of conservative Q-learning's regulariser (CQL(H), Kumar et al. 2020) on every replayed
+    decision: the log-sum-exp of the state's values minus the taken node's value, so that nodes the
+    replay rarely takes are not valued by extrapolation alone; 0: off"""
     dueling: bool = True
     """learn Q = V(s) + A(s, a) - mean A (agent.learn.network.DuelingQ) and serve A: the state value carries
     what the future brings whatever the placement, so TD's noise stays out of the nodes' ranking"""
@@ -243,6 +247,8 @@ class DQNConfig(TrainConfig):
                 problems.append(f"--{name.replace('_', '-')} must be >= {minimum}")
         if self.energy_potential not in ("committed", "rate"):
             problems.append(f"--energy-potential must be committed or rate, not {self.energy_potential!r}")
+        if not 0.0 <= self.conservative_weight <= 100.0:
+            problems.append("--conservative-weight must be within 0..100")
         if not 0.0 <= self.action_gap < 1.0:
             problems.append("--action-gap must be within [0, 1)")
         if self.bootstrap not in BOOTSTRAPS:
@@ -534,6 +540,14 @@ def margin_loss(q: torch.Tensor, mask: torch.Tensor, expert: torch.Tensor, margi
     return augmented - best_expert
 
 
+def conservative_loss(q: torch.Tensor, mask: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """Per decision: log-sum-exp of the values over the valid nodes minus the taken node's value. It
+    pushes every node down in proportion to its softmax weight and the taken one up, so a node the
+    replay never takes ends up valued below the ones it does unless TD lifts it."""
+    q = q.masked_fill(~mask, float("-inf"))
+    return torch.logsumexp(q, dim=1) - q.gather(1, action.unsqueeze(1)).squeeze(1)
+
+
 def advantage_loss(q: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
     """Per decision with at least two measured candidates: the mean squared error between the Q values
     and the measured advantages over those candidates, each centred on its candidates' mean (only the
@@ -721,6 +735,8 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
             td = td_loss(q, q_network, target_network, batch, cfg.bootstrap, cfg.action_gap)
             loss = loss + cfg.td_weight * td.mean()
             losses["td"].append(float(td.detach().mean()))
+            if cfg.conservative_weight > 0:
+                loss = loss + cfg.conservative_weight * conservative_loss(q, batch["mask"], batch["action"]).mean()
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(q_network.parameters(), cfg.max_grad_norm)
