@@ -251,6 +251,20 @@ def test_td_learning_beats_a_teacher_that_is_wrong_half_the_time(tiny_family, tm
     assert dqn["objective"] < 0.7 * teacher["objective"]
 
 
+def test_cqls_regulariser_keeps_the_network_on_its_teacher_even_where_td_pays(tiny_family, tmp_path):
+    """The same run with --conservative-weight 0.3 breaks as many limits as its teacher: with little
+    exploration the nodes the teacher does not take are rarely replayed, and the regulariser holds them
+    down harder the rarer they are (docs/training.md, "What TD learns to do on EE and EL")."""
+    net, _ = train(_tiny_config(tiny_family, conservative_weight=0.3))
+    model = ModelScorer(load_model(save_model(tmp_path / "cql.safetensors", net, "EL", {})), name="cql")
+    results, _ = evaluate("EL", [model], (tiny_family,), seeds=4, arrivals=300, progress=False,
+                          baselines=("latency-pack",))
+    rows = {r["scorer"]: r for r in summarize(results)}
+    teacher, cql = rows["latency-pack"], rows["cql"]
+    assert teacher["hard_violation_rate"] > 0.1
+    assert cql["hard_violation_rate"] > 0.9 * teacher["hard_violation_rate"], (cql, teacher)
+
+
 def test_a_best_tier_run_neither_acts_nor_is_taught_outside_the_pods_best_latency_tier(tiny_family, monkeypatch):
     """With --candidates best-latency-tier every action the run takes (exploring at random throughout)
     and every node its demonstrations mark right lies in the pod's best latency tier, and the network it
