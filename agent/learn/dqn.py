@@ -163,7 +163,8 @@ class DQNConfig(TrainConfig):
     conservative_weight: float = 0.0
     """weight of conservative Q-learning's regulariser (CQL(H), Kumar et al. 2020) on every replayed
     decision: the log-sum-exp of the state's values minus the taken node's value, so that nodes the
-    replay rarely takes are not valued by extrapolation alone; 0: off"""
+    replay rarely takes are not valued by extrapolation alone. It also holds the network to what it
+    replays: from 0.1 up, the tests' tiny world keeps its teacher's mistakes (docs/training.md); 0: off"""
     dueling: bool = True
     """learn Q = V(s) + A(s, a) - mean A (agent.learn.network.DuelingQ) and serve A: the state value carries
     what the future brings whatever the placement, so TD's noise stays out of the nodes' ranking"""
