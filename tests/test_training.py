@@ -130,6 +130,29 @@ def test_advantage_learning_lowers_the_target_of_a_node_by_its_gap_to_the_states
     gapped = td_loss(q, Indexed(), Indexed(), batch, action_gap=0.5)
     np.testing.assert_allclose(plain.numpy(), [11.5 - 0.5, 11.5 - 0.5])  # 10 + 0.5 x 3
     np.testing.assert_allclose(gapped.numpy(), [10.5 - 0.5, 11.5 - 0.5])  # node 0: 11.5 - 0.5 x (3 - 1)
+    # the caller's own target values of these states (the Q-filter's) give the same targets
+    here = Indexed()(batch["nodes"], batch["pod"], mask)
+    shared = td_loss(q, Indexed(), Indexed(), batch, action_gap=0.5, target_here=here)
+    np.testing.assert_allclose(shared.numpy(), gapped.numpy())
+    lowered = td_loss(q, Indexed(), Indexed(), batch, action_gap=0.5, target_here=here * 2)
+    np.testing.assert_allclose(lowered.numpy(), [11.5 - 0.5 * 4 - 0.5, 11.5 - 0.5])  # node 0's gap is 4 now
+
+
+@pytest.mark.parametrize("values, expert, margin, kept", [
+    ([1.0, 2.0, 3.0], [False, False, True], 0.5, True),    # the teacher's choice is the best
+    ([1.0, 2.0, 3.0], [False, True, False], 0.5, False),   # 1 below the best, beyond the margin
+    ([1.0, 2.0, 3.0], [False, True, False], 1.0, True),    # 1 below the best, within the margin
+    ([1.0, 2.0, 3.0], [True, True, False], 0.5, False),    # its best tied choice counts
+    ([1.0, 2.0, 9.0], [False, True, False], 0.5, True),    # node 2 is off the mask: node 1 is the best
+])
+def test_the_q_filter_keeps_a_demonstration_where_the_target_network_rates_its_teacher(values, expert, margin, kept):
+    """DQfD's Q-filter: the margin loss applies where the teacher's best choice is within `margin` of
+    the target network's best node over the valid ones."""
+    from agent.learn.dqn import q_filtered
+
+    mask = torch.tensor([[True, True, values[2] != 9.0]])
+    keep = q_filtered(torch.tensor([values]), mask, torch.tensor([expert]), margin)
+    assert bool(keep[0]) is kept
 
 
 @pytest.mark.parametrize("steady", [False, True])
@@ -285,6 +308,16 @@ def test_a_best_tier_run_neither_acts_nor_is_taught_outside_the_pods_best_latenc
     assert all(lowest == best for best, lowest, _ in seen)
     assert any(count < 3 for _, _, count in seen)  # the tiny world's near node is often the only one in the tier
     assert record["training"]["demonstrations"]["teacher_outside_best_latency_tier"] == 0  # latency-pack keeps to it
+
+
+def test_fine_tuning_keeps_the_candidates_its_starting_network_ranks(tiny_family):
+    """A run that starts from a network and names no candidates ranks what that network ranks; one that
+    names them ranks those."""
+    start = NodeScorer((32, 32), candidates="best-latency-tier")
+    short = {"total_timesteps": 64, "pretrain_steps": 4, "demo_worlds": 1, "demo_decisions": 16}
+    kept, _ = train(_tiny_config(tiny_family, **short), init=start)
+    named, _ = train(_tiny_config(tiny_family, candidates="all", **short), init=start)
+    assert (kept.candidates, named.candidates) == ("best-latency-tier", "all")
 
 
 # --- rlscore-train ----------------------------------------------------------------------------------

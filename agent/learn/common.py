@@ -83,8 +83,9 @@ def seed_everything(cfg: TrainConfig) -> np.random.Generator:
 
 
 def make_actor(cfg: TrainConfig, init: NodeScorer | None = None) -> NodeScorer:
-    """The served network, from `init`'s weights when fine-tuning, blind to `cfg.blind_to`."""
-    actor = NodeScorer(cfg.hidden, candidates=cfg.candidates or (init.candidates if init is not None else "all"))
+    """The served network, from `init`'s weights when fine-tuning, blind to `cfg.blind_to`; it ranks
+    `cfg.candidates`, which the trainer resolved (an empty setting keeps `init`'s)."""
+    actor = NodeScorer(cfg.hidden, candidates=cfg.candidates or "all")
     if init is not None:
         actor.load_state_dict(init.state_dict())
     actor.blind_to(input_columns(cfg.blind_to))

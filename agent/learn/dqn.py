@@ -485,13 +485,15 @@ class NStep:
 # --- the losses -----------------------------------------------------------------------------------
 
 def td_loss(q: torch.Tensor, q_network: NodeScorer, target_network: NodeScorer,
-            batch: dict[str, torch.Tensor], bootstrap: str = "max", action_gap: float = 0.0) -> torch.Tensor:
+            batch: dict[str, torch.Tensor], bootstrap: str = "max", action_gap: float = 0.0,
+            target_here: torch.Tensor | None = None) -> torch.Tensor:
     """n-step double DQN, per transition: the online network picks the next action, the target
     network values it (Huber loss); with `bootstrap` "teacher", the target network's mean value over the
     teacher's choices there (max where the transition's teacher has no standing column); with `action_gap`
     alpha, minus alpha x (the target network's best value of the state minus its value of the taken node),
     the advantage learning operator. `q` is the online network's values of the batch's states, which the
-    margin loss shares: one forward pass and one backward pass through it, not two."""
+    margin loss shares: one forward pass and one backward pass through it, not two; `target_here`, the
+    target network's, when the caller has them already (the Q-filter reads them too)."""
     with torch.no_grad():
         next_state = batch["next_nodes"], batch["next_pod"], batch["next_mask"]
         target_values = values_by_extent(target_network, *next_state)
@@ -502,11 +504,17 @@ def td_loss(q: torch.Tensor, q_network: NodeScorer, target_network: NodeScorer,
         next_value = torch.nan_to_num(next_value, nan=0.0, posinf=0.0, neginf=0.0)
         target = batch["ret"] + batch["discount"] * next_value
         if action_gap > 0:
-            here = values_by_extent(target_network, batch["nodes"], batch["pod"], batch["mask"])
+            here = target_here if target_here is not None else target_values_here(target_network, batch)
             gap = here.max(dim=1).values - here.gather(1, batch["action"].unsqueeze(1)).squeeze(1)
             target = target - action_gap * torch.nan_to_num(gap, nan=0.0, posinf=0.0, neginf=0.0)
     taken = q.gather(1, batch["action"].unsqueeze(1)).squeeze(1)
     return F.smooth_l1_loss(taken, target, reduction="none")
+
+
+def target_values_here(target_network: NodeScorer, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The target network's values of the batch's own states (not the next ones)."""
+    with torch.no_grad():
+        return values_by_extent(target_network, batch["nodes"], batch["pod"], batch["mask"])
 
 
 def teacher_value(values: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -629,8 +637,9 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
             ranked[explorable(obs, cfg.candidates)] = True
             # a teacher's choice outside the nodes the network ranks (a soft limit given up for energy)
             # teaches nothing: every ranked node is marked right, which makes the margin loss zero there
-            outside += int(not np.any(expert & ranked))
-            expert = expert & ranked if np.any(expert & ranked) else ranked
+            inside = expert & ranked
+            outside += int(not inside.any())
+            expert = inside if inside.any() else ranked
         action = int(rng.choice(np.flatnonzero(expert)))
         next_obs, reward, terminated, truncated, _ = env.step(action)
         steps.append((obs, action, reward, expert, next_obs, terminated,
@@ -714,15 +723,15 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         nonlocal gradient_steps
         budget.check()
         q = values_by_extent(q_network, batch["nodes"], batch["pod"], batch["mask"])
+        # the target network's values of these states, computed once for whichever of the two reads them
+        wanted = (cfg.q_filter and demo_rows and margin_weight > 0) or (cfg.td_weight > 0 and cfg.action_gap > 0)
+        target_here = target_values_here(target_network, batch) if wanted else None
         loss = torch.zeros(())
         if demo_rows and margin_weight > 0:
             mask, expert = batch["mask"][:demo_rows], batch["expert"][:demo_rows]
             m = margin_loss(q[:demo_rows], mask, expert, cfg.margin)
             if cfg.q_filter:
-                with torch.no_grad():
-                    keep = q_filtered(target_network(batch["nodes"][:demo_rows], batch["pod"][:demo_rows], mask),
-                                      mask, expert, cfg.margin)
-                m = m * keep.float()
+                m = m * q_filtered(target_here[:demo_rows], mask, expert, cfg.margin).float()
             loss = loss + margin_weight * m.mean()
             losses["margin"].append(float(m.detach().mean()))
         if demo_rows and cfg.advantage_weight > 0:
@@ -733,7 +742,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 loss = loss + cfg.advantage_weight * a
                 losses["advantage"].append(float(a.detach()))
         if cfg.td_weight > 0:
-            td = td_loss(q, q_network, target_network, batch, cfg.bootstrap, cfg.action_gap)
+            td = td_loss(q, q_network, target_network, batch, cfg.bootstrap, cfg.action_gap, target_here)
             loss = loss + cfg.td_weight * td.mean()
             losses["td"].append(float(td.detach().mean()))
             if cfg.conservative_weight > 0:
