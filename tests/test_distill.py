@@ -9,7 +9,7 @@ import torch
 
 from agent.evaluate.ensemble import consensus
 from agent.learn import distill
-from agent.learn.distill import DistillConfig, distil, distillation_loss, main
+from agent.learn.distill import DistillConfig, agreement, distil, distillation_loss, main
 from agent.learn.model_io import save_model, torch_network
 from agent.learn.network import NodeScorer
 from rlscore.core.model import load_model
@@ -34,6 +34,20 @@ def test_the_distillation_loss_ignores_each_decisions_offset_and_the_padding():
     off = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
     # all-equal values: the gap is the target's own spread, over the candidates only
     assert torch.allclose(distillation_loss(off, target, mask), torch.tensor([2 / 3, 0.25]))
+
+
+@pytest.mark.parametrize(("student", "expected"), [
+    ([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [5.0, 0.0, 0.0]], 1.0),    # each pick among the ensemble's best
+    ([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]], 0.5),    # first decision missed; the third has no choice
+    ([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]], 0.5),    # the second's tie: either best node agrees
+    ([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]], 0.0),    # 1e-3 below the best is not among it
+])
+def test_agreement_counts_a_pick_among_the_ensembles_best_over_decisions_with_a_choice(student, expected):
+    mask = torch.tensor([[True, True, True], [True, True, True], [True, False, False]])
+    target = torch.tensor([[0.0, 1.0, 2.0], [3.0, 3.0, 3.0 - 1e-3], [0.0, 9.0, 9.0]])
+    q = torch.tensor(student).masked_fill(~mask, float("-inf"))
+    data = {"mask": mask, "target": target}
+    assert agreement(q, data) == pytest.approx(expected)
 
 
 def _members(tmp_path, count=2):

@@ -169,10 +169,15 @@ def distillation_loss(q: torch.Tensor, target: torch.Tensor, mask: torch.Tensor)
     return gap.sum(dim=1) / mask.sum(dim=1)
 
 
-def agreement(network: NodeScorer, data: dict[str, torch.Tensor]) -> float:
-    """Share of decisions (with a choice) where the student's pick is among the ensemble's best."""
+def held_out_figures(network: NodeScorer, data: dict[str, torch.Tensor]) -> tuple[float, float]:
+    """The student's agreement with the ensemble and its distillation loss, from one pass over the data."""
     with torch.no_grad():
         q = network(data["nodes"], data["pod"], data["mask"])
+    return agreement(q, data), float(distillation_loss(q, data["target"], data["mask"]).mean())
+
+
+def agreement(q: torch.Tensor, data: dict[str, torch.Tensor]) -> float:
+    """Share of decisions (with a choice) where the student's pick (the best of q) is among the ensemble's best."""
     best = data["target"].masked_fill(~data["mask"], float("-inf"))
     top = best >= best.max(dim=1, keepdim=True).values - 1e-6
     chosen = top.gather(1, q.argmax(dim=1, keepdim=True)).squeeze(1)
@@ -222,12 +227,10 @@ def distil(cfg: DistillConfig) -> tuple[NodeScorer, dict]:
         schedule.step()
         recent = (recent + [loss.item()])[-200:]
         if step % 1000 == 0 or step == cfg.steps - 1:
-            bar.set_postfix(loss=f"{np.mean(recent):.4f}", agree=f"{agreement(student, check):.3f}")
+            bar.set_postfix(loss=f"{np.mean(recent):.4f}", agree=f"{held_out_figures(student, check)[0]:.3f}")
     bar.close()
     student.eval()
-    with torch.no_grad():
-        held_loss = float(distillation_loss(student(check["nodes"], check["pod"], check["mask"]), check["target"],
-                                            check["mask"]).mean())
+    held_agreement, held_loss = held_out_figures(student, check)
     config = dataclasses.asdict(cfg)
     record = {"training": {
         "algorithm": f"distilled from an ensemble of {len(members)} networks: the mean of their values, each "
@@ -235,7 +238,7 @@ def distil(cfg: DistillConfig) -> tuple[NodeScorer, dict]:
         "seed": cfg.seed, "hyperparameters": config, "git_commit": commit, "torch": torch.__version__,
         "seconds": round(time.time() - started, 1), "ensemble_seconds": round(play_seconds, 1),
         "decisions": {"fitted": count, "held_out": len(check["mask"])},
-        "held_out": {"agreement": round(agreement(student, check), 4), "loss": round(held_loss, 5)},
+        "held_out": {"agreement": round(held_agreement, 4), "loss": round(held_loss, 5)},
         "world_hyperparameters": {key: getattr(world_cfg, key) for key in WORLD_KEYS},
         "members": [{"file": str(m.path), "sha256": m.metadata.get("sha256"),
                      "training": {k: m.metadata.get("training", {}).get(k)
