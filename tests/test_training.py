@@ -143,6 +143,7 @@ def test_advantage_learning_lowers_the_target_of_a_node_by_its_gap_to_the_states
     ([1.0, 2.0, 3.0], [False, True, False], 0.5, False),   # 1 below the best, beyond the margin
     ([1.0, 2.0, 3.0], [False, True, False], 1.0, True),    # 1 below the best, within the margin
     ([1.0, 2.0, 3.0], [True, True, False], 0.5, False),    # its best tied choice counts
+    ([1.0, 2.0, 3.0], [True, True, False], 1.0, True),     # the best of its choices, not the worst (2 below)
     ([1.0, 2.0, 9.0], [False, True, False], 0.5, True),    # node 2 is off the mask: node 1 is the best
 ])
 def test_the_q_filter_keeps_a_demonstration_where_the_target_network_rates_its_teacher(values, expert, margin, kept):
@@ -318,6 +319,17 @@ def test_fine_tuning_keeps_the_candidates_its_starting_network_ranks(tiny_family
     kept, _ = train(_tiny_config(tiny_family, **short), init=start)
     named, _ = train(_tiny_config(tiny_family, candidates="all", **short), init=start)
     assert (kept.candidates, named.candidates) == ("best-latency-tier", "all")
+
+
+@pytest.mark.parametrize("q_filter, action_gap", [(True, 0.0), (False, 0.5), (True, 0.5)])
+def test_a_run_with_the_q_filter_or_advantage_learning_trains_both_losses(tiny_family, q_filter, action_gap):
+    """The target network's values of a batch's states are read by the Q-filter (the demonstrations)
+    and by advantage learning (every row), together or alone: each combination trains to finite values."""
+    short = {"total_timesteps": 256, "pretrain_steps": 8, "demo_worlds": 1, "demo_decisions": 32}
+    _, record = train(_tiny_config(tiny_family, q_filter=q_filter, action_gap=action_gap, **short))
+    final = record["training"]["final_losses"]
+    assert record["training"]["td_steps"] > 0, record["training"]
+    assert np.isfinite(final["margin"]) and np.isfinite(final["td"]), final
 
 
 # --- rlscore-train ----------------------------------------------------------------------------------

@@ -511,10 +511,11 @@ def td_loss(q: torch.Tensor, q_network: NodeScorer, target_network: NodeScorer,
     return F.smooth_l1_loss(taken, target, reduction="none")
 
 
-def target_values_here(target_network: NodeScorer, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The target network's values of the batch's own states (not the next ones)."""
+def target_values_here(target_network: NodeScorer, batch: dict[str, torch.Tensor],
+                       rows: int | None = None) -> torch.Tensor:
+    """The target network's values of the batch's own states (not the next ones), of its first `rows`."""
     with torch.no_grad():
-        return values_by_extent(target_network, batch["nodes"], batch["pod"], batch["mask"])
+        return values_by_extent(target_network, batch["nodes"][:rows], batch["pod"][:rows], batch["mask"][:rows])
 
 
 def teacher_value(values: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -723,15 +724,16 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         nonlocal gradient_steps
         budget.check()
         q = values_by_extent(q_network, batch["nodes"], batch["pod"], batch["mask"])
-        # the target network's values of these states, computed once for whichever of the two reads them
-        wanted = (cfg.q_filter and demo_rows and margin_weight > 0) or (cfg.td_weight > 0 and cfg.action_gap > 0)
-        target_here = target_values_here(target_network, batch) if wanted else None
+        # the target network's values of these states: advantage learning reads every row, the Q-filter
+        # the demonstrations only, so it takes them from advantage learning's pass when there is one
+        target_here = target_values_here(target_network, batch) if cfg.td_weight > 0 and cfg.action_gap > 0 else None
         loss = torch.zeros(())
         if demo_rows and margin_weight > 0:
             mask, expert = batch["mask"][:demo_rows], batch["expert"][:demo_rows]
             m = margin_loss(q[:demo_rows], mask, expert, cfg.margin)
             if cfg.q_filter:
-                m = m * q_filtered(target_here[:demo_rows], mask, expert, cfg.margin).float()
+                rated = target_here if target_here is not None else target_values_here(target_network, batch, demo_rows)
+                m = m * q_filtered(rated[:demo_rows], mask, expert, cfg.margin).float()
             loss = loss + margin_weight * m.mean()
             losses["margin"].append(float(m.detach().mean()))
         if demo_rows and cfg.advantage_weight > 0:
