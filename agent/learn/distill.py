@@ -226,11 +226,12 @@ def distil(cfg: DistillConfig) -> tuple[NodeScorer, dict]:
         optimizer.step()
         schedule.step()
         recent = (recent + [loss.item()])[-200:]
-        if step % 1000 == 0 or step == cfg.steps - 1:
+        if step % 1000 == 0 and step < cfg.steps - 1:
             bar.set_postfix(loss=f"{np.mean(recent):.4f}", agree=f"{held_out_figures(student, check)[0]:.3f}")
-    bar.close()
     student.eval()
     held_agreement, held_loss = held_out_figures(student, check)
+    bar.set_postfix(loss=f"{np.mean(recent):.4f}", agree=f"{held_agreement:.3f}")
+    bar.close()
     config = dataclasses.asdict(cfg)
     record = {"training": {
         "algorithm": f"distilled from an ensemble of {len(members)} networks: the mean of their values, each "
