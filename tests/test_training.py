@@ -9,7 +9,8 @@ import torch
 
 from agent.evaluate.compare import evaluate, summarize
 from agent.learn import dqn
-from agent.learn.dqn import DQNConfig, advantage_loss, conservative_loss, margin_loss, td_loss, teacher_column, teacher_value, train
+from agent.learn.dqn import (DQNConfig, advantage_loss, conservative_loss, conservative_rows, margin_loss, td_loss,
+                             teacher_column, teacher_value, train)
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
 from agent.learn.train import main as train_main
@@ -330,6 +331,25 @@ def test_a_run_with_the_q_filter_or_advantage_learning_trains_both_losses(tiny_f
     final = record["training"]["final_losses"]
     assert record["training"]["td_steps"] > 0, record["training"]
     assert np.isfinite(final["margin"]) and np.isfinite(final["td"]), final
+    assert final["conservative"] is None  # the regulariser is off by default
+
+
+@pytest.mark.parametrize("which, demo_rows, batch_rows, rows", [
+    ("all", 32, 128, range(128)),
+    ("demonstrations", 32, 128, range(32)),
+    ("interaction", 32, 128, range(32, 128)),
+    ("interaction", 128, 128, range(128, 128)),  # pre-training: every row is a demonstration
+])
+def test_the_conservative_rows_are_the_batch_rows_asked_for(which, demo_rows, batch_rows, rows):
+    assert range(batch_rows)[conservative_rows(which, demo_rows, batch_rows)] == rows
+
+
+@pytest.mark.parametrize("which", ["demonstrations", "interaction"])
+def test_a_run_with_the_regulariser_on_some_rows_records_its_loss(tiny_family, which):
+    short = {"total_timesteps": 256, "pretrain_steps": 8, "demo_worlds": 1, "demo_decisions": 32}
+    _, record = train(_tiny_config(tiny_family, conservative_weight=0.3, conservative_rows=which, **short))
+    final = record["training"]["final_losses"]
+    assert np.isfinite(final["conservative"]) and final["conservative"] > 0, final
 
 
 # --- rlscore-train ----------------------------------------------------------------------------------
@@ -415,6 +435,7 @@ def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
     (["--bootstrap", "mean"], "--bootstrap must be one of max, teacher, not 'mean'"),
     (["--action-gap", "1"], "--action-gap must be within [0, 1)"),
     (["--conservative-weight", "-1"], "--conservative-weight must be within 0..100"),
+    (["--conservative-rows", "new"], "--conservative-rows must be one of all, demonstrations, interaction, not 'new'"),
     (["--energy-potential", "future"], "--energy-potential must be committed or rate, not 'future'"),
     (["--members", "2", "--distil-worlds", "1"], "--distil-worlds must be >= 2"),
     (["--members", "2", "--snapshot-dir", "/tmp/x"], "--snapshot-dir writes one run's weights"),

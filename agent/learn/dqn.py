@@ -77,6 +77,7 @@ TEACHERS = {
 CANDIDATE_TEACHERS = LEADING_RULES
 WEIGHT_AVERAGES = ("last", "uniform", "ema")
 BOOTSTRAPS = ("max", "teacher")
+CONSERVATIVE_ROWS = ("all", "demonstrations", "interaction")
 
 
 @dataclass
@@ -161,10 +162,15 @@ class DQNConfig(TrainConfig):
     margin_decay: float = 0.2
     """share of the interaction over which the margin loss's weight decays to margin_floor"""
     conservative_weight: float = 0.0
-    """weight of conservative Q-learning's regulariser (CQL(H), Kumar et al. 2020) on every replayed
-    decision: the log-sum-exp of the state's values minus the taken node's value, so that nodes the
-    replay rarely takes are not valued by extrapolation alone. It also holds the network to what it
-    replays: from 0.1 up, the tests' tiny world keeps its teacher's mistakes (docs/training.md); 0: off"""
+    """weight of conservative Q-learning's regulariser (CQL(H), Kumar et al. 2020) on the replayed
+    decisions of conservative_rows: the log-sum-exp of the state's values minus the taken node's value,
+    so that nodes the replay rarely takes are not valued by extrapolation alone. It also holds the
+    network to what it replays: from 0.1 up, the tests' tiny world keeps its teacher's mistakes
+    (docs/training.md); 0: off"""
+    conservative_rows: str = "all"
+    """the replayed decisions the regulariser is on: all; the demonstrations (where it is a cross-entropy
+    towards the teacher's choice that never decays); or the interaction (the network's own decisions,
+    where it holds down the values of the nodes it rarely takes without tying it to the teachers)"""
     dueling: bool = True
     """learn Q = V(s) + A(s, a) - mean A (agent.learn.network.DuelingQ) and serve A: the state value carries
     what the future brings whatever the placement, so TD's noise stays out of the nodes' ranking"""
@@ -252,6 +258,9 @@ class DQNConfig(TrainConfig):
             problems.append("--conservative-weight must be within 0..100")
         if not 0.0 <= self.action_gap < 1.0:
             problems.append("--action-gap must be within [0, 1)")
+        if self.conservative_rows not in CONSERVATIVE_ROWS:
+            problems.append(f"--conservative-rows must be one of {', '.join(CONSERVATIVE_ROWS)}, "
+                            f"not {self.conservative_rows!r}")
         if self.bootstrap not in BOOTSTRAPS:
             problems.append(f"--bootstrap must be one of {', '.join(BOOTSTRAPS)}, not {self.bootstrap!r}")
         if self.weight_average not in WEIGHT_AVERAGES:
@@ -558,6 +567,12 @@ def conservative_loss(q: torch.Tensor, mask: torch.Tensor, action: torch.Tensor)
     return torch.logsumexp(q, dim=1) - q.gather(1, action.unsqueeze(1)).squeeze(1)
 
 
+def conservative_rows(which: str, demo_rows: int, batch_rows: int) -> slice:
+    """The rows of a batch (the demonstrations first) that conservative_loss is on."""
+    return {"all": slice(0, batch_rows), "demonstrations": slice(0, demo_rows),
+            "interaction": slice(demo_rows, batch_rows)}[which]
+
+
 def advantage_loss(q: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
     """Per decision with at least two measured candidates: the mean squared error between the Q values
     and the measured advantages over those candidates, each centred on its candidates' mean (only the
@@ -710,7 +725,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     target_network = copy.deepcopy(q_network)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     gradient_steps = 0
-    losses = {"td": deque(maxlen=500), "margin": deque(maxlen=500), "advantage": deque(maxlen=500)}
+    losses = {name: deque(maxlen=500) for name in ("td", "margin", "advantage", "conservative")}
     # the ablation takes its extra steps where the full run interacts: both average the same steps
     pretrain = cfg.pretrain_steps + (interaction_steps if cfg.demonstrations_only else 0)
     average_from = cfg.pretrain_steps + int(cfg.average_start * interaction_steps)
@@ -747,8 +762,11 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
             td = td_loss(q, q_network, target_network, batch, cfg.bootstrap, cfg.action_gap, target_here)
             loss = loss + cfg.td_weight * td.mean()
             losses["td"].append(float(td.detach().mean()))
-            if cfg.conservative_weight > 0:
-                loss = loss + cfg.conservative_weight * conservative_loss(q, batch["mask"], batch["action"]).mean()
+            rows = conservative_rows(cfg.conservative_rows, demo_rows, len(q))
+            if cfg.conservative_weight > 0 and rows.start < rows.stop:
+                c = conservative_loss(q[rows], batch["mask"][rows], batch["action"][rows])
+                loss = loss + cfg.conservative_weight * c.mean()
+                losses["conservative"].append(float(c.detach().mean()))
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(q_network.parameters(), cfg.max_grad_norm)
