@@ -139,21 +139,21 @@ def test_advantage_learning_lowers_the_target_of_a_node_by_its_gap_to_the_states
     np.testing.assert_allclose(lowered.numpy(), [11.5 - 0.5 * 4 - 0.5, 11.5 - 0.5])  # node 0's gap is 4 now
 
 
-@pytest.mark.parametrize("values, expert, margin, kept", [
-    ([1.0, 2.0, 3.0], [False, False, True], 0.5, True),    # the teacher's choice is the best
-    ([1.0, 2.0, 3.0], [False, True, False], 0.5, False),   # 1 below the best, beyond the margin
-    ([1.0, 2.0, 3.0], [False, True, False], 1.0, True),    # 1 below the best, within the margin
-    ([1.0, 2.0, 3.0], [True, True, False], 0.5, False),    # its best tied choice counts
-    ([1.0, 2.0, 3.0], [True, True, False], 1.0, True),     # the best of its choices, not the worst (2 below)
-    ([1.0, 2.0, 9.0], [False, True, False], 0.5, True),    # node 2 is off the mask: node 1 is the best
+@pytest.mark.parametrize("values, valid, expert, margin, kept", [
+    ([1.0, 2.0, 3.0], [True, True, True], [False, False, True], 0.5, True),    # the teacher's choice is the best
+    ([1.0, 2.0, 3.0], [True, True, True], [False, True, False], 0.5, False),   # 1 below the best, beyond the margin
+    ([1.0, 2.0, 3.0], [True, True, True], [False, True, False], 1.0, True),    # 1 below the best, within the margin
+    ([1.0, 2.0, 3.0], [True, True, True], [True, True, False], 0.5, False),    # its best tied choice counts
+    ([1.0, 2.0, 3.0], [True, True, True], [True, True, False], 1.0, True),     # the best of its choices, not the worst
+    ([1.0, 2.0, 9.0], [True, True, False], [False, True, False], 0.5, True),   # node 2 is off the mask: node 1 is best
 ])
-def test_the_q_filter_keeps_a_demonstration_where_the_target_network_rates_its_teacher(values, expert, margin, kept):
+def test_the_q_filter_keeps_a_demonstration_where_the_target_network_rates_its_teacher(values, valid, expert, margin,
+                                                                                      kept):
     """DQfD's Q-filter: the margin loss applies where the teacher's best choice is within `margin` of
     the target network's best node over the valid ones."""
     from agent.learn.dqn import q_filtered
 
-    mask = torch.tensor([[True, True, values[2] != 9.0]])
-    keep = q_filtered(torch.tensor([values]), mask, torch.tensor([expert]), margin)
+    keep = q_filtered(torch.tensor([values]), torch.tensor([valid]), torch.tensor([expert]), margin)
     assert bool(keep[0]) is kept
 
 
