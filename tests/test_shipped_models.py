@@ -137,6 +137,36 @@ def test_holdout_measures_other_worlds_and_leaves_the_evaluation_alone(tmp_path)
     assert sorted(holdout["table"][2:]) != sorted(evaluation["table"][2:])
 
 
+def test_a_family_measured_later_merges_into_the_record_and_leaves_the_others_as_they_were(tmp_path):
+    """`shipped evaluate --families F` measures F alone and puts its rows and goals beside the other
+    families' (a family added after a model shipped); measured again, F's rows replace F's own."""
+    import shutil
+
+    from agent.evaluate.shipped import evaluate_shipped_model, main
+
+    path = tmp_path / "lb.safetensors"
+    shutil.copy(MODELS / "lb.safetensors", path)
+    shutil.copy(sidecar_path(MODELS / "lb.safetensors"), sidecar_path(path))
+    evaluate_shipped_model(path, seeds=2, arrivals=30, progress=False, families=("two-d",))
+    first = json.loads(sidecar_path(path).read_text())["evaluation"]
+    evaluate_shipped_model(path, seeds=2, arrivals=30, progress=False, families=("one-pool",), merge=True)
+    merged = json.loads(sidecar_path(path).read_text())["evaluation"]
+    assert merged["families"] == ["two-d", "one-pool"]  # in the policy's order
+    assert [line for line in merged["table"] if line.startswith("| two-d |")] == first["table"][2:]
+    assert {line.split("|")[1].strip() for line in merged["table"][2:]} == {"two-d", "one-pool"}
+    assert [g for g in merged["goals"] if g["family"] == "two-d"] == first["goals"]
+    assert {g["family"] for g in merged["goals"]} == {"two-d", "one-pool"}
+    assert merged["goals_total"] == len(merged["goals"]) > first["goals_total"]
+    assert merged["goals_met"] == sum(g["ok"] for g in merged["goals"])
+    assert merged["command"].endswith("--families one-pool")
+    evaluate_shipped_model(path, seeds=2, arrivals=30, progress=False, families=("one-pool",), merge=True)
+    again = json.loads(sidecar_path(path).read_text())["evaluation"]
+    assert again["table"] == merged["table"] and again["goals"] == merged["goals"]  # replaced, not added
+    with pytest.raises(ValueError, match="2 seeds x 30 arrivals"):  # a record of other seeds is not merged into
+        evaluate_shipped_model(path, seeds=3, arrivals=30, progress=False, families=("one-pool",), merge=True)
+    assert main(["evaluate", str(path), "--families", "mixed,nowhere", "--no-progress"]) == 2
+
+
 @pytest.mark.parametrize("policy", ["EE", "LB", "EL"])
 def test_shipped_model_is_small_reproducible_and_runs_at_5000_nodes(policy):
     path = MODELS / f"{policy.lower()}.safetensors"

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, EVAL_WORKERS, HOLDOUT_SEED_BASE, best_baseline, evaluate, summarize
-from agent.evaluate.goals import check_goals, missed_beyond_noise
+from agent.evaluate.goals import GoalCheck, check_goals, missed_beyond_noise
 from agent.evaluate.report import markdown_table
 from rlscore.core.model import load_model, sha256_of, sidecar_path
 from rlscore.core.scoring import ModelScorer
@@ -63,35 +63,68 @@ def relative_objective(policy: str, rows: list[dict]) -> float:
 
 
 def evaluate_shipped_model(path: Path, seeds: int = SEEDS, arrivals: int = ARRIVALS, progress: bool = True,
-                           families: tuple[str, ...] | None = None) -> list:
-    """Evaluate a freshly trained model and record the table and goals in its sidecar."""
-    return _measure_into_sidecar(path, "evaluation", seeds, arrivals, progress, families, EVAL_SEED_BASE)
+                           families: tuple[str, ...] | None = None, merge: bool = False) -> list:
+    """Evaluate a freshly trained model and record the table and goals in its sidecar; with `merge`,
+    the given families' rows and goals replace theirs in the record, and the other families' stay
+    (a family added to the evaluation after the model shipped, measured without re-running the rest)."""
+    return _measure_into_sidecar(path, "evaluation", seeds, arrivals, progress, families, EVAL_SEED_BASE, merge)
 
 
 def holdout_model(path: Path, seeds: int = SEEDS, arrivals: int = ARRIVALS, progress: bool = True,
-                  families: tuple[str, ...] | None = None) -> list:
+                  families: tuple[str, ...] | None = None, merge: bool = False) -> list:
     """The standard evaluation on the hold-out seeds, recorded under `holdout` as `evaluation` is."""
-    return _measure_into_sidecar(path, "holdout", seeds, arrivals, progress, families, HOLDOUT_SEED_BASE)
+    return _measure_into_sidecar(path, "holdout", seeds, arrivals, progress, families, HOLDOUT_SEED_BASE, merge)
 
 
 def _measure_into_sidecar(path: Path, key: str, seeds: int, arrivals: int, progress: bool,
-                          families: tuple[str, ...] | None, seed_base: int) -> list:
+                          families: tuple[str, ...] | None, seed_base: int, merge: bool = False) -> list:
     model = load_model(path)
     policy = model.policy
     families = families or evaluation_families_for(policy)
+    meta = json.loads(sidecar_path(path).read_text())
+    kept = meta.get(key) if merge else None
+    if kept and (kept["seeds"], kept["arrivals"], kept["seed_base"]) != (seeds, arrivals, seed_base):
+        raise ValueError(f"{sidecar_path(path)}: its {key} record has {kept['seeds']} seeds x {kept['arrivals']} "
+                         f"arrivals from {kept['seed_base']}, not {seeds} x {arrivals} from {seed_base}: "
+                         "measure every family afresh instead of merging")
     rows, checks = shipped_evaluation(policy, [ModelScorer(model)], seeds, arrivals, progress, families, seed_base)
     command = (f"rlscore-eval --policy {policy} --model {path} --seeds {seeds} --arrivals {arrivals}"
                if key == "evaluation" else f"python -m agent.evaluate.shipped {key} {path}")
+    table = markdown_table(policy, rows).splitlines()
+    goals = [asdict(c) for c in checks]
+    if kept:  # the other families' rows and goals stay as they were measured
+        command = f"{kept['command']}; {command} --families {','.join(families)}"
+        table = table[:2] + sorted([line for line in kept["table"][2:] if _family_of(line) not in families]
+                                   + table[2:], key=_family_of)
+        goals = [g for g in kept["goals"] if g["family"] not in families] + goals
+        every = set(kept["families"]) | set(families)
+        families = [f for f in evaluation_families_for(policy) if f in every] + sorted(
+            every - set(evaluation_families_for(policy)))
+        rows = _rows_of(table)
+        checks = [GoalCheck(**g) for g in goals]
     record = {"command": command, "seeds": seeds, "arrivals": arrivals, "seed_base": seed_base,
-              "families": list(families), "table": markdown_table(policy, rows).splitlines(),
-              "goals": [asdict(c) for c in checks], "goals_met": sum(c.ok for c in checks),
+              "families": list(families), "table": table,
+              "goals": goals, "goals_met": sum(c.ok for c in checks),
               "goals_total": len(checks), "all_goals_met": all(c.ok for c in checks),
               "missed_beyond_noise": missed_beyond_noise(checks),
               "mean_objective_vs_best_baseline": round(relative_objective(policy, rows), 4)}
-    meta = json.loads(sidecar_path(path).read_text())
     meta[key] = record
     _write_sidecar(path, meta)
     return checks
+
+
+def _family_of(line: str) -> str:
+    return line.split("|")[1].strip()
+
+
+def _rows_of(table: list[str]) -> list[dict]:
+    """A recorded table's cells back as rows (the objective to the 4 digits the table keeps)."""
+    rows = []
+    for line in table[2:]:
+        family_name, nodes, scorer, objective = (c.strip() for c in line.split("|")[1:5])
+        rows.append({"family": family_name, "nodes": nodes, "scorer": scorer,
+                     "objective": float("nan") if objective == "-" else float(objective)})
+    return rows
 
 
 def _write_sidecar(path: Path, meta: dict) -> None:
@@ -228,6 +261,10 @@ def main(argv: list[str] | None = None) -> int:
         command = sub.add_parser(name, help=what)
         command.add_argument("model", type=Path)
         command.add_argument("--no-progress", action="store_true")
+        if name != "verify":
+            command.add_argument("--families", type=lambda text: tuple(text.split(",")), default=None,
+                                 help="measure only these families (comma-separated) and merge them into the "
+                                      "sidecar's record: the other families' rows and goals stay")
     rp = sub.add_parser("reproduction", help="record in a model's sidecar the few hold-out runs make test re-runs "
                                              "(tests/test_shipped_models.py), where it has none")
     rp.add_argument("model", type=Path)
@@ -246,7 +283,14 @@ def main(argv: list[str] | None = None) -> int:
     progress = not args.no_progress
     if args.command in ("evaluate", "holdout"):
         measure = evaluate_shipped_model if args.command == "evaluate" else holdout_model
-        checks = measure(args.model, progress=progress)
+        if args.families:
+            known = evaluation_families_for(load_model(args.model).policy)
+            unknown = [f for f in args.families if f not in known]
+            if unknown:
+                print(f"--families: {', '.join(unknown)} not among the policy's families ({', '.join(known)})",
+                      file=sys.stderr)
+                return 2
+        checks = measure(args.model, progress=progress, families=args.families, merge=bool(args.families))
         print(f"{args.model}: {sum(c.ok for c in checks)}/{len(checks)} goals met"
               + (" on the hold-out seeds" if args.command == "holdout" else ""))
         for c in checks:
