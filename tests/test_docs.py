@@ -46,3 +46,18 @@ def test_every_make_target_and_file_the_docs_name_exists():
             assert target in targets, f"make {target}"
         for link in re.findall(r"\]\(((?:docs/)?[\w./-]+\.md)\)", text):
             assert (ROOT / link).exists() or (ROOT / "docs" / link).exists(), link
+
+
+@pytest.mark.parametrize("seeds", ["evaluation", "holdout"])
+def test_a_mixed_row_read_from_the_goals_is_the_ablations_reading(seeds):
+    """A model shipped without an ablation has its README row from its goals: the LB sidecar has both,
+    measured on the same runs, and they agree cell by cell."""
+    import json
+
+    from agent.evaluate.report import _cells_from_goals
+
+    meta = json.loads((ROOT / "models" / "lb.json").read_text())
+    ablation, from_goals = meta["ablation"][seeds], _cells_from_goals(meta[seeds])
+    assert set(from_goals) == set(ablation) == {"mixed", "mixed-wide"}
+    for family, cell in ablation.items():
+        assert from_goals[family] == {"best_rule": cell["best_rule"], "vs_best_rule": cell["vs_best_rule"]}

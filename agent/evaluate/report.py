@@ -191,6 +191,18 @@ def _goal(record: dict, family: str, goal: str) -> dict | None:
     return next((g for g in record.get("goals", []) if g["family"] == family and g["goal"] == goal), None)
 
 
+def _cells_from_goals(record: dict) -> dict[str, dict]:
+    """Per mixed family, the best rule and the paired reading against it, as the record's goal "objective
+    below the best rule" has them (whose detail reads "<model's> vs <rule> <rule's>"): for a model measured
+    without an ablation, which pairs the same runs."""
+    cells = {}
+    for g in record.get("goals", []):
+        if g["goal"] == BEYOND_RULES:
+            cells[g["family"]] = {"best_rule": g["detail"].split(" vs ", 1)[1].rsplit(" ", 1)[0],
+                                  "vs_best_rule": g.get("paired")}
+    return cells
+
+
 def readme_table(models: Path = MODELS) -> str:
     """Per policy: how it was trained, its goals on both seed ranges, and on the mixed worlds its
     objective against the best rule and its demonstrations-only twin, and the policy's headline goals."""
@@ -218,7 +230,7 @@ def readme_table(models: Path = MODELS) -> str:
         lines.append(f"| {policy} | {trained} | {goals} | {misses} |")
         ablation = meta.get("ablation", {})
         for key, record in (("evaluation", evaluation), ("hold-out", holdout)):
-            cells = ablation.get("evaluation" if key == "evaluation" else "holdout", {})
+            cells = ablation.get("evaluation" if key == "evaluation" else "holdout") or _cells_from_goals(record)
             for family, cell in cells.items():
                 heads = []
                 for goal in HEADLINES[policy]:
