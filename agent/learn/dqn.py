@@ -170,7 +170,8 @@ class DQNConfig(TrainConfig):
     conservative_rows: str = "all"
     """the replayed decisions the regulariser is on: all; the demonstrations (where it is a cross-entropy
     towards the teacher's choice that never decays); or the interaction (the network's own decisions,
-    where it holds down the values of the nodes it rarely takes without tying it to the teachers)"""
+    a cross-entropy towards what it did). On the tests' tiny world either half alone holds the network
+    where pre-training left it (docs/training.md)"""
     dueling: bool = True
     """learn Q = V(s) + A(s, a) - mean A (agent.learn.network.DuelingQ) and serve A: the state value carries
     what the future brings whatever the placement, so TD's noise stays out of the nodes' ranking"""
