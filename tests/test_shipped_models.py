@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agent.evaluate.compare import EVAL_SEED_BASE, EVAL_WORKERS, HOLDOUT_SEED_BASE, evaluate, summarize
-from agent.evaluate.report import markdown_table
+from agent.evaluate.report import markdown_table, table_rows
 from rlscore.core.features import NODE_FEATURES_OF_VERSION
 from rlscore.core.model import load_model, sha256_of, sidecar_path
 from rlscore.core.scoring import ModelScorer
@@ -30,11 +30,9 @@ HEADLINE_GOALS = {
 
 
 def _row(table: list[str], family: str, scorer: str) -> dict[str, str]:
-    columns = [c.strip() for c in table[0].strip("|").split("|")]
-    for line in table[2:]:
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if cells[0] == family and cells[2] == scorer:
-            return dict(zip(columns, cells))
+    for row in table_rows(table):
+        if row["family"] == family and row["scorer"] == scorer:
+            return row
     raise AssertionError(f"no row for {scorer} on {family}")
 
 

@@ -42,6 +42,7 @@ class GoalCheck:
     ok: bool
     detail: str
     paired: dict | None = None  # objective goals, when the per-seed runs are given (see above)
+    baseline: str | None = None  # the scorer compared with, where the figures chose it (a best rule)
 
     def described(self) -> str:
         """The goal with its figures and, where paired, the reading by seed."""
@@ -121,15 +122,15 @@ def check_goals(policy: str, rows: list[dict], results: list[RunResult] | None =
             mine, theirs = by_seed[metric].get((family_name, nodes, rl)), by_seed[metric].get((family_name, nodes, baseline))
             return paired_ratio(mine, theirs, bound=bound) if mine and theirs else None
 
-        def add(goal: str, ok: bool, detail: str, paired: dict | None = None) -> None:
-            checks.append(GoalCheck(goal, family_name, nodes, bool(ok), detail, paired))
+        def add(goal: str, ok: bool, detail: str, paired: dict | None = None, baseline: str | None = None) -> None:
+            checks.append(GoalCheck(goal, family_name, nodes, bool(ok), detail, paired, baseline))
 
         if family_name in evaluation_families_for(policy) or family_name in PROFILE_FAMILIES:
             best = best_baseline(rows, family_name, nodes, rl)
             add(f"objective <= best baseline x {1 + OBJECTIVE_TOLERANCE:g}",
                 me["objective"] <= best["objective"] * (1 + OBJECTIVE_TOLERANCE) + 1e-9,
                 f"{me['objective']:.4g} vs {best['scorer']} {best['objective']:.4g}",
-                paired("objective", best["scorer"]))
+                paired("objective", best["scorer"]), best["scorer"])
         _family_goals(policy, family_name, me, base, add, paired)
         if family_name in MIXED_FAMILIES:
             _mixed_goals(policy, family_name, me, base, add, paired,
@@ -149,7 +150,8 @@ def _mixed_goals(policy, family_name, me, base, add, paired, rows_of_cell) -> No
     best = min(rules, key=lambda r: r["objective"])
     p = paired("objective", best["scorer"])
     add("objective below the best rule beyond noise (paired 95% interval below 1)",
-        bool(p) and p["reading"] == "ahead", f"{me['objective']:.4g} vs {best['scorer']} {best['objective']:.4g}", p)
+        bool(p) and p["reading"] == "ahead", f"{me['objective']:.4g} vs {best['scorer']} {best['objective']:.4g}", p,
+        best["scorer"])
     if policy == "LB" and base("least-utilized"):
         lu = base("least-utilized")
         add("hot-node time <= 0.8 x least-utilized", me["hot_node_share"] <= 0.8 * lu["hot_node_share"] + 1e-9,
@@ -157,7 +159,7 @@ def _mixed_goals(policy, family_name, me, base, add, paired, rows_of_cell) -> No
         coolest = min(rules, key=lambda r: r["hot_node_share"])
         add("hot-node time below every rule's", me["hot_node_share"] < coolest["hot_node_share"],
             f"{me['hot_node_share']:.4f} vs {coolest['scorer']} {coolest['hot_node_share']:.4f}",
-            paired("hot_node_share", coolest["scorer"]))
+            paired("hot_node_share", coolest["scorer"]), coolest["scorer"])
     if policy == "EL" and base("latency-fit"):
         fit = base("latency-fit")
         add("hard violations <= latency-fit", me["hard_violations"] <= fit["hard_violations"] + 1e-9,

@@ -84,6 +84,19 @@ def markdown_table(policy: str, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def table_rows(table: list[str]) -> list[dict[str, str]]:
+    """A table `markdown_table` wrote (as lines, the way sidecars keep it) back as its cells, keyed by the
+    column headings ("family", "scorer", "objective", "hard viol." ...)."""
+    headings = [c.strip() for c in table[0].strip().strip("|").split("|")]
+    rows = []
+    for line in table[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != len(headings):
+            raise ValueError(f"a table row has {len(cells)} cells under {len(headings)} headings: {line!r}")
+        rows.append(dict(zip(headings, cells)))
+    return rows
+
+
 def write_outputs(out: Path, policy: str, results: list[RunResult], rows: list[dict], checks: list[GoalCheck],
                   traces: dict[str, Trace], title: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
@@ -193,14 +206,9 @@ def _goal(record: dict, family: str, goal: str) -> dict | None:
 
 def _cells_from_goals(record: dict) -> dict[str, dict]:
     """Per mixed family, the best rule and the paired reading against it, as the record's goal "objective
-    below the best rule" has them (whose detail reads "<model's> vs <rule> <rule's>"): for a model measured
-    without an ablation, which pairs the same runs."""
-    cells = {}
-    for g in record.get("goals", []):
-        if g["goal"] == BEYOND_RULES:
-            cells[g["family"]] = {"best_rule": g["detail"].split(" vs ", 1)[1].rsplit(" ", 1)[0],
-                                  "vs_best_rule": g.get("paired")}
-    return cells
+    below the best rule" has them: for a model measured without an ablation, which pairs the same runs."""
+    return {g["family"]: {"best_rule": g.get("baseline"), "vs_best_rule": g.get("paired")}
+            for g in record.get("goals", []) if g["goal"] == BEYOND_RULES}
 
 
 def readme_table(models: Path = MODELS) -> str:

@@ -24,7 +24,7 @@ import numpy as np
 
 from agent.evaluate.compare import EVAL_SEED_BASE, EVAL_WORKERS, HOLDOUT_SEED_BASE, best_baseline, evaluate, summarize
 from agent.evaluate.goals import GoalCheck, check_goals, missed_beyond_noise
-from agent.evaluate.report import markdown_table
+from agent.evaluate.report import markdown_table, table_rows
 from rlscore.core.model import load_model, sha256_of, sidecar_path
 from rlscore.core.scoring import ModelScorer
 from agent.sim.families import evaluation_families_for
@@ -94,8 +94,10 @@ def _measure_into_sidecar(path: Path, key: str, seeds: int, arrivals: int, progr
     goals = [asdict(c) for c in checks]
     if kept:  # the other families' rows and goals stay as they were measured
         command = f"{kept['command']}; {command} --families {','.join(families)}"
-        table = table[:2] + sorted([line for line in kept["table"][2:] if _family_of(line) not in families]
-                                   + table[2:], key=_family_of)
+        lines = [line for line, row in zip(kept["table"][2:], table_rows(kept["table"]))
+                 if row["family"] not in families] + table[2:]
+        by_family = sorted(zip((row["family"] for row in table_rows([*table[:2], *lines])), lines), key=lambda p: p[0])
+        table = table[:2] + [line for _, line in by_family]
         goals = [g for g in kept["goals"] if g["family"] not in families] + goals
         every = set(kept["families"]) | set(families)
         families = [f for f in evaluation_families_for(policy) if f in every] + sorted(
@@ -113,18 +115,11 @@ def _measure_into_sidecar(path: Path, key: str, seeds: int, arrivals: int, progr
     return checks
 
 
-def _family_of(line: str) -> str:
-    return line.split("|")[1].strip()
-
-
 def _rows_of(table: list[str]) -> list[dict]:
     """A recorded table's cells back as rows (the objective to the 4 digits the table keeps)."""
-    rows = []
-    for line in table[2:]:
-        family_name, nodes, scorer, objective = (c.strip() for c in line.split("|")[1:5])
-        rows.append({"family": family_name, "nodes": nodes, "scorer": scorer,
-                     "objective": float("nan") if objective == "-" else float(objective)})
-    return rows
+    return [{"family": r["family"], "nodes": r["nodes"], "scorer": r["scorer"],
+             "objective": float("nan") if r["objective"] == "-" else float(r["objective"])}
+            for r in table_rows(table)]
 
 
 def _write_sidecar(path: Path, meta: dict) -> None:
