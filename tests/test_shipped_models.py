@@ -151,7 +151,7 @@ def test_a_family_measured_later_merges_into_the_record_and_leaves_the_others_as
     merged = json.loads(sidecar_path(path).read_text())["evaluation"]
     assert merged["families"] == ["two-d", "one-pool"]  # in the policy's order
     assert [line for line in merged["table"] if line.startswith("| two-d |")] == first["table"][2:]
-    assert {line.split("|")[1].strip() for line in merged["table"][2:]} == {"two-d", "one-pool"}
+    assert {row["family"] for row in table_rows(merged["table"])} == {"two-d", "one-pool"}
     assert [g for g in merged["goals"] if g["family"] == "two-d"] == first["goals"]
     assert {g["family"] for g in merged["goals"]} == {"two-d", "one-pool"}
     assert merged["goals_total"] == len(merged["goals"]) > first["goals_total"]
@@ -160,6 +160,7 @@ def test_a_family_measured_later_merges_into_the_record_and_leaves_the_others_as
     evaluate_shipped_model(path, seeds=2, arrivals=30, progress=False, families=("one-pool",), merge=True)
     again = json.loads(sidecar_path(path).read_text())["evaluation"]
     assert again["table"] == merged["table"] and again["goals"] == merged["goals"]  # replaced, not added
+    assert again["command"] == merged["command"]  # its command once, not once per measurement
     with pytest.raises(ValueError, match="2 seeds x 30 arrivals"):  # a record of other seeds is not merged into
         evaluate_shipped_model(path, seeds=3, arrivals=30, progress=False, families=("one-pool",), merge=True)
     assert main(["evaluate", str(path), "--families", "mixed,nowhere", "--no-progress"]) == 2

@@ -93,7 +93,9 @@ def _measure_into_sidecar(path: Path, key: str, seeds: int, arrivals: int, progr
     table = markdown_table(policy, rows).splitlines()
     goals = [asdict(c) for c in checks]
     if kept:  # the other families' rows and goals stay as they were measured
-        command = f"{kept['command']}; {command} --families {','.join(families)}"
+        commands = kept["command"].split("; ")  # a family measured again: its command once, last
+        merged = f"{command} --families {','.join(families)}"
+        command = "; ".join([c for c in commands if c != merged] + [merged])
         lines = [line for line, row in zip(kept["table"][2:], table_rows(kept["table"]))
                  if row["family"] not in families] + table[2:]
         by_family = sorted(zip((row["family"] for row in table_rows([*table[:2], *lines])), lines), key=lambda p: p[0])
