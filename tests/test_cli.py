@@ -72,7 +72,8 @@ def test_the_twin_does_not_take_the_dqns_file(tmp_path):
     beside its DQN (or into models/) never replaces it."""
     (tmp_path / "lb.safetensors").write_bytes(b"the DQN")
     out = run("rlscore-train", "--policy", "LB", "--families", "test2", "--demo-worlds", "2", "--demo-decisions", "16",
-              "--pretrain-steps", "10", "--demonstrations-only", "--workers", "1", "--out", str(tmp_path),
+              "--pretrain-steps", "10", "--total-timesteps", "200", "--batch-size", "32", "--demonstrations-only",
+              "--workers", "1", "--out", str(tmp_path),
               "--log-dir=", "--no-eval", "--no-progress")
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "lb.safetensors").read_bytes() == b"the DQN"

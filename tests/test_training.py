@@ -276,6 +276,7 @@ def test_td_learning_beats_a_teacher_that_is_wrong_half_the_time(tiny_family, tm
     assert dqn["objective"] < 0.7 * teacher["objective"]
 
 
+@pytest.mark.reproduction  # a finding of docs/training.md re-run (two minutes): make verify
 def test_cqls_regulariser_keeps_the_network_on_its_teacher_even_where_td_pays(tiny_family, tmp_path):
     """The same run with --conservative-weight 0.3 breaks as many limits as its teacher: with little
     exploration the nodes the teacher does not take are rarely replayed, and the regulariser holds them
