@@ -157,6 +157,9 @@ def test_a_family_measured_later_merges_into_the_record_and_leaves_the_others_as
     assert merged["goals_total"] == len(merged["goals"]) > first["goals_total"]
     assert merged["goals_met"] == sum(g["ok"] for g in merged["goals"])
     assert merged["command"].endswith("--families one-pool")
+    scorers = {(row["family"], row["scorer"]) for row in table_rows(merged["table"])}
+    best = [g for g in merged["goals"] if g["goal"].startswith("objective <= best baseline")]
+    assert best and all((g["family"], g["baseline"]) in scorers and g["baseline"] in g["detail"] for g in best)
     evaluate_shipped_model(path, seeds=2, arrivals=30, progress=False, families=("one-pool",), merge=True)
     again = json.loads(sidecar_path(path).read_text())["evaluation"]
     assert again["table"] == merged["table"] and again["goals"] == merged["goals"]  # replaced, not added
