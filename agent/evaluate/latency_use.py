@@ -4,9 +4,10 @@ have met: what separates a scorer that breaks more hard limits than latency-fit 
 Each scorer places the pods of the same seeded worlds along its own trajectory. Pods with a hard limit
 are split by whether any node of the cluster, full or not, lies within it: when none does the limit is
 broken whatever a scorer does; when one does, a broken limit means those nodes were full when the pod
-came (both by the node's true latency, as the outcome counts it). For every limited pod it also reports how far out inside the pod's best latency tier the scorer
-went (0: the nearest node of the tier, 1: the farthest; latency-fit takes the farthest, keeping the
-near nodes for the pods that need them) and how often it switched an empty node on.
+came (both by the node's true latency, as the outcome counts it). For every limited pod it also
+reports how far out inside the pod's best latency tier the scorer went (0: the nearest node of the tier,
+1: the farthest; latency-fit takes the farthest, keeping the near nodes for the pods that need them) and
+how often it switched an empty node on. Pods are counted from the empty cluster on (no burn-in).
 
     python -m agent.evaluate.latency_use --model models/el.safetensors --rules latency-fit,latency-pack --family mixed
 """
@@ -70,7 +71,7 @@ def latency_use(scorer: Scorer | str, family_name: str, seeds: int, decisions: i
         rule = HeuristicScorer(scorer, rng) if isinstance(scorer, str) else None
         for _ in range(decisions):
             sim.next_decision()
-            state, pod = sim.candidate_state()
+            state, pod = sim.candidate_state("EL")  # the pod as the server hands it to EL, as rlscore-eval does
             if rule is not None:
                 pick = choose(rule.values(state, pod), rng)
             else:

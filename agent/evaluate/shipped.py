@@ -96,10 +96,9 @@ def _measure_into_sidecar(path: Path, key: str, seeds: int, arrivals: int, progr
         commands = kept["command"].split("; ")  # a family measured again: its command once, last
         merged = f"{command} --families {','.join(families)}"
         command = "; ".join([c for c in commands if c != merged] + [merged])
-        lines = [line for line, row in zip(kept["table"][2:], table_rows(kept["table"]))
-                 if row["family"] not in families] + table[2:]
-        by_family = sorted(zip((row["family"] for row in table_rows([*table[:2], *lines])), lines), key=lambda p: p[0])
-        table = table[:2] + [line for _, line in by_family]
+        lines = [(family_name, line) for family_name, line in _lines_by_family(kept["table"])
+                 if family_name not in families] + _lines_by_family(table)
+        table = table[:2] + [line for _, line in sorted(lines, key=lambda pair: pair[0])]
         goals = [g for g in kept["goals"] if g["family"] not in families] + goals
         every = set(kept["families"]) | set(families)
         families = [f for f in evaluation_families_for(policy) if f in every] + sorted(
@@ -115,6 +114,11 @@ def _measure_into_sidecar(path: Path, key: str, seeds: int, arrivals: int, progr
     meta[key] = record
     _write_sidecar(path, meta)
     return checks
+
+
+def _lines_by_family(table: list[str]) -> list[tuple[str, str]]:
+    """A recorded table's rows as (family, the row's line)."""
+    return [(row["family"], line) for row, line in zip(table_rows(table), table[2:])]
 
 
 def _rows_of(table: list[str]) -> list[dict]:
