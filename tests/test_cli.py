@@ -5,7 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from agent.evaluate.cli import main as eval_main
 from agent.evaluate.compare import baselines_for
+from agent.learn.train import main as train_main
 
 BIN = Path(sys.executable).parent
 
@@ -82,37 +86,48 @@ def test_the_twin_does_not_take_the_dqns_file(tmp_path):
     assert sidecar["training"]["hyperparameters"]["demonstrations_only"] is True
 
 
-def test_clear_errors_on_bad_input(tmp_path):
+BAD_INPUT = [  # (command, arguments, what the error must say); {bad} is a file that is not a model
+    ("rlscore-eval", ["--policy", "EL", "--model", "{bad}"], "not a readable model file"),
+    ("rlscore-eval", ["--policy", "EL", "--nodes", "0,3"], "node counts must be >= 1"),
+    ("rlscore-eval", ["--policy", "EL", "--families", "test9"], "unknown family"),
+    ("rlscore-eval", ["--policy", "LB", "--no-model", "--compare", "headroom-balance"],
+     "expected two scorer names as A:B"),
+    ("rlscore-eval", ["--policy", "LB", "--no-model", "--compare", "latency-fit:headroom-balance"],
+     "--compare: no scorer latency-fit in this evaluation"),
+    ("rlscore-eval", ["--policy", "LB", "--no-model", "--rules", "least-utilized,latency-fit"],
+     "--rules: latency-fit: expected rules of LB from"),
+    ("rlscore-train", ["--policy", "XX"], "invalid choice"),
+    ("rlscore-train", ["--policy", "EE", "--total-timesteps", "-1"], "--total-timesteps must be >= 0"),
+    ("rlscore-train", ["--policy", "LB", "--blind-to", "latency,speed"], "--blind-to: unknown input 'speed'"),
+    ("rlscore-train", ["--policy", "LB", "--teacher", "mixd=headroom-balance"],
+     "--teacher 'mixd=headroom-balance': unknown scenario family 'mixd'"),
+    ("rlscore-train", ["--policy", "LB", "--teacher", "mixed=nothing"], "expected FAMILY=RULE"),
+    ("rlscore-train", ["--policy", "LB", "--rollout-every", "-1"], "--rollout-every must be >= 0"),
+    ("rlscore-train", ["--policy", "LB", "--advantage-weight", "1"], "--advantage-weight needs --rollout-every"),
+    ("rlscore-train", ["--policy", "EL", "--rollout-every", "2", "--rollout-confidence", "2"],
+     "--rollout-confidence needs --rollout-futures >= 2"),
+    ("rlscore-train", ["--policy", "EE", "--init", "{bad}"], "not a readable model file"),
+]
+
+
+@pytest.mark.parametrize(("command", "arguments", "message"), BAD_INPUT,
+                         ids=[f"{c} {' '.join(a)}" for c, a, _ in BAD_INPUT])
+def test_clear_errors_on_bad_input(command, arguments, message, tmp_path, capsys):
+    """Each refusal exits 2 and names the problem; run in process (the console scripts' own main), the
+    way a user's shell runs it is checked once below."""
     bad = tmp_path / "el.safetensors"
     bad.write_bytes(b"garbage")
-    ev = run("rlscore-eval", "--policy", "EL", "--model", str(bad))
-    assert ev.returncode == 2 and "not a readable model file" in ev.stderr
-    ev = run("rlscore-eval", "--policy", "EL", "--nodes", "0,3")
-    assert ev.returncode == 2 and "node counts must be >= 1" in ev.stderr
-    ev = run("rlscore-eval", "--policy", "EL", "--families", "test9")
-    assert ev.returncode == 2 and "unknown family" in ev.stderr
-    ev = run("rlscore-eval", "--policy", "LB", "--no-model", "--compare", "headroom-balance")
-    assert ev.returncode == 2 and "expected two scorer names as A:B" in ev.stderr
-    ev = run("rlscore-eval", "--policy", "LB", "--no-model", "--compare", "latency-fit:headroom-balance")
-    assert ev.returncode == 2 and "--compare: no scorer latency-fit in this evaluation" in ev.stderr
-    ev = run("rlscore-eval", "--policy", "LB", "--no-model", "--rules", "least-utilized,latency-fit")
-    assert ev.returncode == 2 and "--rules: latency-fit: expected rules of LB from" in ev.stderr
-    tr = run("rlscore-train", "--policy", "XX")
-    assert tr.returncode == 2 and "invalid choice" in tr.stderr
-    tr = run("rlscore-train", "--policy", "EE", "--total-timesteps", "-1")
-    assert tr.returncode == 2 and "--total-timesteps must be >= 0" in tr.stderr
-    tr = run("rlscore-train", "--policy", "LB", "--blind-to", "latency,speed")
-    assert tr.returncode == 2 and "--blind-to: unknown input 'speed'" in tr.stderr
-    tr = run("rlscore-train", "--policy", "LB", "--teacher", "mixd=headroom-balance")
-    assert tr.returncode == 2 and "--teacher 'mixd=headroom-balance': unknown scenario family 'mixd'" in tr.stderr
-    tr = run("rlscore-train", "--policy", "LB", "--teacher", "mixed=nothing")
-    assert tr.returncode == 2 and "expected FAMILY=RULE" in tr.stderr
-    tr = run("rlscore-train", "--policy", "LB", "--rollout-every", "-1")
-    assert tr.returncode == 2 and "--rollout-every must be >= 0" in tr.stderr
-    tr = run("rlscore-train", "--policy", "LB", "--advantage-weight", "1")
-    assert tr.returncode == 2 and "--advantage-weight needs --rollout-every" in tr.stderr
-    tr = run("rlscore-train", "--policy", "EL", "--rollout-every", "2", "--rollout-confidence", "2")
-    assert tr.returncode == 2 and "--rollout-confidence needs --rollout-futures >= 2" in tr.stderr
+    main = {"rlscore-eval": eval_main, "rlscore-train": train_main}[command]
+    try:
+        code = main([a.format(bad=bad) for a in arguments])
+    except SystemExit as stop:  # argparse's refusals
+        code = stop.code
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def test_a_console_script_refuses_bad_input_with_exit_code_2(tmp_path):
+    bad = tmp_path / "el.safetensors"
+    bad.write_bytes(b"garbage")
     tr = run("rlscore-train", "--policy", "EE", "--init", str(bad))
     assert tr.returncode == 2 and "--init" in tr.stderr and "not a readable model file" in tr.stderr
 
