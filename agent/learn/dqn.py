@@ -25,9 +25,11 @@ ablation that says what TD learning adds (`rlscore-eval` compares the two).
 from __future__ import annotations
 
 import copy
+import itertools
 import sys
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -322,21 +324,24 @@ class DQNConfig(TrainConfig):
 # --- worlds and teachers ----------------------------------------------------------------------------
 
 def world_plan(cfg: DQNConfig, count: int, seed: int) -> list[tuple[str, int, int]]:
-    """(family, nodes, env seed) of `count` worlds: mixed worlds in `mixed_share` of them, the others
-    spread evenly over the policy's families."""
+    """The first `count` worlds of `worlds(cfg, seed)`."""
+    return list(itertools.islice(worlds(cfg, seed), count))
+
+
+def worlds(cfg: DQNConfig, seed: int) -> Iterator[tuple[str, int, int]]:
+    """(family, nodes, env seed) of world after world, drawn as they are needed: mixed worlds in
+    `mixed_share` of them, the others spread evenly over the policy's families."""
     rng = np.random.default_rng(seed)
     families = cfg.families or families_for(cfg.policy)
     singles = [f for f in families if f != MIXED]
-    plan = []
-    for k in range(count):
+    for k in itertools.count():
         if MIXED in families and (not singles or rng.random() < cfg.mixed_share):
             low, high = family(MIXED).node_range
             name, nodes = MIXED, int(rng.integers(low, min(high, cfg.max_nodes) + 1))
         else:
             name = singles[k % len(singles)]
             nodes = draw_node_count(rng, cfg.min_nodes, cfg.max_nodes, cfg.node_draw)
-        plan.append((name, nodes, int(rng.integers(2**31))))
-    return plan
+        yield name, nodes, int(rng.integers(2**31))
 
 
 def make_env(cfg: DQNConfig) -> SchedulingEnv:
@@ -800,12 +805,12 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     elif cfg.total_timesteps > 0:
         replay = Replay(cfg.buffer_size, cfg.max_nodes)
         envs = [make_env(cfg) for _ in range(cfg.num_envs)]
-        worlds = iter(world_plan(cfg, 10**6, cfg.seed + 1))
+        upcoming = worlds(cfg, cfg.seed + 1)
 
         teacher_of = [""] * len(envs)
 
         def begin(i: int) -> dict:
-            world = next(worlds)
+            world = next(upcoming)
             teacher_of[i] = burn_in_teacher(cfg, world)
             return warm_start(envs[i], world, teacher_of[i], cfg.burn_in, rng)
 
@@ -913,7 +918,7 @@ class EnvironmentActor:
         self.rng = np.random.default_rng([cfg.seed, 1 + index])
         actor = make_actor(cfg)
         self.network = DuelingQ(actor) if cfg.dueling else actor
-        self.worlds = iter(world_plan(cfg, 10**6, cfg.seed + 1 + 7919 * (index + 1)))
+        self.worlds = worlds(cfg, cfg.seed + 1 + 7919 * (index + 1))
         self.envs = [make_env(cfg) for _ in range(ACTOR_ENVS)]
         self.teachers = [""] * ACTOR_ENVS
         self.obs = [self._begin(i) for i in range(ACTOR_ENVS)]
