@@ -259,11 +259,12 @@ def _tiny_config(family: str, **overrides) -> DQNConfig:
 
 def test_td_learning_beats_a_teacher_that_is_wrong_half_the_time(tiny_family, tmp_path):
     """The demonstrations alone copy latency-pack, loose pods on the near node and all; TD on the outcome
-    reward learns to leave the near node to the strict pods."""
-    full, _ = train(_tiny_config(tiny_family))
-    copy, record = train(_tiny_config(tiny_family, demonstrations_only=True))
+    reward learns to leave the near node to the strict pods. (9 000 steps: at 12 000 TD broke 0.30 of
+    the teacher's hard limits on training seeds 3, 4 and 5, at 9 000 0.30-0.35, at 6 000 up to 0.63.)"""
+    full, _ = train(_tiny_config(tiny_family, total_timesteps=9_000))
+    copy, record = train(_tiny_config(tiny_family, total_timesteps=9_000, demonstrations_only=True))
     assert record["training"]["td_steps"] == 0 and record["training"]["interaction_steps"] == 0
-    assert record["training"]["gradient_steps"] == 300 + 12_000 // 2  # as many as the whole run takes
+    assert record["training"]["gradient_steps"] == 300 + 9_000 // 2  # as many as the whole run takes
     models = [ModelScorer(load_model(save_model(tmp_path / f"{name}.safetensors", net, "EL", {})), name=name)
               for name, net in (("dqn", full), ("demonstrations-only", copy))]
     results, _ = evaluate("EL", models, (tiny_family,), seeds=4, arrivals=300, progress=False,
