@@ -72,10 +72,7 @@ def latency_use(scorer: Scorer | str, family_name: str, seeds: int, decisions: i
         for _ in range(decisions):
             sim.next_decision()
             state, pod = sim.candidate_state("EL")  # the pod as the server hands it to EL, as rlscore-eval does
-            if rule is not None:
-                pick = choose(rule.values(state, pod), rng)
-            else:
-                pick = int(np.argmax(scorer.values(state, pod)))
+            pick = choose((scorer if rule is None else rule).values(state, pod), rng)  # ties as rlscore-eval breaks them
             hard = pod.latency_hard_ms
             if hard is None:
                 kind = NO_LIMIT
