@@ -68,11 +68,11 @@ def latency_use(scorer: Scorer | str, family_name: str, seeds: int, decisions: i
     for name, size, seed in cells((family_name,), seeds, None, seed_base):
         sim = Simulation.of_family(name, seed, size, limits=True)
         rng = np.random.default_rng(seed)
-        rule = HeuristicScorer(scorer, rng) if isinstance(scorer, str) else None
+        placer = HeuristicScorer(scorer, rng) if isinstance(scorer, str) else scorer
         for _ in range(decisions):
             sim.next_decision()
             state, pod = sim.candidate_state("EL")  # the pod as the server hands it to EL, as rlscore-eval does
-            pick = choose((scorer if rule is None else rule).values(state, pod), rng)  # ties as rlscore-eval breaks them
+            pick = choose(placer.values(state, pod), rng)  # ties broken as rlscore-eval breaks them
             hard = pod.latency_hard_ms
             if hard is None:
                 kind = NO_LIMIT
