@@ -22,7 +22,7 @@ def run(*args, cwd=None):
 def test_train_then_eval_end_to_end(tmp_path):
     """rlscore-train (a short DQN run, TensorBoard logs on) and rlscore-eval on what it wrote."""
     out = run("rlscore-train", "--policy", "lb", "--families", "test2,usage-skew", "--demo-worlds", "2",
-              "--demo-decisions", "32", "--burn-in", "10", "--pretrain-steps", "20", "--total-timesteps", "200",
+              "--demo-decisions", "32", "--burn-in", "10", "--pretrain-steps", "100", "--total-timesteps", "200",
               "--num-envs", "2", "--episode-decisions", "40", "--workers", "1", "--out", str(tmp_path),
               "--name", "lb-dqn.safetensors", "--log-dir", str(tmp_path / "tb"), "--no-eval", "--no-progress",
               "--teacher", "usage-skew=least-utilized", "--rollout-every", "8", "--rollout-horizon", "10",
@@ -33,6 +33,18 @@ def test_train_then_eval_end_to_end(tmp_path):
     assert training["demonstrations"]["teachers"]["usage-skew"] == {"least-utilized": 1}
     assert training["demonstrations"]["rollout_labels"]["decisions"] == 2 * 32 // 8
     assert training["hyperparameters"]["advantage_weight"] == 0.5 and training["final_losses"]["advantage"] >= 0
+    # the TensorBoard run: the losses every 100 gradient steps, the margin's weight, episodes and exploration
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    [run_dir] = (tmp_path / "tb").iterdir()
+    assert run_dir.name.startswith("lb-dqn-seed1-"), run_dir.name
+    logged = EventAccumulator(str(run_dir)).Reload()
+    for tag in ("loss/td", "loss/margin", "loss/advantage", "schedule/margin_weight"):
+        assert [e.step for e in logged.Scalars(tag)] == [100], tag
+    assert logged.Scalars("schedule/margin_weight")[0].value == 1.0  # still pre-training at step 100
+    returns = [e.value for e in logged.Scalars("episode/return")]  # two environments, 40 decisions an episode
+    assert len(returns) == 4 and training["final_mean_episode_return"] == pytest.approx(sum(returns) / 4, rel=1e-5)
+    assert {e.step for e in logged.Scalars("schedule/epsilon")} == {e.step for e in logged.Scalars("episode/return")}
     ev = run("rlscore-eval", "--policy", "LB", "--model", str(tmp_path / "lb-dqn.safetensors"), "--families", "test2,usage-skew",
              "--nodes", "3,5", "--seeds", "1", "--arrivals", "60", "--out", str(tmp_path / "ev"), "--no-progress")
     assert ev.returncode == 0, ev.stderr

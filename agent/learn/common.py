@@ -105,11 +105,40 @@ def shaping_factor(cfg: TrainConfig) -> float | None:
     return None if cfg.shaping_gamma < 0 else cfg.shaping_gamma
 
 
-def tensorboard(cfg: TrainConfig, algo: str):
-    if not cfg.log_dir:
-        return None
-    from torch.utils.tensorboard import SummaryWriter
-    return SummaryWriter(f"{cfg.log_dir}/{cfg.policy.lower()}-{algo}-{cfg.reward}-seed{cfg.seed}-{int(time.time())}")
+class TrainingLog:
+    """TensorBoard scalars of a training run under `TrainConfig.log_dir` (`tensorboard --logdir runs`),
+    one run directory each: the mean of each loss over its last steps and the margin loss's weight every
+    `every` gradient steps, exploration and every finished episode's return by interaction step. With
+    log_dir '' it writes nothing (and never imports TensorBoard)."""
+
+    def __init__(self, cfg: TrainConfig, algo: str, every: int = 100):
+        self.every, self.writer, self.directory = every, None, None
+        if cfg.log_dir:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.directory = str(Path(cfg.log_dir) / f"{cfg.policy.lower()}-{algo}-seed{cfg.seed}-{int(time.time())}")
+            self.writer = SummaryWriter(self.directory)
+
+    def gradient_step(self, step: int, losses: dict, margin_weight: float) -> None:
+        """After gradient step `step`: `losses` maps a loss's name to its recent values (empty: not used)."""
+        if self.writer is None or step % self.every:
+            return
+        for name, values in losses.items():
+            if values:
+                self.writer.add_scalar(f"loss/{name}", float(np.mean(values)), step)
+        self.writer.add_scalar("schedule/margin_weight", margin_weight, step)
+
+    def episodes(self, step: int, returns: list[float], epsilon: float) -> None:
+        """Episodes that finished by interaction step `step`, and the exploration rate then."""
+        if self.writer is None:
+            return
+        for value in returns:
+            self.writer.add_scalar("episode/return", value, step)
+        self.writer.add_scalar("schedule/epsilon", epsilon, step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
 
 
 def git_commit() -> str:

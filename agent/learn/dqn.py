@@ -41,7 +41,8 @@ from tqdm import tqdm
 
 from agent.evaluate.rollout_bound import CANDIDATES as ROLLOUT_RULES
 from agent.evaluate.rollout_bound import base_choice, confident_pick, option_costs, rule_choice
-from agent.learn.common import TrainConfig, git_commit, make_actor, seed_everything, shaping_factor, training_record
+from agent.learn.common import (TrainConfig, TrainingLog, git_commit, make_actor, seed_everything, shaping_factor,
+                                training_record)
 from agent.learn.env import MAX_EPISODE_DECISIONS, SchedulingEnv
 from agent.learn.model_io import save_model
 from agent.learn.network import DuelingQ, NodeScorer, values_by_extent
@@ -57,8 +58,8 @@ from rlscore.core.features import (CANDIDATE_SETS, NUM_NODE_FEATURES, NUM_POD_FE
                                    RULE_FEATURES, best_latency_tier, input_columns)
 from rlscore.core.state import normalize_policy
 
-# Each single-difficulty family's teacher: its best rule on training seeds (`rlscore-train --algo
-# selector` picks them, agent.learn.teachers.pick_teachers), per cluster-size band where the best rule
+# Each single-difficulty family's teacher: its best rule on training seeds
+# (agent.learn.teachers.pick_teachers, with bands=SIZE_BANDS), per cluster-size band where the best rule
 # changes with size ([[max nodes, rule], ...]; a larger world takes the last band's). LB's usage-skew: on 10
 # training seeds headroom-informed is x1.069 of each seed's best rule, headroom-balance x2.13
 # (pick_teachers("LB", ("usage-skew",))).
@@ -740,6 +741,9 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     ema = AveragedModel(q_network, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay))
     averaging = cfg.weight_average != "last" or bool(cfg.snapshot_dir)  # ~0.6 ms per step otherwise spent
     checkpoints: dict[str, dict] = {}
+    log = TrainingLog(cfg, "demonstrations-only" if cfg.demonstrations_only else "dqn")
+    if log.directory:
+        print(f"TensorBoard logs: {log.directory}", file=sys.stderr)
 
     def learn(batch: dict[str, torch.Tensor], demo_rows: int, margin_weight: float) -> None:
         nonlocal gradient_steps
@@ -778,6 +782,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         torch.nn.utils.clip_grad_norm_(q_network.parameters(), cfg.max_grad_norm)
         optimizer.step()
         gradient_steps += 1
+        log.gradient_step(gradient_steps, losses, margin_weight)
         if gradient_steps % cfg.target_network_frequency == 0:
             target_network.load_state_dict(q_network.state_dict())
         if averaging:
@@ -801,7 +806,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     env_seconds = 0.0
     on_ray = cfg.total_timesteps > 0 and cfg.actors > 0 and ray_address() is not None
     if on_ray:
-        episode_returns, env_seconds = interact_on_ray(cfg, q_network, learn, demos, scale, rng, losses)
+        episode_returns, env_seconds = interact_on_ray(cfg, q_network, learn, demos, scale, rng, losses, log)
     elif cfg.total_timesteps > 0:
         replay = Replay(cfg.buffer_size, cfg.max_nodes)
         envs = [make_env(cfg) for _ in range(cfg.num_envs)]
@@ -839,6 +844,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 nsteps[i].push(obs[i], action, clipped, None, next_obs, terminated, ended, replay)
                 if ended:
                     episode_returns.append(float(returns[i]))
+                    log.episodes(step + 1, episode_returns[-1:], epsilon)
                     returns[i], played[i] = 0.0, 0
                     next_obs = begin(i)
                     nsteps[i] = NStep(cfg.n_step, cfg.gamma, teacher_of[i])
@@ -858,6 +864,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                                 td=f"{np.mean(losses['td'] or [0]):.3f}", eps=f"{epsilon:.3f}",
                                 ret=f"{np.mean(episode_returns[-10:]) if episode_returns else 0:.1f}")
         bar.close()
+    log.close()
 
     averages = {"uniform": uniform, "ema": ema}
     for name, averaged in averages.items():
@@ -983,7 +990,7 @@ def _pad(obs: dict, slots: int) -> dict:
 
 
 def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Replay, scale: float,
-                    rng: np.random.Generator, losses: dict) -> tuple[list[float], float]:
+                    rng: np.random.Generator, losses: dict, log: TrainingLog) -> tuple[list[float], float]:
     """The interaction phase with `cfg.actors` EnvironmentActors on the Ray cluster feeding the replay:
     as each actor hands in its steps, it is sent off again with the newest weights there are, and the
     learner takes the gradient steps those steps are worth (one per `train_frequency`) meanwhile. An
@@ -1030,6 +1037,7 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Re
         step += played
         env_seconds += seconds
         episode_returns += finished
+        log.episodes(step, finished, epsilon(step))
         bar.update(played)
         # the actor plays on at once with the newest weights there are, while the learner takes the
         # gradient steps its batch is worth (as Ape-X's actors do): an actor waiting for the learner
