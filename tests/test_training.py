@@ -157,6 +157,28 @@ def test_the_q_filter_keeps_a_demonstration_where_the_target_network_rates_its_t
     assert bool(keep[0]) is kept
 
 
+def test_pick_teachers_names_each_family_and_size_bands_rule_that_costs_least_on_training_seeds():
+    """pick_teachers, which chose dqn.TEACHERS: each rule's objective on training seeds, relative to
+    the seed's best rule, and the teacher is the rule with the lowest mean of those; per size band too."""
+    from agent.evaluate.compare import baselines_for, run
+    from agent.learn.teachers import TEACHER_SEED_BASE, pick_teachers
+    from rlscore.core.scoring import HeuristicScorer
+
+    picked = pick_teachers("EE", ("test2",), seeds=2, arrivals=40, workers=1, bands=(5, 20))["test2"]
+    names = [b for b in baselines_for("EE") if b != "random"]
+    table = np.array([[run(HeuristicScorer(b, np.random.default_rng(k)), "test2", TEACHER_SEED_BASE + k, "EE",
+                           None, 40)[0].objective for b in names] for k in range(2)])
+    relative = (table / table.min(axis=1, keepdims=True)).mean(axis=0)
+    assert picked["relative_objective"] == pytest.approx(dict(zip(names, relative)), abs=1e-4)
+    assert picked["teacher"] == names[int(np.argmin(relative.round(4)))]
+    assert [band["max_nodes"] for band in picked["by_size"]] == [5, 20]
+    for band in picked["by_size"]:
+        scores = band["relative_objective"]
+        assert min(scores.values()) >= 1.0 and band["teacher"] == min(scores, key=scores.get)
+    # small clusters of test2 are run best by another rule than the family as a whole (why the bands)
+    assert picked["by_size"][0]["teacher"] != picked["teacher"]
+
+
 @pytest.mark.parametrize("steady", [False, True])
 def test_the_mixed_worlds_teachers_are_measured_where_teacher_steady_says(steady):
     """--teacher-steady picks each mixed world's teacher on runs after one fill, as the demonstrations

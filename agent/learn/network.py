@@ -7,11 +7,12 @@ filling big efficient ones saves more energy. There is no dense layer over the n
 same weights serve any node count, and the pools only see the nodes the mask marks as candidates:
 padding and infeasible nodes neither leak into the set summary nor get a finite score.
 
-`NodeScorer` gives one value per node: the Q-values of DQN, or the policy logits (a masked softmax
-over nodes) of the actor-critic trainers. `ValueHead` is the critic of the actor-critic trainers: its
-own equivariant trunk, pooled (mean and max over the candidates) into one state value. `RuleSelector` is
-the same pooled trunk with one output per hand-written rule: which rule places this pod
-(agent.learn.selector). NodeScorer and RuleSelector are the networks that are served.
+`NodeScorer` gives one value per node: the Q-values of DQN (or, in a behaviour clone an earlier trainer
+wrote, the logits of a masked softmax over nodes). `ValueHead` is its own equivariant trunk pooled (mean
+and max over the candidates) into values of the whole state: the dueling head's V(s) (`DuelingQ`).
+`RuleSelector` is the same pooled trunk with one output per hand-written rule, which rule places this pod:
+an earlier trainer's model, still loaded and served. NodeScorer and RuleSelector are the networks that
+are served.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ class ValueHead(nn.Module):
 class RuleSelector(ValueHead):
     """Which of `rules` (names of rlscore.core.rules) should place the pod, from the whole candidate
     set: one logit per rule. The rule it picks scores the nodes, so where it picks the right rule it
-    places exactly as that rule does (agent.learn.selector says why)."""
+    places exactly as that rule does. Trained by an earlier trainer (`git show e8d7425^:agent/learn/selector.py`);
+    models/ee.safetensors is one."""
 
     def __init__(self, rules: tuple[str, ...], hidden: tuple[int, ...] = (64, 64),
                  node_features: int = NUM_NODE_FEATURES, pod_features: int = NUM_POD_FEATURES):

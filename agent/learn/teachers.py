@@ -1,14 +1,8 @@
-"""Teachers for kickstarting: per scenario family, the hand-written scorer that does best on the
-policy's objective, found by measuring every baseline on *training* seeds (evaluation seeds stay
-unseen).
-
-Kickstarting (Schmitt et al., 2018) adds a cross-entropy towards the teacher's choice to the
-actor-critic loss, with a weight that decays to a small floor: the policy starts from the best rule
-for each situation (cloned first, agent.learn.imitation) and the outcome reward decides where it
-departs from it. Without a teacher, PPO from scratch settled on MostAllocated in the families where
-"prefer the efficient nodes" wins, because that advantage only shows over many decisions
-(docs/rewards.md); with the pull decaying to zero it drifted away from the teacher where the reward
-is noisy (docs/training.md).
+"""Who demonstrates to the DQN (agent.learn.dqn): per single-difficulty family, the hand-written rule
+that does best on the policy's objective on *training* seeds (pick_teachers, which chose dqn.TEACHERS;
+evaluation seeds stay unseen), and for a world of no family (mixed worlds, cluster profiles) the rule
+that costs least on that world's own machines (world_teacher). The network starts from the teacher of
+each situation, and the outcome reward decides where it departs from it.
 """
 
 from __future__ import annotations
@@ -24,9 +18,9 @@ from rlscore.core.state import NodeState, PodRequest
 TEACHER_SEED_BASE = 10**6  # below EVAL_SEED_BASE, away from the trainers' own draws
 
 
-# Cluster-size bands for "per-size" teachers (upper bounds; the smallest band starts at the smallest
-# training size, and a larger world takes the last band's teacher): which rule is best changes with
-# size. On training seeds EE's test2 is run best by one-step-ee up to 5 nodes (MostAllocated is x1.10
+# Cluster-size bands of pick_teachers' "by_size" record, from which dqn.TEACHERS' per-size entries
+# come (upper bounds; the smallest band starts at the smallest training size, and a larger world takes
+# the last band's teacher): which rule is best changes with size. On training seeds EE's test2 is run best by one-step-ee up to 5 nodes (MostAllocated is x1.10
 # there) and ties it above, which one teacher for the family could not say.
 SIZE_BANDS = (5, 20, TRAIN_NODES[1])
 
@@ -132,55 +126,6 @@ def _rule_cost(job: tuple) -> float:
             total -= sim.potential(policy, gamma=0.0)
         total_cost += total
     return total_cost
-
-
-def teacher_names(teachers: dict) -> list[str]:
-    return sorted({t for v in teachers.values() for t in ([v] if isinstance(v, str) else [n for _, n in v])})
-
-
-class TeacherError(ValueError):
-    """A teacher choice that names no baseline of the policy."""
-
-
-def assign_teachers(policy: str, families: tuple[str, ...], choice: str = "per-family", **picking) -> dict[str, dict]:
-    """pick_teachers' record with each family's teacher set by `choice`, comma-separated: a base --
-    "per-family" (each family's own best), "per-size" (each family's best per cluster-size band,
-    SIZE_BANDS; the teacher is then [[max_nodes, name], ...]), "overall" (the baseline with the lowest
-    mean relative objective over the families) or one baseline's name for every family -- and any
-    number of `family=baseline` overrides. Why not always per-family: when families look alike to the
-    network, teachers that disagree (spread here, pack there) pull it towards a blend worse than either."""
-    from agent.evaluate.compare import baselines_for
-
-    names = [b for b in baselines_for(policy) if b != "random"]
-    bases = ("per-family", "per-size", "overall")
-    base, overrides = "per-family", {}
-    for part in (p.strip() for p in choice.split(",") if p.strip()):
-        if "=" in part:
-            family_name, _, name = (x.strip() for x in part.partition("="))
-            if family_name not in families:
-                raise TeacherError(f"{family_name!r} is not one of the families trained on ({', '.join(families)})")
-            overrides[family_name] = name
-        else:
-            base = part
-    for name in (base, *overrides.values()):
-        if name not in bases and name not in names:
-            raise TeacherError(f"unknown teacher {name!r} for {policy}: expected {', '.join(bases)} or one of "
-                               f"{', '.join(names)}")
-    if any(v in bases for v in overrides.values()):
-        raise TeacherError("a family's override names one baseline, not per-family, per-size or overall")
-    picked = pick_teachers(policy, families, bands=SIZE_BANDS if base == "per-size" else (), **picking)
-    if base == "overall":
-        base = min(names, key=lambda b: np.mean([p["relative_objective"][b] for p in picked.values()]))
-
-    def chosen(family_name: str, p: dict):
-        if family_name in overrides:
-            return overrides[family_name]
-        if base == "per-family":
-            return p["teacher"]
-        if base == "per-size":
-            return [[band["max_nodes"], band["teacher"]] for band in p["by_size"]]
-        return base
-    return {f: {**p, "teacher": chosen(f, p)} for f, p in picked.items()}
 
 
 def _objective(job: tuple) -> float:

@@ -211,7 +211,7 @@ one_step_ee, one_step_lb, one_step_el = (_one_step(p) for p in ("EE", "LB", "EL"
 # 2.5-3.5x), a pod's usage is not known when it is placed, and 0.8 leaves a margin below the 0.85 hot
 # threshold. On 16 usage-skew worlds of a training seed range (not the evaluation ones), 3x/0.8 was the
 # best of 2.5x, 3x and 3.5x at 0.8 and of 0.7, 0.75 and 0.8 at 3x; on one-pool every one of them lost to
-# one-step-lb by 19-22% (docs/training.md, docs/experiments/headroom_balance.py).
+# one-step-lb by 19-22% (the sweep: `git show ef27e6c^:docs/experiments/headroom_balance.py`).
 HEADROOM_BURST = 3.0
 HEADROOM_LIMIT = 0.8
 # lifts every node with room above every node without: a one-step cost lies within +-81 up to 5000 nodes

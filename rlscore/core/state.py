@@ -149,14 +149,6 @@ class NodeState:
             setattr(state, name, value)
         return state
 
-    def subset(self, index: np.ndarray) -> NodeState:
-        index = np.asarray(index)
-        if index.dtype == bool:
-            index = np.flatnonzero(index)
-        return NodeState.trusted([self.names[i] for i in index], self.cluster_cpu_requested,
-                                 self.recent_peak_cpu_requested,
-                                 **{name: getattr(self, name)[index] for name in NODE_ARRAYS})
-
 
 def as_served(pod: PodRequest, policy: str, el_defaults: tuple[float, float] | None = None) -> PodRequest:
     """The pod as the suggestion server hands it to a policy's scorer: latency limits for EL only

@@ -7,8 +7,8 @@ import (
 )
 
 // WeightsFormat names the plain-JSON export of a served node scorer (GET /v1/models/{policy}), and
-// SelectorWeightsFormat that of a rule selector (agent/learn/selector.py): the same trunk, pooled into one
-// logit per hand-written rule; the rule it picks scores the nodes (rules.go).
+// SelectorWeightsFormat that of a rule selector (agent/learn/network.py's RuleSelector): the same trunk,
+// pooled into one logit per hand-written rule; the rule it picks scores the nodes (rules.go).
 const (
 	WeightsFormat         = "rlscore-deepsets-weights"
 	SelectorWeightsFormat = "rlscore-rule-selector-weights"
