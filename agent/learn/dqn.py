@@ -715,6 +715,10 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     budget = ThreadBudget(cfg.torch_threads)
     started, commit = time.time(), git_commit()
 
+    log = TrainingLog(cfg, "demonstrations-only" if cfg.demonstrations_only else "dqn")
+    if log.directory:
+        print(f"TensorBoard logs: {log.directory}", file=sys.stderr)
+
     # 1-3: worlds, teachers, demonstrations
     plan = world_plan(cfg, cfg.demo_worlds, cfg.demonstration_seed)
     print(f"picking the teachers of {cfg.demo_worlds} worlds ...", file=sys.stderr)
@@ -741,9 +745,6 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     ema = AveragedModel(q_network, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay))
     averaging = cfg.weight_average != "last" or bool(cfg.snapshot_dir)  # ~0.6 ms per step otherwise spent
     checkpoints: dict[str, dict] = {}
-    log = TrainingLog(cfg, "demonstrations-only" if cfg.demonstrations_only else "dqn")
-    if log.directory:
-        print(f"TensorBoard logs: {log.directory}", file=sys.stderr)
 
     def learn(batch: dict[str, torch.Tensor], demo_rows: int, margin_weight: float) -> None:
         nonlocal gradient_steps
