@@ -262,7 +262,7 @@ kind-down: bin/kind ## delete the kind cluster
 	bin/kind delete cluster --name rlscore
 
 CANDIDATES := build/candidates
-train: install ## per policy: the DQN and its demonstrations-only twin (~15 min each on 2 cores), both evaluated; the DQN shipped into models/ (with the ablation in its sidecar) unless behind the model there
+train: install ## per policy: the DQN and its demonstrations-only twin (~15 min each on 2 cores), both evaluated; the DQN shipped into models/ (with the ablation in its sidecar) unless behind the model there on the mixed worlds or missing more goals beyond noise
 	@mkdir -p $(CANDIDATES)
 	@for p in EE LB EL; do \
 	  lower=$$(echo $$p | tr A-Z a-z); \

@@ -319,3 +319,33 @@ def test_the_reproduction_command_records_what_the_model_does_and_keeps_a_record
     assert shipped_main(["reproduction", str(path)]) == 0
     assert json.loads(sidecar_path(path).read_text())["reproduce"] == record
     assert "already records" in capsys.readouterr().out
+
+
+def _measured(vs_previous: dict | None, missed_beyond_noise: int | None) -> dict:
+    meta: dict = {"ablation": {"evaluation": {"mixed": {"vs_previous": vs_previous}}}}
+    if missed_beyond_noise is not None:
+        meta["evaluation"] = {"missed_beyond_noise": missed_beyond_noise}
+    return meta
+
+
+@pytest.mark.parametrize("vs_previous, missed, replaced_missed, refused", [
+    ({"reading": "behind", "ratio": 1.05, "ci95": [1.01, 1.09]}, 0, 2, "behind the model it would replace"),
+    ({"reading": "tie", "ratio": 1.01, "ci95": [0.98, 1.04]}, 8, 2, "misses 8 goals beyond noise"),
+    ({"reading": "tie", "ratio": 1.01, "ci95": [0.98, 1.04]}, 2, 2, None),
+    ({"reading": "ahead", "ratio": 0.95, "ci95": [0.91, 0.99]}, 1, 2, None),
+    (None, 3, None, None),  # a replaced model without an evaluation record: the mixed worlds decide alone
+])
+def test_a_candidate_that_is_behind_on_the_mixed_worlds_or_misses_more_goals_beyond_noise_is_not_shipped(
+        vs_previous, missed, replaced_missed, refused):
+    """`shipped ship` keeps the model in place when the candidate is behind it on the mixed worlds, or
+    when the candidate regresses elsewhere: more goals missed beyond noise on the evaluation seeds (a
+    DQN of EE measured 8 where the shipped selector misses 2: docs/training.md)."""
+    from agent.evaluate.shipped import why_not_shipped
+
+    replaced = json.loads(sidecar_path(MODELS / "ee.safetensors").read_text())
+    if replaced_missed is None:
+        replaced.pop("evaluation")
+    else:
+        replaced["evaluation"]["missed_beyond_noise"] = replaced_missed
+    why = why_not_shipped(_measured(vs_previous, missed), replaced)
+    assert (why is None) if refused is None else (refused in why)

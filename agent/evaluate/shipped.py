@@ -195,14 +195,28 @@ def record_reproduction(path: Path, meta: dict, progress: bool = False) -> bool:
 
 
 class NotShipped(Exception):
-    """The candidate is behind the model it would replace: the shipped model stays (exit status 3)."""
+    """The candidate must not replace the model (why_not_shipped): the shipped model stays (exit status 3)."""
+
+
+def why_not_shipped(candidate: dict, replaced: dict) -> str | None:
+    """Why a measured candidate (its sidecar) must not replace a model (its sidecar), or None: behind it
+    beyond noise on the mixed worlds' evaluation seeds, or more goals missed beyond noise on the
+    evaluation seeds than it misses (the single-difficulty families must not regress)."""
+    versus = candidate["ablation"]["evaluation"]["mixed"].get("vs_previous") or {}
+    if versus.get("reading") == "behind":
+        return f"is behind the model it would replace on the mixed worlds (x{versus['ratio']}, 95% interval {versus['ci95']})"
+    mine, theirs = (m.get("evaluation", {}).get("missed_beyond_noise") for m in (candidate, replaced))
+    if mine is not None and theirs is not None and mine > theirs:
+        return (f"misses {mine} goals beyond noise on the evaluation seeds where the model it would replace misses "
+                f"{theirs}")
+    return None
 
 
 def ship(target: Path, candidate: Path, twin: Path | None, progress: bool = True, force: bool = False) -> None:
     """Measure the candidate as a shipped model is measured (evaluation, hold-out, the ablation against
-    its twin and the model it replaces, a reproduction record) and copy it to `target`, unless it is
-    behind the model it replaces beyond noise on the mixed worlds' evaluation seeds (`force` ships it
-    anyway); the measurements stay in the candidate's sidecar either way."""
+    its twin and the model it replaces, a reproduction record) and copy it to `target`, unless
+    why_not_shipped says it must not replace the model there (`force` ships it anyway); the
+    measurements stay in the candidate's sidecar either way."""
     meta = json.loads(sidecar_path(candidate).read_text())
     if "evaluation" not in meta:
         evaluate_shipped_model(candidate, progress=progress)
@@ -219,13 +233,12 @@ def ship(target: Path, candidate: Path, twin: Path | None, progress: bool = True
     meta["reproduce"] = reproduction(candidate)
     _write_sidecar(candidate, meta)
     if previous is not None:
-        versus = meta["ablation"]["evaluation"]["mixed"].get("vs_previous") or {}
+        why = why_not_shipped(meta, json.loads(sidecar_path(previous).read_text()))
         previous.unlink()
         sidecar_path(previous).unlink()
         previous = None
-        if versus.get("reading") == "behind" and not force:
-            raise NotShipped(f"{candidate} is behind {target} on the mixed worlds (x{versus['ratio']}, 95% interval "
-                             f"{versus['ci95']}): {target} stays; its measurements are in {sidecar_path(candidate)}")
+        if why and not force:
+            raise NotShipped(f"{candidate} {why}: {target} stays; its measurements are in {sidecar_path(candidate)}")
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(candidate, target)
     shutil.copyfile(sidecar_path(candidate), sidecar_path(target))
@@ -278,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     sh.add_argument("target", type=Path)
     sh.add_argument("candidate", type=Path)
     sh.add_argument("--twin", type=Path, default=None, help="its demonstrations-only twin (the ablation)")
-    sh.add_argument("--force", action="store_true", help="ship even when behind the model it replaces")
+    sh.add_argument("--force", action="store_true", help="ship even where why_not_shipped refuses")
     sh.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     progress = not args.no_progress
