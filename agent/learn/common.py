@@ -107,17 +107,20 @@ def shaping_factor(cfg: TrainConfig) -> float | None:
 
 class TrainingLog:
     """TensorBoard scalars of a training run under `TrainConfig.log_dir` (`tensorboard --logdir runs`),
-    one run directory each: the mean of each loss over its last steps and the margin loss's weight every
+    one run directory each: the mean of each loss over its last 500 steps and the margin loss's weight every
     `every` gradient steps, exploration and every finished episode's return by interaction step. With
     log_dir '' it writes nothing (and never imports TensorBoard)."""
 
     def __init__(self, cfg: TrainConfig, algo: str, every: int = 100):
-        self.every, self.writer, self.directory = every, None, None
+        self.every, self.writer = every, None
         if cfg.log_dir:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.directory = str(Path(cfg.log_dir) / f"{cfg.policy.lower()}-{algo}-seed{cfg.seed}-{int(time.time())}")
-            self.writer = SummaryWriter(self.directory)
+            self.writer = SummaryWriter(Path(cfg.log_dir) / f"{cfg.policy.lower()}-{algo}-seed{cfg.seed}-{int(time.time())}")
+
+    @property
+    def directory(self) -> str | None:
+        return self.writer.get_logdir() if self.writer is not None else None
 
     def gradient_step(self, step: int, losses: dict, margin_weight: float) -> None:
         """After gradient step `step`: `losses` maps a loss's name to its recent values (empty: not used)."""

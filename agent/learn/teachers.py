@@ -20,8 +20,9 @@ TEACHER_SEED_BASE = 10**6  # below EVAL_SEED_BASE, away from the trainers' own d
 
 # Cluster-size bands of pick_teachers' "by_size" record, from which dqn.TEACHERS' per-size entries
 # come (upper bounds; the smallest band starts at the smallest training size, and a larger world takes
-# the last band's teacher): which rule is best changes with size. On training seeds EE's test2 is run best by one-step-ee up to 5 nodes (MostAllocated is x1.10
-# there) and ties it above, which one teacher for the family could not say.
+# the last band's teacher): which rule is best changes with size. On training seeds EE's test2 is run
+# best by one-step-ee up to 5 nodes (MostAllocated is x1.10 there) and ties it above, which one teacher
+# for the family could not say.
 SIZE_BANDS = (5, 20, TRAIN_NODES[1])
 
 
