@@ -20,17 +20,13 @@ What a scheduler could know (a class's mean lifetime) is worth less than what th
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
-from tqdm import tqdm
 
-from agent.evaluate.compare import EVAL_SEED_BASE, HOLDOUT_SEED_BASE, measure
-from agent.evaluate.goals import paired_ratio
+from agent.evaluate import ee_room
 from agent.sim.simulator import Simulation
 from rlscore.core.rules import efficient_first
-from rlscore.core.scoring import HeuristicScorer
 from rlscore.core.state import NodeState, PodRequest
 
 ORACLES = ("committed", "outlived")
@@ -61,40 +57,9 @@ class LifetimeOracle:
         return -added
 
 
-def run_seed(family: str, seed: int) -> dict[str, tuple[float, float, int]]:
-    """(objective, mean active nodes, pods left without a node) of efficient-first and each oracle."""
-    out = {}
-    for name in ("efficient-first", *ORACLES):
-        sim = Simulation.of_family(family, seed, None)
-        rng = np.random.default_rng(seed)
-        scorer = HeuristicScorer(name, rng) if name == "efficient-first" else LifetimeOracle(sim, name, rng)
-        result, _ = measure(scorer, sim, seed, "EE")
-        out[name] = (result.objective, result.mean_active_nodes, result.unschedulable)
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent.evaluate.lifetime_room", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--family", default="mixed")
-    parser.add_argument("--seeds", type=int, default=64)
-    parser.add_argument("--holdout", action="store_true", help="the hold-out seeds instead of the evaluation seeds")
-    args = parser.parse_args(argv)
-    if args.seeds < 2:
-        parser.error("--seeds must be >= 2 (the interval resamples them)")
-    base = HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE
-    runs = {}
-    for k in tqdm(range(args.seeds), desc="worlds", file=sys.stderr):
-        runs[base + k] = run_seed(args.family, base + k)
-    ef = {s: r["efficient-first"][0] for s, r in runs.items()}
-    for name in ("efficient-first", *ORACLES):
-        nodes = np.mean([r[name][1] for r in runs.values()])
-        pending = np.mean([r[name][2] for r in runs.values()])
-        line = f"{name}: {nodes:.1f} active nodes, {pending:.1f} pods without a node per run"
-        if name != "efficient-first":
-            p = paired_ratio({s: r[name][0] for s, r in runs.items()}, ef)
-            line += f"; energy objective x{p['ratio']:.3f} ({p['ci95'][0]:.3f}-{p['ci95'][1]:.3f}, {p['reading']}) of efficient-first's"
-        print(line)
-    return 0
+    return ee_room.main(argv, "python -m agent.evaluate.lifetime_room", __doc__.split("\n\n")[0],
+                        {mode: (lambda sim, rng, mode=mode: LifetimeOracle(sim, mode, rng)) for mode in ORACLES})
 
 
 if __name__ == "__main__":
