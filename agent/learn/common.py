@@ -120,7 +120,7 @@ class TrainingLog:
 
     @property
     def directory(self) -> str | None:
-        return self.writer.get_logdir() if self.writer is not None else None
+        return str(self.writer.get_logdir()) if self.writer is not None else None
 
     def gradient_step(self, step: int, losses: dict, margin_weight: float) -> None:
         """After gradient step `step`: `losses` maps a loss's name to its recent values (empty: not used)."""
