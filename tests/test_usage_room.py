@@ -6,11 +6,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from agent.evaluate.usage_room import UsageScorer, main, usage_rank
+from agent.evaluate.usage_room import UsageScorer, main
 from agent.sim.scenarios import Event
 from agent.sim.simulator import Simulation
 from agent.sim.world import LARGE, NodeSpec, PodClass, SimPod, World
-from rlscore.core.rules import efficient_first
+from rlscore.core.rules import efficiency_rank, efficient_first
 
 # 16 cores each: node 0 idles at 10 W/core and adds 10 at full load (20 W/core), node 1 idles at 2 and
 # adds 20 (22 W/core). At 10% usage node 0 draws 11 W/core, node 1 4.
@@ -42,14 +42,14 @@ def test_the_scorers_order_nodes_by_what_the_pod_would_draw(usage, expected, inf
     assert int(np.argmax(UsageScorer(sim, "oracle", rng).values(state, pod))) == oracle
 
 
-def test_usage_one_is_efficient_firsts_key_and_unknown_power_sorts_last():
+def test_the_key_at_a_usage_below_one_and_unknown_power_sorts_last():
     sim = _one_pod(1.0, 1.0)
     state, _ = sim.candidate_state("EE")
-    np.testing.assert_allclose(usage_rank(state, 1.0), [-20.0, -22.0])
+    np.testing.assert_allclose(efficiency_rank(state, 1.0), [-20.0, -22.0])
     state.power_idle_watts[1] = np.nan
-    assert list(usage_rank(state, 0.1)) == [-11.0, -1e6]
+    assert list(efficiency_rank(state, 0.1)) == [-11.0, -1e6]
     state.power_idle_watts[0] = np.nan
-    assert list(usage_rank(state, 0.1)) == [0.0, 0.0]
+    assert list(efficiency_rank(state, 0.1)) == [0.0, 0.0]
 
 
 def test_an_unknown_mode_is_named_and_the_cli_refuses_too_few_seeds(capsys):

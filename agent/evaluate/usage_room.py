@@ -6,7 +6,7 @@ keeps its cores busy, not for one that idles (its node draws little more than id
 scorer (`rlscore.io/cpu-usage-ratio`, which LB's headroom-informed reads), so before it becomes one
 of EE's inputs this measures what it could be worth: efficient-first with its first key taken at the
 utilization the pod would bring, idle + dynamic x min(usage, 1) watts per core, against
-efficient-first itself on the same worlds (paired by seed):
+efficient-first itself on the same worlds (paired by seed; rlscore.core.rules.efficiency_rank):
 
 - `informed`: the usage the pod's workload is known to use (its class's mean, what the annotation
   tells a real scheduler);
@@ -25,24 +25,12 @@ import numpy as np
 
 from agent.evaluate import ee_room
 from agent.sim.simulator import Simulation
-from rlscore.core.rules import most_allocated
+from rlscore.core.rules import efficiency_rank, most_allocated
 from rlscore.core.state import NodeState, PodRequest
 
 MODES = ("informed", "oracle")
-# lifts a better power key above every worse one: MostAllocated lies within 0..100
+# lifts a better power key above every worse one, as in efficient-first: MostAllocated lies within 0..100
 KEY_SCALE = 1000.0
-
-
-def usage_rank(nodes: NodeState, usage: float) -> np.ndarray:
-    """Minus the watts per core a node full of pods like this one would draw (idle + dynamic x
-    min(usage, 1)), nodes of unknown power last; all 0 where no power model is known. At usage 1
-    it is efficient-first's first key."""
-    cores = np.where(nodes.cpu_capacity > 0, nodes.cpu_capacity, np.inf) / 1000.0
-    watts = (nodes.power_idle_watts + (nodes.power_max_watts - nodes.power_idle_watts) * min(usage, 1.0)) / cores
-    known = np.isfinite(watts)
-    if not known.any():
-        return np.zeros(len(nodes))
-    return np.where(known, -np.round(watts, 3), -1e6)
 
 
 class UsageScorer:
@@ -60,7 +48,7 @@ class UsageScorer:
         return 1.0 if pod.cpu_usage_ratio is None else float(pod.cpu_usage_ratio)
 
     def values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
-        return usage_rank(nodes, self.usage(pod)) * KEY_SCALE + most_allocated(nodes, pod, self.rng)
+        return efficiency_rank(nodes, self.usage(pod)) * KEY_SCALE + most_allocated(nodes, pod, self.rng)
 
 
 def main(argv: list[str] | None = None) -> int:

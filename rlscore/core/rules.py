@@ -169,11 +169,14 @@ def tetris(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.nd
     return np.nan_to_num(score, nan=-1.0)
 
 
-def efficiency_rank(nodes: NodeState) -> np.ndarray:
+def efficiency_rank(nodes: NodeState, usage: float = 1.0) -> np.ndarray:
     """efficient-first's first key: minus the full-load watts per core, nodes of unknown power last;
-    all 0 where no power model is known."""
+    all 0 where no power model is known. With `usage` below 1, the watts per core of a node whose
+    cores are busy that share of the time (agent.evaluate.usage_room weighs what that is worth)."""
     cores = np.where(nodes.cpu_capacity > 0, nodes.cpu_capacity, np.inf) / 1000.0
-    watts_per_core = nodes.power_max_watts / cores
+    watts = nodes.power_max_watts if usage >= 1.0 else (
+        nodes.power_idle_watts + (nodes.power_max_watts - nodes.power_idle_watts) * usage)
+    watts_per_core = watts / cores
     known = np.isfinite(watts_per_core)
     if not known.any():
         return np.zeros(len(nodes))
