@@ -1,5 +1,5 @@
 """Rewards on hand-built states: the outcome reward of each policy, its shaping, and the named
-variants kept for comparison (wave 1's stepwise rewards, the thesis's)."""
+variants kept for comparison (the stepwise per-decision rewards, the thesis's)."""
 
 import numpy as np
 import pytest
@@ -157,7 +157,7 @@ def test_el_outcome_charges_the_violation_a_loose_pod_causes_later():
     assert left_it_free - took_near > EL_HARD_WEIGHT / 2  # the later violation is in the return
 
 
-# --- stepwise (wave 1) -------------------------------------------------------------------------
+# --- stepwise -----------------------------------------------------------------------------------
 
 def test_stepwise_ee_prefers_joining_a_running_node_and_the_fullest_one():
     nodes = make_nodes([8000, 8000, 8000], cpu_req=[4000, 1000, 0])

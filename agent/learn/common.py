@@ -28,7 +28,7 @@ class TrainConfig:
     seed: int = 1
     """seeds python, numpy, torch and the environments"""
     reward: str = "outcome"
-    """reward variant: outcome (the objective over time), stepwise (wave 1) or thesis"""
+    """reward variant: outcome (the objective over time), stepwise (a per-decision heuristic score) or thesis"""
     shaping: bool = True
     """potential-based shaping of the outcome reward (leaves the optimal policy unchanged)"""
     energy_potential: str = "committed"

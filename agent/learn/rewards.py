@@ -1,6 +1,6 @@
 """Rewards, in three named variants. `outcome` (the default) measures each policy's objective over
-time; `stepwise` (wave 1) and `thesis` (the original) score a placement by the heuristic they spell
-out, and are kept to compare against.
+time; `stepwise` and `thesis` (the original) score a placement by the heuristic they spell out, and are
+kept to compare against.
 
 outcome (default)
     The reward of decision k is minus the policy's cost accumulated from decision k to decision k+1,
@@ -32,7 +32,7 @@ outcome (default)
     policies learned MostAllocated and no more (measured with an earlier PPO trainer: `git show
     e8d7425^:docs/rewards.md`).
 
-stepwise (wave 1)
+stepwise (a per-decision heuristic score)
     EE: -1 x switch-on cost (lower for bigger nodes) + 0.5 x allocated share after placement.
     LB: +1 for the least loaded candidate, graded down to -1 for the most loaded.
     EL: latency tier (1 / 0.5 / 0) with -1 when a better tier was free, + EE's terms x 0.3 / 0.15.
@@ -55,7 +55,7 @@ from rlscore.core.state import LATENCY_TIER_HARD, LATENCY_TIER_SOFT, NodeState, 
 REWARD_VARIANTS = ("outcome", "stepwise", "thesis")
 INVALID_ACTION_REWARD = -2.0
 
-# --- stepwise (wave 1) ----------------------------------------------------------------------------
+# --- stepwise --------------------------------------------------------------------------------------
 EE_SWITCH_ON_PENALTY = 1.0
 SWITCH_ON_SIZE_DISCOUNT = 0.5
 EE_FILL_WEIGHT = 0.5

@@ -3,8 +3,8 @@
 Each family stands for a situation in which the consequence of a placement shows up later, and draws
 a new cluster and workload per seed: node count (2..64 unless fixed), sizes, latencies, load, pod
 mix, metrics delay. A policy trained across a family's draws has to learn the situation, not one
-cluster. The thesis's patterns (test1, test2) and wave 1's poisson and latency-shift are families
-too, so one mechanism serves training and evaluation.
+cluster. The thesis's patterns (test1, test2) and the steady streams poisson and latency-shift are
+families too, so one mechanism serves training and evaluation.
 """
 
 from __future__ import annotations

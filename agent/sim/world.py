@@ -28,7 +28,7 @@ class Hardware:
     disk_bytes: float = 100.0 * GIB
 
 
-# Sizes of wave 1 (4/8/16 cpus), with power curves of current servers: bigger machines draw more
+# The families' machine sizes (4/8/16 cpus), with power curves of current servers: bigger machines draw more
 # but less per core.
 SMALL = Hardware("small", 4000.0, 8.0 * GIB, 110, 45.0, 130.0, 50.0 * GIB)
 MEDIUM = Hardware("medium", 8000.0, 16.0 * GIB, 110, 70.0, 220.0, 100.0 * GIB)
