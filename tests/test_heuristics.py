@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from rlscore.core.rules import (balanced_allocation, default_scheduler, latency_greedy, latency_pack,
-                              least_allocated, most_allocated)
+from rlscore.core.rules import (balanced_allocation, default_scheduler, latency_fit, latency_fit_running,
+                              latency_greedy, latency_pack, least_allocated, most_allocated)
 from rlscore.core.scoring import choose, reference_node_scores, to_node_scores
 from rlscore.core.state import PodRequest
 from tests.conftest import make_nodes
@@ -40,6 +40,27 @@ def test_latency_scorers():
     assert latency_greedy(nodes, pod, RNG)[2] < latency_greedy(nodes, pod, RNG)[0]  # unknown last
     packed = make_nodes([8000] * 3, cpu_req=[4000, 0, 1000], latency=[12.0, 8.0, 50.0])
     assert int(np.argmax(latency_pack(packed, pod, RNG))) == 0  # soft tier, fullest
+
+
+# nodes: latency (ms) and pods already on each; the pod's limits (soft, hard) or none
+@pytest.mark.parametrize("latency, pods, limits, fit, fit_running", [
+    # soft tier {4, 9, 15}: latency-fit the farthest (15, empty), latency-fit-running the farthest running (9)
+    ([4.0, 9.0, 15.0, 60.0], [1, 2, 0, 3], (20.0, 30.0), 2, 1),
+    # no node of the soft tier runs: both the farthest in it
+    ([4.0, 9.0, 15.0, 60.0], [0, 0, 0, 3], (20.0, 30.0), 2, 2),
+    # a running node outside the best tier (60 ms) never beats an empty one inside it
+    ([4.0, 25.0, 60.0], [0, 0, 5], (20.0, 30.0), 0, 0),
+    # only the hard tier (25 ms) and beyond: the running node there first
+    ([25.0, 28.0, 60.0], [3, 0, 5], (20.0, 30.0), 1, 0),
+    # no limits: every known node in the soft tier; unknown latency last even when running
+    ([4.0, 60.0, np.nan], [1, 0, 4], None, 1, 0),
+])
+def test_latency_fit_running_packs_running_nodes_first_inside_latency_fits_best_tier(latency, pods, limits, fit,
+                                                                                     fit_running):
+    nodes = make_nodes([8000] * len(latency), cpu_req=[500 * p for p in pods], pods=pods, latency=latency)
+    pod = PodRequest(250, 64 * MIB, *(limits or ()))
+    assert int(np.argmax(latency_fit(nodes, pod, RNG))) == fit
+    assert int(np.argmax(latency_fit_running(nodes, pod, RNG))) == fit_running
 
 
 def test_choose_breaks_ties_at_random_and_to_node_scores_maps_to_0_100():

@@ -6,9 +6,9 @@ NodeResourcesBalancedAllocation formulas, integer truncation included, so that t
 scheduler breaks at random) come out as they do in a real cluster. The Trimaran ones follow the
 formulas of scheduler-plugins' TargetLoadPacking and LoadVariationRiskBalancing; the others are the
 classic packing rules (best-fit, Tetris alignment) and the rules a careful operator would write by
-hand for each objective (latency-fit, least-utilized, efficient-first), each objective's own
-one-step greedy (one-step-ee / -lb / -el: the placement the objective charges least for at once), and
-headroom-balance (LB's one-step greedy among the nodes whose measured load leaves room for a burst).
+hand for each objective (latency-fit and its packing variant latency-fit-running, least-utilized,
+efficient-first), each objective's own one-step greedy (one-step-ee / -lb / -el: the placement the
+objective charges least for at once), and headroom-balance (LB's one-step greedy among the nodes whose measured load leaves room for a burst).
 """
 
 from __future__ import annotations
@@ -97,6 +97,17 @@ def latency_fit(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> 
     latency = nodes.latency_ms
     known = np.isfinite(latency)
     return latency_tiers(nodes, pod) * 1e6 + np.where(known, np.minimum(latency, 1e5), -1.0)
+
+
+def latency_fit_running(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
+    """latency-fit with the running nodes of the pod's best tier first: the pod joins the farthest
+    node that is already on before an empty one is switched on. It trades a few of the near nodes
+    latency-fit keeps free (more hard limits broken later) for fewer nodes on (docs/training.md,
+    "A rule that packs inside the tier")."""
+    latency = nodes.latency_ms
+    known = np.isfinite(latency)
+    return (latency_tiers(nodes, pod) * 1e7 + np.where(nodes.pods > 0, 1e6, 0.0)
+            + np.where(known, np.minimum(latency, 1e5), -1.0))
 
 
 def _measured_cpu(nodes: NodeState, recent_usage: float = 1.0) -> np.ndarray:
@@ -264,6 +275,7 @@ RULES: dict[str, Rule] = {
     "latency-pack": latency_pack,
     "balanced-allocation": balanced_allocation,
     "latency-fit": latency_fit,
+    "latency-fit-running": latency_fit_running,
     "least-utilized": least_utilized,
     "target-load-packing": target_load_packing,
     "load-variation-risk-balancing": load_variation_risk_balancing,

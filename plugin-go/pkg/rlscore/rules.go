@@ -43,6 +43,7 @@ var rules = map[string]rule{
 	"latency-greedy":                latencyGreedy,
 	"latency-pack":                  latencyPack,
 	"latency-fit":                   latencyFit,
+	"latency-fit-running":           latencyFitRunning,
 	"least-utilized":                leastUtilized,
 	"target-load-packing":           targetLoadPacking,
 	"load-variation-risk-balancing": loadVariationRiskBalancing,
@@ -164,6 +165,21 @@ func latencyFit(s *NodeState, pod PodRequest, out []float64) {
 			far = math.Min(lat, latencyFitFarMs)
 		}
 		out[i] = latencyTier(lat, pod)*1e6 + far
+	}
+}
+
+// latencyFitRunning is latency-fit with the running nodes of the pod's best tier first.
+func latencyFitRunning(s *NodeState, pod PodRequest, out []float64) {
+	for i, lat := range s.LatencyMs {
+		far := -1.0
+		if finite(lat) {
+			far = math.Min(lat, latencyFitFarMs)
+		}
+		running := 0.0
+		if s.Pods[i] > 0 {
+			running = 1e6
+		}
+		out[i] = latencyTier(lat, pod)*1e7 + running + far
 	}
 }
 
