@@ -8,7 +8,8 @@ formulas of scheduler-plugins' TargetLoadPacking and LoadVariationRiskBalancing;
 classic packing rules (best-fit, Tetris alignment) and the rules a careful operator would write by
 hand for each objective (latency-fit and its packing variant latency-fit-running, least-utilized,
 efficient-first), each objective's own one-step greedy (one-step-ee / -lb / -el: the placement the
-objective charges least for at once), and headroom-balance (LB's one-step greedy among the nodes whose measured load leaves room for a burst).
+objective charges least for at once), and headroom-balance (LB's one-step greedy among the nodes whose
+measured load leaves room for a burst).
 """
 
 from __future__ import annotations
