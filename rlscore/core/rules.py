@@ -100,15 +100,17 @@ def latency_fit(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> 
     return latency_tiers(nodes, pod) * 1e6 + np.where(known, np.minimum(latency, 1e5), -1.0)
 
 
+# lifts a running node over every empty one of its tier (latency-fit's far term spans -1..1e5) and
+# below every node of a better tier (latency-fit's tiers are 1e6 apart)
+RUNNING_BONUS = 2e5
+
+
 def latency_fit_running(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
     """latency-fit with the running nodes of the pod's best tier first: the pod joins the farthest
     node that is already on before an empty one is switched on. It trades a few of the near nodes
     latency-fit keeps free (more hard limits broken later) for fewer nodes on (docs/training.md,
     "A rule that packs inside the tier")."""
-    latency = nodes.latency_ms
-    known = np.isfinite(latency)
-    return (latency_tiers(nodes, pod) * 1e7 + np.where(nodes.pods > 0, 1e6, 0.0)
-            + np.where(known, np.minimum(latency, 1e5), -1.0))
+    return latency_fit(nodes, pod, rng) + np.where(nodes.pods > 0, RUNNING_BONUS, 0.0)
 
 
 def _measured_cpu(nodes: NodeState, recent_usage: float = 1.0) -> np.ndarray:

@@ -24,6 +24,7 @@ const (
 	unknownIdleWPerCore   = 110.0 / 16
 	unknownMaxWPerCore    = 380.0 / 16
 	latencyFitFarMs       = 1e5
+	runningBonus          = 2e5
 	unknownLatencyPenalty = -1e9
 	headroomBurst         = 3.0
 	headroomLimit         = 0.8
@@ -168,18 +169,14 @@ func latencyFit(s *NodeState, pod PodRequest, out []float64) {
 	}
 }
 
-// latencyFitRunning is latency-fit with the running nodes of the pod's best tier first.
+// latencyFitRunning is latency-fit with the running nodes of the pod's best tier first (runningBonus
+// lifts them over the tier's empty nodes and keeps them below the next tier).
 func latencyFitRunning(s *NodeState, pod PodRequest, out []float64) {
-	for i, lat := range s.LatencyMs {
-		far := -1.0
-		if finite(lat) {
-			far = math.Min(lat, latencyFitFarMs)
+	latencyFit(s, pod, out)
+	for i, pods := range s.Pods {
+		if pods > 0 {
+			out[i] += runningBonus
 		}
-		running := 0.0
-		if s.Pods[i] > 0 {
-			running = 1e6
-		}
-		out[i] = latencyTier(lat, pod)*1e7 + running + far
 	}
 }
 
