@@ -54,9 +54,19 @@ def test_latency_scorers():
     ([25.0, 28.0, 60.0], [3, 0, 5], (20.0, 30.0), 1, 0),
     # no limits: every known node in the soft tier; unknown latency last even when running
     ([4.0, 60.0, np.nan], [1, 0, 4], None, 1, 0),
+    # within LATENCY_EDGE_MS (1 ms) of the soft limit: latency-fit takes it, latency-fit-running the next
+    ([4.0, 9.0, 19.5], [0, 0, 0], (20.0, 30.0), 2, 1),
+    # an empty node of the tier beats a running one at its edge
+    ([4.0, 19.5], [0, 3], (20.0, 30.0), 1, 0),
+    # every node of the tier at its edge: the nearest of them
+    ([19.2, 19.6, 60.0], [0, 0, 0], (20.0, 30.0), 1, 0),
+    # the hard limit's edge counts for the hard tier
+    ([25.0, 29.5, 60.0], [0, 0, 0], (20.0, 30.0), 1, 0),
+    # a node at the edge of the best tier still beats a running node of a worse one
+    ([19.5, 40.0], [0, 5], (20.0, 30.0), 0, 0),
 ])
-def test_latency_fit_running_packs_running_nodes_first_inside_latency_fits_best_tier(latency, pods, limits, fit,
-                                                                                     fit_running):
+def test_latency_fit_running_packs_running_nodes_first_inside_latency_fits_best_tier_away_from_its_edge(
+        latency, pods, limits, fit, fit_running):
     nodes = make_nodes([8000] * len(latency), cpu_req=[500 * p for p in pods], pods=pods, latency=latency)
     pod = PodRequest(250, 64 * MIB, *(limits or ()))
     assert int(np.argmax(latency_fit(nodes, pod, RNG))) == fit

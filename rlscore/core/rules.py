@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from rlscore.core.state import latency_tiers
+from rlscore.core.state import LATENCY_TIER_SOFT, latency_tiers
 from rlscore.core.objectives import placement_costs
 from rlscore.core.state import NodeState, PodRequest
 
@@ -95,22 +95,38 @@ def latency_pack(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) ->
 def latency_fit(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
     """The best latency tier the pod can get, then the *highest* latency still inside it, so the
     near nodes stay free for the pods that need them. A pod without limits: the farthest node."""
-    latency = nodes.latency_ms
-    known = np.isfinite(latency)
-    return latency_tiers(nodes, pod) * 1e6 + np.where(known, np.minimum(latency, 1e5), -1.0)
+    return latency_tiers(nodes, pod) * 1e6 + _far_term(nodes.latency_ms)
+
+
+def _far_term(latency: np.ndarray) -> np.ndarray:
+    """latency-fit's order inside a tier: the farthest first, unknown latency last (-1..1e5)."""
+    return np.where(np.isfinite(latency), np.minimum(latency, 1e5), -1.0)
 
 
 # lifts a running node over every empty one of its tier (latency-fit's far term spans -1..1e5) and
 # below every node of a better tier (latency-fit's tiers are 1e6 apart)
 RUNNING_BONUS = 2e5
+# A node this close to the limit of the pod's tier is taken only when no other node of the tier is free:
+# the probe's latency is seconds old and latency drifts, so the farthest node inside a limit is often
+# over it by the time the pod runs (docs/training.md, "A rule that packs inside the tier").
+LATENCY_EDGE_MS = 1.0
+# puts an edge node below every other node of its tier, running or not, and above every node of a
+# worse tier
+EDGE_OFFSET = 4e5
 
 
 def latency_fit_running(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
     """latency-fit with the running nodes of the pod's best tier first: the pod joins the farthest
     node that is already on before an empty one is switched on. It trades a few of the near nodes
-    latency-fit keeps free (more hard limits broken later) for fewer nodes on (docs/training.md,
-    "A rule that packs inside the tier")."""
-    return latency_fit(nodes, pod, rng) + np.where(nodes.pods > 0, RUNNING_BONUS, 0.0)
+    latency-fit keeps free (more hard limits broken later) for fewer nodes on. Nodes within
+    LATENCY_EDGE_MS of the tier's limit come last in their tier, nearest first."""
+    latency = nodes.latency_ms
+    tiers = latency_tiers(nodes, pod)
+    limit = np.where(tiers == LATENCY_TIER_SOFT, pod.soft_limit, pod.hard_limit)
+    with np.errstate(invalid="ignore"):
+        edge = (tiers > 0) & (latency > limit - LATENCY_EDGE_MS)
+    far = np.where(edge, -EDGE_OFFSET - np.minimum(latency, 1e5), _far_term(latency))
+    return tiers * 1e6 + far + np.where(nodes.pods > 0, RUNNING_BONUS, 0.0)
 
 
 def _measured_cpu(nodes: NodeState, recent_usage: float = 1.0) -> np.ndarray:

@@ -25,6 +25,8 @@ const (
 	unknownMaxWPerCore    = 380.0 / 16
 	latencyFitFarMs       = 1e5
 	runningBonus          = 2e5
+	latencyEdgeMs         = 1.0
+	edgeOffset            = 4e5
 	unknownLatencyPenalty = -1e9
 	headroomBurst         = 3.0
 	headroomLimit         = 0.8
@@ -170,11 +172,21 @@ func latencyFit(s *NodeState, pod PodRequest, out []float64) {
 }
 
 // latencyFitRunning is latency-fit with the running nodes of the pod's best tier first (runningBonus
-// lifts them over the tier's empty nodes and keeps them below the next tier).
+// lifts them over the tier's empty nodes and keeps them below the next tier). A node within
+// latencyEdgeMs of its tier's limit comes last in the tier, nearest first: the probe's latency is
+// seconds old, and latency drifts over the limit.
 func latencyFitRunning(s *NodeState, pod PodRequest, out []float64) {
 	latencyFit(s, pod, out)
-	for i, pods := range s.Pods {
-		if pods > 0 {
+	for i, lat := range s.LatencyMs {
+		tier := latencyTier(lat, pod)
+		limit := pod.hardLimit()
+		if tier == float64(latencyTierSoft) {
+			limit = pod.softLimit()
+		}
+		if tier > float64(latencyTierNone) && lat > limit-latencyEdgeMs {
+			out[i] = tier*1e6 - edgeOffset - math.Min(lat, latencyFitFarMs)
+		}
+		if s.Pods[i] > 0 {
 			out[i] += runningBonus
 		}
 	}
