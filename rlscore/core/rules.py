@@ -18,9 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-from rlscore.core.state import LATENCY_TIER_SOFT, latency_tiers
 from rlscore.core.objectives import placement_costs
-from rlscore.core.state import NodeState, PodRequest
+from rlscore.core.state import LATENCY_TIER_SOFT, NodeState, PodRequest, latency_tiers
 
 MAX_NODE_SCORE = 100
 # kube-scheduler scores a pod without requests as if it asked for these (non-zero defaults).
@@ -98,9 +97,12 @@ def latency_fit(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> 
     return latency_tiers(nodes, pod) * 1e6 + _far_term(nodes.latency_ms)
 
 
+LATENCY_FIT_FAR_MS = 1e5  # latencies beyond this count as this far (Go: latencyFitFarMs)
+
+
 def _far_term(latency: np.ndarray) -> np.ndarray:
     """latency-fit's order inside a tier: the farthest first, unknown latency last (-1..1e5)."""
-    return np.where(np.isfinite(latency), np.minimum(latency, 1e5), -1.0)
+    return np.where(np.isfinite(latency), np.minimum(latency, LATENCY_FIT_FAR_MS), -1.0)
 
 
 # lifts a running node over every empty one of its tier (latency-fit's far term spans -1..1e5) and
@@ -123,9 +125,8 @@ def latency_fit_running(nodes: NodeState, pod: PodRequest, rng: np.random.Genera
     latency = nodes.latency_ms
     tiers = latency_tiers(nodes, pod)
     limit = np.where(tiers == LATENCY_TIER_SOFT, pod.soft_limit, pod.hard_limit)
-    with np.errstate(invalid="ignore"):
-        edge = (tiers > 0) & (latency > limit - LATENCY_EDGE_MS)
-    far = np.where(edge, -EDGE_OFFSET - np.minimum(latency, 1e5), _far_term(latency))
+    edge = (tiers > 0) & (latency > limit - LATENCY_EDGE_MS)
+    far = np.where(edge, -EDGE_OFFSET - np.minimum(latency, LATENCY_FIT_FAR_MS), _far_term(latency))
     return tiers * 1e6 + far + np.where(nodes.pods > 0, RUNNING_BONUS, 0.0)
 
 

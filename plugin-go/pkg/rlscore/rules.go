@@ -163,12 +163,16 @@ func latencyPack(s *NodeState, pod PodRequest, out []float64) {
 
 func latencyFit(s *NodeState, pod PodRequest, out []float64) {
 	for i, lat := range s.LatencyMs {
-		far := -1.0
-		if finite(lat) {
-			far = math.Min(lat, latencyFitFarMs)
-		}
-		out[i] = latencyTier(lat, pod)*1e6 + far
+		out[i] = latencyTier(lat, pod)*1e6 + latencyFitFar(lat)
 	}
+}
+
+// latencyFitFar is latency-fit's order inside a tier: the farthest first, unknown latency last.
+func latencyFitFar(lat float64) float64 {
+	if !finite(lat) {
+		return -1.0
+	}
+	return math.Min(lat, latencyFitFarMs)
 }
 
 // latencyFitRunning is latency-fit with the running nodes of the pod's best tier first (runningBonus
@@ -176,16 +180,18 @@ func latencyFit(s *NodeState, pod PodRequest, out []float64) {
 // latencyEdgeMs of its tier's limit comes last in the tier, nearest first: the probe's latency is
 // seconds old, and latency drifts over the limit.
 func latencyFitRunning(s *NodeState, pod PodRequest, out []float64) {
-	latencyFit(s, pod, out)
+	soft, hard := pod.softLimit(), pod.hardLimit()
 	for i, lat := range s.LatencyMs {
 		tier := latencyTier(lat, pod)
-		limit := pod.hardLimit()
+		limit := hard
 		if tier == float64(latencyTierSoft) {
-			limit = pod.softLimit()
+			limit = soft
 		}
+		far := latencyFitFar(lat)
 		if tier > float64(latencyTierNone) && lat > limit-latencyEdgeMs {
-			out[i] = tier*1e6 - edgeOffset - math.Min(lat, latencyFitFarMs)
+			far = -edgeOffset - math.Min(lat, latencyFitFarMs)
 		}
+		out[i] = tier*1e6 + far
 		if s.Pods[i] > 0 {
 			out[i] += runningBonus
 		}
