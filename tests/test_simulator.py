@@ -269,6 +269,27 @@ def test_violations_use_the_real_latency_at_placement_and_know_when_they_were_av
     assert sim.ledger.hard_violations == 1 and sim.ledger.limited == 2
 
 
+def test_a_violation_no_placement_could_have_kept_says_why():
+    """Crowded: the near node is seen within the limit but full; unreachable: no node is seen within it."""
+    strict = (PodClass("strict", 1.0, (1000.0,), latency_limits=((10.0, 15.0),)),)
+    sim = Simulation(_world([NodeSpec(SMALL, 5.0), NodeSpec(LARGE, 40.0)], strict, arrivals="test2"), seed=0)
+    while True:
+        sim.next_decision()
+        if 0 not in sim.candidates:
+            break
+        sim.place(int(np.flatnonzero(sim.candidates == 0)[0]))
+    assert (sim.ledger.hard_violations, sim.ledger.crowded_hard_violations) == (0, 0)
+    sim.place(0)  # only the far node has room
+    ledger = sim.ledger
+    assert (ledger.hard_violations, ledger.crowded_hard_violations, ledger.unreachable_hard_violations,
+            ledger.avoidable_hard_violations) == (1, 1, 0, 0)
+    far_only = Simulation(_world([NodeSpec(LARGE, 40.0)], strict, arrivals="test2"), seed=0)
+    far_only.next_decision()
+    far_only.place(0)
+    ledger = far_only.ledger
+    assert (ledger.hard_violations, ledger.crowded_hard_violations, ledger.unreachable_hard_violations) == (1, 0, 1)
+
+
 def test_metrics_are_as_old_as_the_last_scrape():
     world = _world([NodeSpec(SMALL, 5.0)], arrivals="test2", metrics_interval_s=60.0)
     sim = Simulation(world, seed=0)

@@ -91,6 +91,9 @@ class RunResult:
     mean_active_nodes: float
     cpu_share_cv: float
     hard_violations_avoidable: int
+    # hard violations where no node of the cluster was seen within the limit / nodes were, none with room
+    hard_violations_unreachable: int
+    hard_violations_crowded: int
     soft_rate: float
     best_tier_rate: float
     post_shift_best_tier_rate: float
@@ -181,6 +184,8 @@ def measure(scorer: Scorer, sim: Simulation, seed: int, policy: str, arrivals: i
         mean_active_nodes=float(np.mean(trace.active_nodes)),
         cpu_share_cv=float(np.mean(cvs)),
         hard_violations_avoidable=ledger.avoidable_hard_violations,
+        hard_violations_unreachable=ledger.unreachable_hard_violations,
+        hard_violations_crowded=ledger.crowded_hard_violations,
         soft_rate=float(np.mean(soft)) if soft else nan,
         best_tier_rate=float(np.mean(tiers_ok)) if tiers_ok else nan,
         post_shift_best_tier_rate=float(np.mean(after_shift)) if after_shift else nan,
@@ -197,7 +202,8 @@ def _pods_per_node(cluster) -> np.ndarray:
 
 METRICS = ("objective", "mean_power_watts", "energy_kwh", "unschedulable", "unschedulable_large",
            "hot_node_share", "request_cv", "hard_violations", "soft_violations", "hard_violation_rate",
-           "mean_active_nodes", "cpu_share_cv", "hard_violations_avoidable", "soft_rate", "best_tier_rate",
+           "mean_active_nodes", "cpu_share_cv", "hard_violations_avoidable", "hard_violations_unreachable",
+           "hard_violations_crowded", "soft_rate", "best_tier_rate",
            "post_shift_best_tier_rate", "mean_chosen_latency_ms", "decision_ms")
 
 

@@ -24,7 +24,7 @@ import sys
 
 import numpy as np
 
-from agent.evaluate import ee_room
+from agent.evaluate import room
 from agent.sim.simulator import Simulation
 from rlscore.core.rules import efficient_first
 from rlscore.core.state import NodeState, PodRequest
@@ -58,8 +58,8 @@ class LifetimeOracle:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return ee_room.main(argv, "python -m agent.evaluate.lifetime_room", __doc__.split("\n\n")[0],
-                        {mode: (lambda sim, rng, mode=mode: LifetimeOracle(sim, mode, rng)) for mode in ORACLES})
+    return room.main(argv, "python -m agent.evaluate.lifetime_room", __doc__.split("\n\n")[0],
+                     {mode: (lambda sim, rng, mode=mode: LifetimeOracle(sim, mode, rng)) for mode in ORACLES})
 
 
 if __name__ == "__main__":

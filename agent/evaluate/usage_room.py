@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from agent.evaluate import ee_room
+from agent.evaluate import room
 from agent.sim.simulator import Simulation
 from rlscore.core.rules import efficiency_rank, most_allocated
 from rlscore.core.state import NodeState, PodRequest
@@ -52,8 +52,8 @@ class UsageScorer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return ee_room.main(argv, "python -m agent.evaluate.usage_room", __doc__.split("\n\n")[0],
-                        {mode: (lambda sim, rng, mode=mode: UsageScorer(sim, mode, rng)) for mode in MODES})
+    return room.main(argv, "python -m agent.evaluate.usage_room", __doc__.split("\n\n")[0],
+                     {mode: (lambda sim, rng, mode=mode: UsageScorer(sim, mode, rng)) for mode in MODES})
 
 
 if __name__ == "__main__":

@@ -34,6 +34,10 @@ class Ledger:
     hard_violations: int = 0
     soft_violations: int = 0
     avoidable_hard_violations: int = 0  # chosen over the seen hard limit while a feasible node was seen within it
+    # hard violations no scorer could have kept: no node of the cluster is seen within the limit
+    unreachable_hard_violations: int = 0
+    # ... or nodes are seen within it, but none of them has room for the pod
+    crowded_hard_violations: int = 0
 
     def copy(self) -> Ledger:
         return Ledger(**{f.name: getattr(self, f.name) for f in fields(self)})

@@ -447,8 +447,14 @@ class Simulation:
             # avoidable: the scorer chose a node over the limit while it could see one within it (it
             # acts on the last probe's latency; a limit crossed since then is not its mistake)
             seen = self._metrics["latency_ms"]
-            if seen[node] > request.hard_limit and np.any(seen[self.candidates] <= request.hard_limit):
+            within = seen <= request.hard_limit
+            if seen[node] > request.hard_limit and np.any(within[self.candidates]):
                 ledger.avoidable_hard_violations += 1
+            if latency > request.hard_limit and not np.any(within[self.candidates]):
+                if np.any(within & c.present):
+                    ledger.crowded_hard_violations += 1
+                else:
+                    ledger.unreachable_hard_violations += 1
             ledger.soft_violations += int(latency > request.soft_limit)
         onset = self.world.usage_onset_s
         c.bind(pod, node, using=onset <= 0)
