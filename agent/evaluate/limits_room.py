@@ -31,7 +31,7 @@ import numpy as np
 
 from agent.evaluate import room
 from agent.sim.simulator import Simulation
-from rlscore.core.rules import RUNNING_BONUS, latency_fit, latency_fit_running
+from rlscore.core.rules import LATENCY_FIT_TIER_GAP, RUNNING_BONUS, latency_fit, latency_fit_running
 from rlscore.core.state import LATENCY_TIER_HARD, LATENCY_TIER_SOFT, NodeState, PodRequest, latency_tiers
 
 MODES = ("unlimited-far", "unlimited-beyond-limits", "beyond-stricter-limits", "reserve")
@@ -41,7 +41,6 @@ EL_ROOM = room.Room(
            ("hard_violations_unreachable", "{:.1f} unreachable"), ("hard_violations_crowded", "{:.1f} crowded"),
            ("soft_violations", "{:.1f} soft"), ("mean_power_watts", "{:.0f} W")),
     ratios=(("objective", "objective"), ("hard_violations", "hard violations")))
-TIER = 1e6  # how far apart latency-fit-running puts its tiers
 RANK = 1e7  # the reserve's tiers: farther apart than anything latency-fit-running adds inside one
 
 
@@ -81,7 +80,7 @@ class LimitsOracle:
         kept = (tiers == LATENCY_TIER_SOFT) & (nodes.latency_ms <= strict_hard)
         # the order inside a tier stays latency-fit-running's; the kept nodes come after the hard tier
         rank = np.where(kept, LATENCY_TIER_HARD - 0.5, tiers)
-        return rank * RANK + (scores - tiers * TIER)
+        return rank * RANK + (scores - tiers * LATENCY_FIT_TIER_GAP)
 
 
 def main(argv: list[str] | None = None) -> int:

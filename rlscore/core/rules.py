@@ -94,7 +94,12 @@ def latency_pack(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) ->
 def latency_fit(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
     """The best latency tier the pod can get, then the *highest* latency still inside it, so the
     near nodes stay free for the pods that need them. A pod without limits: the farthest node."""
-    return latency_tiers(nodes, pod) * 1e6 + _far_term(nodes.latency_ms)
+    return latency_tiers(nodes, pod) * LATENCY_FIT_TIER_GAP + _far_term(nodes.latency_ms)
+
+
+# how far apart latency-fit's tiers lie: more than anything it (or latency-fit-running) adds inside one
+# (Go: latencyFitTierGap)
+LATENCY_FIT_TIER_GAP = 1e6
 
 
 LATENCY_FIT_FAR_MS = 1e5  # latencies beyond this count as this far (Go: latencyFitFarMs)
@@ -106,7 +111,7 @@ def _far_term(latency: np.ndarray) -> np.ndarray:
 
 
 # lifts a running node over every empty one of its tier (latency-fit's far term spans -1..1e5) and
-# below every node of a better tier (latency-fit's tiers are 1e6 apart)
+# below every node of a better tier (LATENCY_FIT_TIER_GAP)
 RUNNING_BONUS = 2e5
 # A node this close to the limit of the pod's tier is taken only when no other node of the tier is free:
 # the probe's latency is seconds old and latency drifts, so the farthest node inside a limit is often
@@ -127,7 +132,7 @@ def latency_fit_running(nodes: NodeState, pod: PodRequest, rng: np.random.Genera
     limit = np.where(tiers == LATENCY_TIER_SOFT, pod.soft_limit, pod.hard_limit)
     edge = (tiers > 0) & (latency > limit - LATENCY_EDGE_MS)
     far = np.where(edge, -EDGE_OFFSET - np.minimum(latency, LATENCY_FIT_FAR_MS), _far_term(latency))
-    return tiers * 1e6 + far + np.where(nodes.pods > 0, RUNNING_BONUS, 0.0)
+    return tiers * LATENCY_FIT_TIER_GAP + far + np.where(nodes.pods > 0, RUNNING_BONUS, 0.0)
 
 
 def _measured_cpu(nodes: NodeState, recent_usage: float = 1.0) -> np.ndarray:

@@ -23,6 +23,7 @@ const (
 	elEnergyWeight        = 0.1
 	unknownIdleWPerCore   = 110.0 / 16
 	unknownMaxWPerCore    = 380.0 / 16
+	latencyFitTierGap     = 1e6 // more than anything latency-fit(-running) adds inside a tier
 	latencyFitFarMs       = 1e5
 	runningBonus          = 2e5
 	latencyEdgeMs         = 1.0
@@ -163,7 +164,7 @@ func latencyPack(s *NodeState, pod PodRequest, out []float64) {
 
 func latencyFit(s *NodeState, pod PodRequest, out []float64) {
 	for i, lat := range s.LatencyMs {
-		out[i] = latencyTier(lat, pod)*1e6 + latencyFitFar(lat)
+		out[i] = latencyTier(lat, pod)*latencyFitTierGap + latencyFitFar(lat)
 	}
 }
 
@@ -191,7 +192,7 @@ func latencyFitRunning(s *NodeState, pod PodRequest, out []float64) {
 		if tier > float64(latencyTierNone) && lat > limit-latencyEdgeMs {
 			far = -edgeOffset - math.Min(lat, latencyFitFarMs)
 		}
-		out[i] = tier*1e6 + far
+		out[i] = tier*latencyFitTierGap + far
 		if s.Pods[i] > 0 {
 			out[i] += runningBonus
 		}
