@@ -75,7 +75,10 @@ func BenchmarkPreScoreScore(b *testing.B) {
 // benchCycles times b.N scheduling cycles of the plugin (PreScore, then Score for every node) for
 // an EE pod, and fails when a cycle scored every node neutrally (it measured the failure path).
 func benchCycles(b *testing.B, pl *RLScore, infos []fwk.NodeInfo) {
-	pod := testPod(map[string]string{AnnotationPolicy: "EE"})
+	benchPodCycles(b, pl, infos, testPod(map[string]string{AnnotationPolicy: "EE"}))
+}
+
+func benchPodCycles(b *testing.B, pl *RLScore, infos []fwk.NodeInfo, pod *v1.Pod) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -134,24 +137,25 @@ func randomSelector(rng *rand.Rand) *Model {
 
 // BenchmarkInProcessPreScoreScore measures one scheduling cycle of the plugin scoring in process
 // (features, forward pass, scores; PreScore + Score for every node) on a random cluster, with a
-// node scorer and with a rule selector (its forward pass, then the rule it picks).
+// node scorer, with a rule selector (its forward pass, then the rule it picks), and with a node scorer
+// that ranks inside the pod's best latency tier (an EL pod with 20/30 ms limits; EL's shipped model).
 func BenchmarkInProcessPreScoreScore(b *testing.B) {
 	for _, bench := range []struct {
 		nodes    int
 		parallel bool
-		selector bool
-	}{{100, false, false}, {1000, false, false}, {1000, true, false}, {5000, false, false}, {5000, true, false},
-		{100, false, true}, {1000, false, true}, {5000, false, true}} {
+		kind     string
+	}{{100, false, "scorer"}, {1000, false, "scorer"}, {1000, true, "scorer"}, {5000, false, "scorer"},
+		{5000, true, "scorer"}, {100, false, "selector"}, {1000, false, "selector"}, {5000, false, "selector"},
+		{1000, false, "tier-scorer"}, {5000, false, "tier-scorer"}} {
 		n := bench.nodes
-		kind := "scorer"
-		if bench.selector {
-			kind = "selector"
-		}
-		b.Run(fmt.Sprintf("model=%s/nodes=%d/parallel=%v", kind, n, bench.parallel), func(b *testing.B) {
+		b.Run(fmt.Sprintf("model=%s/nodes=%d/parallel=%v", bench.kind, n, bench.parallel), func(b *testing.B) {
 			rng := rand.New(rand.NewSource(1))
-			model := randomModel(rng, 64, 64)
-			if bench.selector {
+			model, policy := randomModel(rng, 64, 64), "EE"
+			switch bench.kind {
+			case "selector":
 				model = randomSelector(rng)
+			case "tier-scorer":
+				model.Policy, model.bestLatencyTier, policy = "EL", true, "EL"
 			}
 			args := &RLScoreArgs{SuggestionURL: "http://unused:8000/suggest", InProcess: true}
 			args.SetDefaults()
@@ -161,7 +165,7 @@ func BenchmarkInProcessPreScoreScore(b *testing.B) {
 				pl.local.parallel = schedulerParallel(16).Until
 			}
 			st := &scoringState{fetchedAt: time.Now(), snapshotAge: 0, staleAfter: time.Hour, defaultPolicy: "EE",
-				elSoft: 20, elHard: 30, index: map[string]int{}, models: map[string]*Model{"EE": model}}
+				elSoft: 20, elHard: 30, index: map[string]int{}, models: map[string]*Model{policy: model}}
 			infos := make([]fwk.NodeInfo, n)
 			cols := &st.metrics
 			for i := range infos {
@@ -185,7 +189,11 @@ func BenchmarkInProcessPreScoreScore(b *testing.B) {
 				cols.PowerMaxWatts = append(cols.PowerMaxWatts, 250+rng.Float64()*100)
 			}
 			pl.local.state.Store(st)
-			benchCycles(b, pl, infos)
+			annotations := map[string]string{AnnotationPolicy: policy}
+			if policy == "EL" {
+				annotations[AnnotationLatencySoft], annotations[AnnotationLatencyHard] = "20", "30"
+			}
+			benchPodCycles(b, pl, infos, testPod(annotations))
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "plugin-ms/op")
 		})
 	}
