@@ -160,7 +160,7 @@ def test_node_metrics_and_model_endpoints(live_server):
     weights = httpx.get(f"{url}/v1/models/el").json()
     assert weights["format"] == "rlscore-deepsets-weights" and weights["policy"] == "EL"
     assert weights["version"] == metrics["model_versions"]["EL"]
-    # exported in the plugin's feature spec, whatever spec the model was trained on (EL's: 3)
+    # exported in the plugin's feature spec, whatever spec the model was trained on
     assert len(weights["layers"][0]["lambda"]) == NUM_NODE_FEATURES + NUM_POD_FEATURES
     assert len(weights["layers"][-1]["bias"]) == 1
     bad = httpx.get(f"{url}/v1/models/fast")

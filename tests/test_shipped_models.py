@@ -188,6 +188,14 @@ def test_shipped_model_is_small_reproducible_and_runs_at_5000_nodes(policy):
         assert meta["ablation"]["twin_training"]["gradient_steps"] >= training["gradient_steps"] - 100
         assert {"mixed", "mixed-wide"} <= set(meta["ablation"]["holdout"])
         assert "reproduce" in meta
+    elif training["algorithm"].startswith("demonstrations only"):
+        # this DQN's network trained on the demonstrations alone (no TD), within the budget; its sidecar
+        # carries the ablation against the model it replaced and a reproduction record
+        assert training.get("wall_seconds", training["seconds"]) < 20 * 60
+        assert training["td_steps"] == 0 and training["demonstrations"]["decisions"] > 0
+        assert training["hyperparameters"]["demonstrations_only"] is True
+        assert {"mixed", "mixed-wide"} <= set(meta["ablation"]["holdout"])
+        assert "reproduce" in meta
     else:  # the earlier wave's models: its trainers were compared and the sidecar says which one shipped
         assert training["wall_seconds"] < 15 * 60
         assert sum(c["shipped"] for c in meta["candidates"]) == 1
