@@ -179,23 +179,20 @@ def test_shipped_model_is_small_reproducible_and_runs_at_5000_nodes(policy):
     training = meta["training"]
     for key in ("steps", "seed", "seconds", "hyperparameters", "git_commit", "command", "algorithm"):
         assert key in training, key
-    if training["algorithm"].startswith("DQN"):
-        # trained by this DQN within the 20 minutes per policy on the 2-core machine, learning from
-        # demonstrations and TD; measured beside its demonstrations-only twin, reproducible cheaply
+    if training["algorithm"].startswith(("DQN", "demonstrations only")):
+        # trained by this DQN's trainer (with TD, or on the demonstrations alone) within the 20 minutes per
+        # policy on the 2-core machine; measured on the mixed worlds beside what it is compared with,
+        # reproducible cheaply
         assert training.get("wall_seconds", training["seconds"]) < 20 * 60
-        assert training["td_steps"] > 0 and training["demonstrations"]["decisions"] > 0
+        assert training["demonstrations"]["decisions"] > 0
+        assert {"mixed", "mixed-wide"} <= set(meta["ablation"]["holdout"])
+        assert "reproduce" in meta
+    if training["algorithm"].startswith("DQN"):  # learning from TD too, beside its demonstrations-only twin
+        assert training["td_steps"] > 0
         assert meta["ablation"]["twin_training"]["td_steps"] == 0
         assert meta["ablation"]["twin_training"]["gradient_steps"] >= training["gradient_steps"] - 100
-        assert {"mixed", "mixed-wide"} <= set(meta["ablation"]["holdout"])
-        assert "reproduce" in meta
     elif training["algorithm"].startswith("demonstrations only"):
-        # this DQN's network trained on the demonstrations alone (no TD), within the budget; its sidecar
-        # carries the ablation against the model it replaced and a reproduction record
-        assert training.get("wall_seconds", training["seconds"]) < 20 * 60
-        assert training["td_steps"] == 0 and training["demonstrations"]["decisions"] > 0
-        assert training["hyperparameters"]["demonstrations_only"] is True
-        assert {"mixed", "mixed-wide"} <= set(meta["ablation"]["holdout"])
-        assert "reproduce" in meta
+        assert training["td_steps"] == 0 and training["hyperparameters"]["demonstrations_only"] is True
     else:  # the earlier wave's models: its trainers were compared and the sidecar says which one shipped
         assert training["wall_seconds"] < 15 * 60
         assert sum(c["shipped"] for c in meta["candidates"]) == 1

@@ -55,12 +55,12 @@ class LimitsOracle:
         self.limits = [c.latency_limits[0] for c in sim.world.pod_classes if c.latency_limits]
 
     def values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
-        latency, running = nodes.latency_ms, nodes.pods > 0
         if self.mode == "reserve":
             return self._reserve(nodes, pod)
+        latency, running = nodes.latency_ms, nodes.pods > 0
+        if not pod.has_latency_limits and self.mode == "unlimited-far":
+            return latency_fit(nodes, pod, self.rng)
         if not pod.has_latency_limits:
-            if self.mode == "unlimited-far":
-                return latency_fit(nodes, pod, self.rng)
             beyond = latency > max((hard for _, hard in self.limits), default=-np.inf)
             return latency_fit(nodes, pod, self.rng) + RUNNING_BONUS * (running & beyond)
         scores = latency_fit_running(nodes, pod, self.rng)

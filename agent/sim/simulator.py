@@ -448,9 +448,10 @@ class Simulation:
             # acts on the last probe's latency; a limit crossed since then is not its mistake)
             seen = self._metrics["latency_ms"]
             within = seen <= request.hard_limit
-            if seen[node] > request.hard_limit and np.any(within[self.candidates]):
+            candidate_within = bool(np.any(within[self.candidates]))
+            if seen[node] > request.hard_limit and candidate_within:
                 ledger.avoidable_hard_violations += 1
-            if latency > request.hard_limit and not np.any(within[self.candidates]):
+            if latency > request.hard_limit and not candidate_within:
                 if np.any(within & c.present):
                     ledger.crowded_hard_violations += 1
                 else:

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from rlscore.core.objectives import placement_costs
-from rlscore.core.state import LATENCY_TIER_SOFT, NodeState, PodRequest, latency_tiers
+from rlscore.core.state import LATENCY_TIER_NONE, LATENCY_TIER_SOFT, NodeState, PodRequest, latency_tiers
 
 MAX_NODE_SCORE = 100
 # kube-scheduler scores a pod without requests as if it asked for these (non-zero defaults).
@@ -91,18 +91,16 @@ def latency_pack(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) ->
     return latency_tiers(nodes, pod) * 1000.0 + most_allocated(nodes, pod, rng)
 
 
+# how far apart latency-fit's tiers lie: more than anything it (or latency-fit-running) adds inside one
+# (Go: latencyFitTierGap)
+LATENCY_FIT_TIER_GAP = 1e6
+LATENCY_FIT_FAR_MS = 1e5  # latencies beyond this count as this far (Go: latencyFitFarMs)
+
+
 def latency_fit(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
     """The best latency tier the pod can get, then the *highest* latency still inside it, so the
     near nodes stay free for the pods that need them. A pod without limits: the farthest node."""
     return latency_tiers(nodes, pod) * LATENCY_FIT_TIER_GAP + _far_term(nodes.latency_ms)
-
-
-# how far apart latency-fit's tiers lie: more than anything it (or latency-fit-running) adds inside one
-# (Go: latencyFitTierGap)
-LATENCY_FIT_TIER_GAP = 1e6
-
-
-LATENCY_FIT_FAR_MS = 1e5  # latencies beyond this count as this far (Go: latencyFitFarMs)
 
 
 def _far_term(latency: np.ndarray) -> np.ndarray:
@@ -130,7 +128,7 @@ def latency_fit_running(nodes: NodeState, pod: PodRequest, rng: np.random.Genera
     latency = nodes.latency_ms
     tiers = latency_tiers(nodes, pod)
     limit = np.where(tiers == LATENCY_TIER_SOFT, pod.soft_limit, pod.hard_limit)
-    edge = (tiers > 0) & (latency > limit - LATENCY_EDGE_MS)
+    edge = (tiers > LATENCY_TIER_NONE) & (latency > limit - LATENCY_EDGE_MS)
     far = np.where(edge, -EDGE_OFFSET - np.minimum(latency, LATENCY_FIT_FAR_MS), _far_term(latency))
     return tiers * LATENCY_FIT_TIER_GAP + far + np.where(nodes.pods > 0, RUNNING_BONUS, 0.0)
 
