@@ -57,9 +57,9 @@ class LimitsOracle:
     def values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
         if self.mode == "reserve":
             return self._reserve(nodes, pod)
-        latency, running = nodes.latency_ms, nodes.pods > 0
         if not pod.has_latency_limits and self.mode == "unlimited-far":
             return latency_fit(nodes, pod, self.rng)
+        latency, running = nodes.latency_ms, nodes.pods > 0
         if not pod.has_latency_limits:
             beyond = latency > max((hard for _, hard in self.limits), default=-np.inf)
             return latency_fit(nodes, pod, self.rng) + RUNNING_BONUS * (running & beyond)
