@@ -250,3 +250,61 @@ def test_a_heuristic_model_changed_after_its_sidecar_is_refused(tmp_path):
         load_model(path, allow_heuristic=True)
     with pytest.raises(ValueError, match="unknown rule 'random'"):
         write_heuristic_model(tmp_path / "x.safetensors", "random", "EE", {})
+
+
+# --- a node scorer anchored on a rule selector ------------------------------------------------------
+
+ANCHOR_RULES = ("efficient-first", "most-allocated", "one-step-ee")
+
+
+@pytest.fixture
+def anchored(tmp_path):
+    from agent.learn.anchor import SelectorAnchor
+    from agent.learn.network import RuleSelector
+
+    torch.manual_seed(1)
+    selector = save_model(tmp_path / "selector.safetensors", RuleSelector(ANCHOR_RULES, (8,)), "EE", {})
+    torch.manual_seed(2)
+    net = NodeScorer((16, 16))
+    anchor = SelectorAnchor(selector, "EE", 2.5, "standing")
+    return save_model(tmp_path / "ee.safetensors", net, "EE", {}, anchor), net, load_model(selector)
+
+
+@pytest.mark.parametrize("on", ["standing", "best"])
+def test_an_anchored_scorer_serves_the_networks_values_plus_the_weight_on_the_picked_rules_standing(anchored, on):
+    path, net, selector = anchored
+    if on == "best":
+        _rewrite(path, lambda h, t: h["architecture"]["anchor"].update(on="best"))
+    model = load_model(path, expected_policy="EE")
+    nodes = make_nodes([4000, 8000, 16000, 8000], cpu_req=[1000, 0, 500, 6000], latency=[5, 15, 40, 5])
+    for pod in (PodRequest(250, 64 * 2**20), PodRequest(3000, 2**30)):
+        rule = selector.rule_for(nodes, pod)
+        feats, _ = node_features(nodes, pod)
+        standing = feats[:, NODE_FEATURES.index(f"rule:{rule}")].astype(np.float64)
+        if on == "best":
+            standing = (standing == 1.0).astype(np.float64)
+        np.testing.assert_allclose(model.q_values(nodes, pod), _torch_values(net, nodes, pod) + 2.5 * standing,
+                                   rtol=1e-6)
+    export = model.export()
+    assert export["format"] == "rlscore-anchored-weights" and export["anchor"]["rules"] == list(ANCHOR_RULES)
+    assert export["anchor"]["weight"] == 2.5 and export["anchor"]["on"] == on
+    assert torch_network(model).architecture() == net.architecture()  # its network alone, to fine-tune
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda h, t: h["architecture"]["anchor"].update(weight=-1.0), "anchor.weight"),
+    (lambda h, t: h["architecture"]["anchor"].update(weight=5000.0), "anchor.weight"),
+    (lambda h, t: h["architecture"]["anchor"].update(on="rank"), "anchor.on"),
+    (lambda h, t: h["architecture"]["anchor"].update(rules=["tetris", "most-allocated", "one-step-ee"]),
+     "an anchor's rules must be distinct rules with a standing column"),
+    (lambda h, t: h["architecture"]["anchor"].update(rules=["most-allocated", "most-allocated", "one-step-ee"]),
+     "an anchor's rules must be distinct"),
+    (lambda h, t: h["architecture"]["anchor"].update(hidden=[8, 8]), "tensor names do not match the architecture"),
+    (lambda h, t: t.pop("anchor.head.2.bias"), "tensor names do not match the architecture"),
+    (lambda h, t: h["architecture"].update(candidates="best-latency-tier"), "an anchored scorer ranks every candidate"),
+])
+def test_an_anchored_scorer_that_does_not_hold_together_is_refused_by_name(anchored, mutate, message):
+    path = anchored[0]
+    _rewrite(path, mutate)
+    with pytest.raises(ModelValidationError, match=message):
+        load_model(path)

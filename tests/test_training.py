@@ -467,6 +467,10 @@ def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
     (["--energy-potential", "future"], "--energy-potential must be committed or rate, not 'future'"),
     (["--members", "2", "--distil-worlds", "1"], "--distil-worlds must be >= 2"),
     (["--members", "2", "--snapshot-dir", "/tmp/x"], "--snapshot-dir writes one run's weights"),
+    (["--anchor", "/nonexistent.safetensors"], "--anchor"),
+    (["--anchor", "models/ee.safetensors", "--actors", "2"], "--anchor is played here only: not with --actors"),
+    (["--anchor", "models/ee.safetensors", "--anchor-weight", "-1"], "--anchor-weight must be >= 0"),
+    (["--anchor", "models/ee.safetensors", "--anchor-on", "rank"], "--anchor-on must be one of standing, best"),
 ])
 def test_rlscore_train_refuses_bad_options_by_name(tmp_path, capsys, extra, message):
     assert train_main(["--policy", "EE", "--out", str(tmp_path), *TINY, *extra]) == 2
@@ -608,3 +612,69 @@ def test_a_runs_demonstrations_can_come_from_another_seed(monkeypatch):
     assert not torch.equal(crossed_weights, own_weights)  # the rest of the run is seed 7's
     with pytest.raises(ValueError, match="--demo-seed must be >= 0"):
         DQNConfig(policy="LB", demo_seed=-2)
+
+
+# --- anchored on a rule selector (agent/learn/anchor.py) ------------------------------------------
+
+def test_the_anchor_adds_its_weight_times_each_nodes_standing_in_the_rows_column():
+    from agent.learn.anchor import anchor_values
+
+    nodes = torch.zeros(2, 3, NUM_NODE_FEATURES)
+    k = RULE_FEATURES.index("most-allocated")
+    nodes[0, :, NUM_STATE_FEATURES + k] = torch.tensor([1.0, 0.5, 0.0])
+    nodes[1, :, NUM_STATE_FEATURES + k] = torch.tensor([0.0, 1.0, 1.0])
+    values = anchor_values(nodes, torch.tensor([k, -1]), 3.0)
+    assert values.tolist() == [[3.0, 1.5, 0.0], [0.0, 0.0, 0.0]]
+    # on the rule's best nodes only (ties included): overruling the rule costs the weight at any size
+    values = anchor_values(nodes, torch.tensor([k, k]), 3.0, best_only=True)
+    assert values.tolist() == [[3.0, 0.0, 0.0], [0.0, 3.0, 3.0]]
+
+
+def test_an_anchor_must_be_a_rule_selector():
+    from agent.learn.anchor import SelectorAnchor
+    from rlscore.core.model import ModelValidationError
+
+    with pytest.raises(ModelValidationError, match="an anchor must be a rule selector"):
+        SelectorAnchor("models/el.safetensors", "EL", 1.0)
+
+
+def test_the_anchors_column_is_the_served_selectors_pick_on_the_environments_observation():
+    """The observation's features are what serving computes, so the anchor picks what the served
+    selector picks (models/ee.safetensors on states of three families)."""
+    from agent.learn.anchor import SelectorAnchor
+    from agent.learn.env import SchedulingEnv
+
+    anchor = SelectorAnchor("models/ee.safetensors", "EE", 1.0)
+    picked = set()
+    for name, nodes in (("test1", 3), ("test2", 10), ("poisson", 20)):
+        env = SchedulingEnv("EE", max_nodes=24, families=(name,))
+        obs, _ = env.reset(seed=5, options={"family": name, "nodes": nodes})
+        for _ in range(30):
+            rule = anchor.selector.rule_for(env._state, env._pod)
+            assert anchor.column(obs) == RULE_FEATURES.index(rule)
+            picked.add(rule)
+            obs, _, terminated, truncated, _ = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
+            if terminated or truncated:
+                break
+    assert len(picked) >= 2
+
+
+def test_an_anchored_run_records_its_anchor_and_its_replay_carries_the_picks(tmp_path, monkeypatch):
+    """A short EE run on the shipped selector: every replayed transition has the selector's pick of
+    its state and of the next one (what the losses add the standing of), and the sidecar says so."""
+    seen = []
+    real = dqn.Replay.sample
+
+    def sample(self, count, rng):
+        batch = real(self, count, rng)
+        seen.append((batch["anchor"], batch["next_anchor"]))
+        return batch
+
+    monkeypatch.setattr(dqn.Replay, "sample", sample)
+    args = ["--policy", "EE", "--families", "test1,poisson", "--out", str(tmp_path), "--anchor",
+            "models/ee.safetensors", "--anchor-weight", "1.5", *TINY]
+    assert train_main(args) == 0
+    columns = {RULE_FEATURES.index(r) for r in ("most-allocated", "efficient-first", "one-step-ee")}
+    assert seen and all(set(a.tolist()) <= columns and set(b.tolist()) <= columns for a, b in seen)
+    hyper = json.loads((tmp_path / "ee.json").read_text())["training"]["hyperparameters"]
+    assert hyper["anchor"] == "models/ee.safetensors" and hyper["anchor_weight"] == 1.5

@@ -41,6 +41,7 @@ from tqdm import tqdm
 
 from agent.evaluate.rollout_bound import CANDIDATES as ROLLOUT_RULES
 from agent.evaluate.rollout_bound import base_choice, confident_pick, option_costs, rule_choice
+from agent.learn.anchor import ANCHOR_TERMS, SelectorAnchor
 from agent.learn.common import (TrainConfig, TrainingLog, git_commit, make_actor, seed_everything, shaping_factor,
                                 training_record)
 from agent.learn.env import MAX_EPISODE_DECISIONS, SchedulingEnv
@@ -175,6 +176,17 @@ class DQNConfig(TrainConfig):
     towards the teacher's choice that never decays); or the interaction (the network's own decisions,
     a cross-entropy towards what it did). On the tests' tiny world either half alone holds the network
     where pre-training left it (docs/training.md)"""
+    anchor: str = ""
+    """a rule selector's model file (the shipped EE one: models/ee.safetensors): the values are the
+    network's plus anchor_weight x each node's standing under the rule the selector picks for the pod
+    (agent.learn.anchor), in training and as served; the network learns only where to depart from the
+    selector's rule. Empty: the network's values alone"""
+    anchor_weight: float = 2.0
+    """with --anchor: the weight of the picked rule's standing (in the values' units: normalized reward)"""
+    anchor_on: str = "standing"
+    """with --anchor, what the weight multiplies: each node's standing under the picked rule (1 for its
+    best, falling by 1/(N-1) per node above: a small cluster's order is held, a large one's barely), or
+    best: 1 on the rule's best nodes, 0 elsewhere (overruling the rule costs the weight at any size)"""
     dueling: bool = True
     """learn Q = V(s) + A(s, a) - mean A (agent.learn.network.DuelingQ) and serve A: the state value carries
     what the future brings whatever the placement, so TD's noise stays out of the nodes' ranking"""
@@ -281,7 +293,8 @@ class DQNConfig(TrainConfig):
             problems.append("--shaping-gamma must be -1 (the discount) or within 0..1")
         if not 0.0 < self.gamma <= 1.0:
             problems.append("--gamma must be within (0, 1]")
-        for name in ("margin", "margin_weight", "td_weight", "weight_decay", "reward_clip", "advantage_weight"):
+        for name in ("margin", "margin_weight", "td_weight", "weight_decay", "reward_clip", "advantage_weight",
+                     "anchor_weight"):
             if not getattr(self, name) >= 0:
                 problems.append(f"--{name.replace('_', '-')} must be >= 0")
         if not self.rollout_confidence >= 0:
@@ -310,6 +323,12 @@ class DQNConfig(TrainConfig):
                 problems.append(f"--{name.replace('_', '-')} must be >= 1")
         if self.distil_worlds < 2:
             problems.append("--distil-worlds must be >= 2 (one fitted, one held out)")
+        if self.anchor_on not in ANCHOR_TERMS:
+            problems.append(f"--anchor-on must be one of {', '.join(ANCHOR_TERMS)}, not {self.anchor_on!r}")
+        if self.anchor and self.members > 1:
+            problems.append("--anchor serves one run: not with --members > 1")
+        if self.anchor and self.actors:
+            problems.append("--anchor is played here only: not with --actors (the Ray actors would play without it)")
         if self.members > 1 and self.snapshot_dir:
             problems.append("--snapshot-dir writes one run's weights: not with --members > 1")
         if self.demo_seed < -1:
@@ -407,8 +426,9 @@ class Replay:
     """Transitions (s, a, n-step return, discount, s') with observations padded to `slots` nodes, and
     for demonstrations the teacher's choices (every tied best node). A ring of `size` entries."""
 
-    def __init__(self, size: int, slots: int):
+    def __init__(self, size: int, slots: int, anchor: SelectorAnchor | None = None):
         self.size, self.pos, self.full = size, 0, False
+        self.anchor_of = anchor
         self.nodes = np.zeros((size, slots, NUM_NODE_FEATURES), np.float32)
         self.pod = np.zeros((size, NUM_POD_FEATURES), np.float32)
         self.width = np.zeros(size, np.int32)
@@ -421,6 +441,9 @@ class Replay:
         self.expert = np.zeros((size, slots), bool)
         self.advantage = np.full((size, slots), np.nan, np.float32)  # measured by rollouts, NaN elsewhere
         self.teacher = np.full(size, -1, np.int64)  # the world's teacher's standing column (RULE_FEATURES), -1: none
+        # the anchor's pick's standing column in s and in s' (-1: no anchor)
+        self.anchor = np.full(size, -1, np.int64)
+        self.next_anchor = np.full(size, -1, np.int64)
 
     def __len__(self) -> int:
         return self.size if self.full else self.pos
@@ -435,6 +458,8 @@ class Replay:
         self.expert[i] = expert if expert is not None else False
         self.advantage[i] = advantage if advantage is not None else np.nan
         self.teacher[i] = teacher
+        if self.anchor_of is not None:
+            self.anchor[i], self.next_anchor[i] = self.anchor_of.column(obs), self.anchor_of.column(next_obs)
         self.pos = (i + 1) % self.size
         self.full = self.full or self.pos == 0
 
@@ -452,7 +477,8 @@ class Replay:
                 "discount": torch.from_numpy(self.discount[idx]),
                 "expert": torch.from_numpy(self.expert[idx, :width]),
                 "advantage": torch.from_numpy(self.advantage[idx, :width]),
-                "teacher": torch.from_numpy(self.teacher[idx])}
+                "teacher": torch.from_numpy(self.teacher[idx]),
+                "anchor": torch.from_numpy(self.anchor[idx]), "next_anchor": torch.from_numpy(self.next_anchor[idx])}
 
 
 def _cat(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -500,27 +526,35 @@ class NStep:
 
 # --- the losses -----------------------------------------------------------------------------------
 
+def anchored(values: torch.Tensor, nodes: torch.Tensor, columns: torch.Tensor,
+             anchor: SelectorAnchor | None) -> torch.Tensor:
+    """The values plus the anchor's standing term (DQNConfig.anchor); the values alone without one."""
+    return values if anchor is None else values + anchor.values(nodes, columns)
+
+
 def td_loss(q: torch.Tensor, q_network: NodeScorer, target_network: NodeScorer,
             batch: dict[str, torch.Tensor], bootstrap: str = "max", action_gap: float = 0.0,
-            target_here: torch.Tensor | None = None) -> torch.Tensor:
+            target_here: torch.Tensor | None = None, anchor: SelectorAnchor | None = None) -> torch.Tensor:
     """n-step double DQN, per transition: the online network picks the next action, the target
     network values it (Huber loss); with `bootstrap` "teacher", the target network's mean value over the
     teacher's choices there (max where the transition's teacher has no standing column); with `action_gap`
     alpha, minus alpha x (the target network's best value of the state minus its value of the taken node),
     the advantage learning operator. `q` is the online network's values of the batch's states, which the
     margin loss shares: one forward pass and one backward pass through it, not two; `target_here`, the
-    target network's, when the caller has them already (the Q-filter reads them too)."""
+    target network's, when the caller has them already (the Q-filter reads them too). With an `anchor`,
+    every value is the network's plus the anchor's term, as `q` is."""
     with torch.no_grad():
         next_state = batch["next_nodes"], batch["next_pod"], batch["next_mask"]
-        target_values = values_by_extent(target_network, *next_state)
-        next_action = values_by_extent(q_network, *next_state).argmax(dim=1, keepdim=True)
+        next_anchor = batch["next_nodes"], batch["next_anchor"], anchor
+        target_values = anchored(values_by_extent(target_network, *next_state), *next_anchor)
+        next_action = anchored(values_by_extent(q_network, *next_state), *next_anchor).argmax(dim=1, keepdim=True)
         next_value = target_values.gather(1, next_action).squeeze(1)
         if bootstrap == "teacher":
             next_value = torch.where(*teacher_value(target_values, batch), next_value)
         next_value = torch.nan_to_num(next_value, nan=0.0, posinf=0.0, neginf=0.0)
         target = batch["ret"] + batch["discount"] * next_value
         if action_gap > 0:
-            here = target_here if target_here is not None else target_values_here(target_network, batch)
+            here = target_here if target_here is not None else target_values_here(target_network, batch, anchor=anchor)
             gap = here.max(dim=1).values - here.gather(1, batch["action"].unsqueeze(1)).squeeze(1)
             target = target - action_gap * torch.nan_to_num(gap, nan=0.0, posinf=0.0, neginf=0.0)
     taken = q.gather(1, batch["action"].unsqueeze(1)).squeeze(1)
@@ -528,10 +562,11 @@ def td_loss(q: torch.Tensor, q_network: NodeScorer, target_network: NodeScorer,
 
 
 def target_values_here(target_network: NodeScorer, batch: dict[str, torch.Tensor],
-                       rows: int | None = None) -> torch.Tensor:
+                       rows: int | None = None, anchor: SelectorAnchor | None = None) -> torch.Tensor:
     """The target network's values of the batch's own states (not the next ones), of its first `rows`."""
     with torch.no_grad():
-        return values_by_extent(target_network, batch["nodes"][:rows], batch["pod"][:rows], batch["mask"][:rows])
+        values = values_by_extent(target_network, batch["nodes"][:rows], batch["pod"][:rows], batch["mask"][:rows])
+        return anchored(values, batch["nodes"][:rows], batch["anchor"][:rows], anchor)
 
 
 def teacher_value(values: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -601,7 +636,8 @@ def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
     return max(end, start + (end - start) * t / max(duration, 1))
 
 
-def record_demonstrations(cfg: DQNConfig, plan, teachers, progress: bool) -> tuple[Replay, float, dict]:
+def record_demonstrations(cfg: DQNConfig, plan, teachers, progress: bool,
+                          anchor: SelectorAnchor | None = None) -> tuple[Replay, float, dict]:
     """The teachers' decisions on the planned worlds (after each world's burn-in), with n-step
     returns of the rewards in units of their spread (clipped at `reward_clip`); and that unit. Worlds
     are recorded side by side (`workers`), each with its own random stream, so the demonstrations do
@@ -615,7 +651,7 @@ def record_demonstrations(cfg: DQNConfig, plan, teachers, progress: bool) -> tup
     rewards = [step[2] for steps in episodes for step in steps]
     labelled, departed, outside = (sum(r[k] for r in recorded) for k in (1, 2, 3))
     scale = 1.0 / max(float(np.std(rewards)), 1e-6)
-    demos = Replay(sum(map(len, episodes)), cfg.max_nodes)
+    demos = Replay(sum(map(len, episodes)), cfg.max_nodes, anchor)
     for steps, teacher in zip(episodes, teachers):
         nstep = NStep(cfg.n_step, cfg.gamma, teacher)
         for obs, action, reward, expert, next_obs, terminated, ended, advantage in steps:
@@ -712,6 +748,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     if cfg.demonstrations_only:
         cfg.td_weight, cfg.total_timesteps = 0.0, 0
     rng = seed_everything(cfg)
+    anchor = SelectorAnchor(cfg.anchor, cfg.policy, cfg.anchor_weight, cfg.anchor_on) if cfg.anchor else None
     budget = ThreadBudget(cfg.torch_threads)
     started, commit = time.time(), git_commit()
 
@@ -728,7 +765,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         taught.setdefault(name, {}).setdefault(teacher, 0)
         taught[name][teacher] += 1
     # rewards in units of the demonstrations' spread, so that `margin` means the same for every policy
-    demos, scale, demo_record = record_demonstrations(cfg, plan, teachers, cfg.progress)
+    demos, scale, demo_record = record_demonstrations(cfg, plan, teachers, cfg.progress, anchor)
     teacher_seconds = time.time() - started
 
     actor = make_actor(cfg, init)  # the served network
@@ -749,16 +786,19 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     def learn(batch: dict[str, torch.Tensor], demo_rows: int, margin_weight: float) -> None:
         nonlocal gradient_steps
         budget.check()
-        q = values_by_extent(q_network, batch["nodes"], batch["pod"], batch["mask"])
+        q = anchored(values_by_extent(q_network, batch["nodes"], batch["pod"], batch["mask"]), batch["nodes"],
+                     batch["anchor"], anchor)
         # the target network's values of these states: advantage learning reads every row, the Q-filter
         # the demonstrations only, so it takes them from advantage learning's pass when there is one
-        target_here = target_values_here(target_network, batch) if cfg.td_weight > 0 and cfg.action_gap > 0 else None
+        target_here = (target_values_here(target_network, batch, anchor=anchor)
+                       if cfg.td_weight > 0 and cfg.action_gap > 0 else None)
         loss = torch.zeros(())
         if demo_rows and margin_weight > 0:
             mask, expert = batch["mask"][:demo_rows], batch["expert"][:demo_rows]
             m = margin_loss(q[:demo_rows], mask, expert, cfg.margin)
             if cfg.q_filter:
-                rated = target_here if target_here is not None else target_values_here(target_network, batch, demo_rows)
+                rated = (target_here if target_here is not None
+                         else target_values_here(target_network, batch, demo_rows, anchor))
                 m = m * q_filtered(rated[:demo_rows], mask, expert, cfg.margin).float()
             loss = loss + margin_weight * m.mean()
             losses["margin"].append(float(m.detach().mean()))
@@ -770,7 +810,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 loss = loss + cfg.advantage_weight * a
                 losses["advantage"].append(float(a.detach()))
         if cfg.td_weight > 0:
-            td = td_loss(q, q_network, target_network, batch, cfg.bootstrap, cfg.action_gap, target_here)
+            td = td_loss(q, q_network, target_network, batch, cfg.bootstrap, cfg.action_gap, target_here, anchor)
             loss = loss + cfg.td_weight * td.mean()
             losses["td"].append(float(td.detach().mean()))
             rows = conservative_rows(cfg.conservative_rows, demo_rows, len(q))
@@ -809,7 +849,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     if on_ray:
         episode_returns, env_seconds = interact_on_ray(cfg, q_network, learn, demos, scale, rng, losses, log)
     elif cfg.total_timesteps > 0:
-        replay = Replay(cfg.buffer_size, cfg.max_nodes)
+        replay = Replay(cfg.buffer_size, cfg.max_nodes, anchor)
         envs = [make_env(cfg) for _ in range(cfg.num_envs)]
         upcoming = worlds(cfg, cfg.seed + 1)
 
@@ -832,7 +872,11 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
             epsilon = linear_schedule(cfg.start_e, cfg.end_e, int(cfg.exploration_fraction * cfg.total_timesteps), step)
             stacked = {k: torch.from_numpy(np.stack([o[k] for o in obs])) for k in ("nodes", "pod", "action_mask")}
             with torch.no_grad():
-                greedy = q_network(stacked["nodes"], stacked["pod"], stacked["action_mask"].bool()).argmax(dim=1).numpy()
+                values = q_network(stacked["nodes"], stacked["pod"], stacked["action_mask"].bool())
+                if anchor is not None:
+                    columns = torch.tensor([anchor.column(o) for o in obs])
+                    values = anchored(values, stacked["nodes"], columns, anchor)
+                greedy = values.argmax(dim=1).numpy()
             t0 = time.time()
             for i, env in enumerate(envs):
                 valid = explorable(obs[i], cfg.candidates)
@@ -903,7 +947,8 @@ def write_snapshots(cfg: DQNConfig, states: dict[str, dict], like: torch.nn.Modu
         network = copy.deepcopy(like)
         network.load_state_dict(state)
         path = Path(cfg.snapshot_dir) / f"{cfg.policy.lower()}-{name}.safetensors"
-        save_model(path, _served_actor(network, cfg.dueling).eval(), cfg.policy, {**record, "snapshot": name})
+        anchor = SelectorAnchor(cfg.anchor, cfg.policy, cfg.anchor_weight, cfg.anchor_on) if cfg.anchor else None
+        save_model(path, _served_actor(network, cfg.dueling).eval(), cfg.policy, {**record, "snapshot": name}, anchor)
         print(f"wrote {path}", file=sys.stderr)
 
 

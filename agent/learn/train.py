@@ -119,11 +119,23 @@ def main(argv: list[str] | None = None) -> int:
         except ModelValidationError as exc:
             print(f"rlscore-train: --init: {exc}", file=sys.stderr)
             return 2
+        if getattr(load_model(args.init, expected_policy=args.policy), "anchor", None) is not None:
+            print(f"rlscore-train: --init: {args.init} is anchored on a rule selector: train it afresh with --anchor",
+                  file=sys.stderr)
+            return 2
         if not isinstance(init, NodeScorer):
             print(f"rlscore-train: --init: {args.init} is a rule selector, not a node scorer: train afresh",
                   file=sys.stderr)
             return 2
         values["hidden"] = tuple(init.hidden)
+    if args.anchor:
+        from agent.learn.anchor import SelectorAnchor
+        from rlscore.core.model import ModelValidationError
+        try:
+            SelectorAnchor(args.anchor, args.policy, 1.0)  # refused here, before any work is done
+        except ModelValidationError as exc:
+            print(f"rlscore-train: --anchor: {exc}", file=sys.stderr)
+            return 2
     if args.teacher:
         from agent.learn.dqn import TEACHERS
         from agent.sim.families import family
@@ -159,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         network, record = train(cfg, init)
     record["training"]["wall_seconds"] = round(time.time() - started, 1)
     record["training"]["command"] = "rlscore-train " + " ".join(argv if argv is not None else sys.argv[1:])
-    save_model(path, network, cfg.policy, {**record, **cfg.extra_metadata})
+    anchor = None
+    if cfg.anchor:
+        from agent.learn.anchor import SelectorAnchor
+        anchor = SelectorAnchor(cfg.anchor, cfg.policy, cfg.anchor_weight, cfg.anchor_on)
+    save_model(path, network, cfg.policy, {**record, **cfg.extra_metadata}, anchor)
     if not args.no_eval:
         # how the policy does against the rules on held-out seeds, in the sidecar
         from agent.evaluate.shipped import evaluate_shipped_model

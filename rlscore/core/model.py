@@ -14,7 +14,9 @@ ModelValidationError that names the problem in one line, without file contents.
 
 Three kinds of file share the format:
 - a node scorer (MODEL_FORMAT): a DeepSets network that gives each candidate node a value (the
-  Q-values of the DQN); the server scores the nodes from them;
+  Q-values of the DQN); the server scores the nodes from them. An anchored one (its architecture's
+  `anchor`) also holds a rule selector's tensors (prefixed `anchor.`), and its values are the network's
+  plus `weight` x each node's standing under the rule that selector picks (agent/learn/anchor.py);
 - a rule selector (SELECTOR_FORMAT): a DeepSets network that picks which hand-written rule
   (rlscore.core.rules) scores each pod;
 - a named hand-written rule (HEURISTIC_FORMAT, no tensors): what the retraining loop hands the
@@ -37,7 +39,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlscore.core import bounded_json
 from rlscore.core.features import FEATURE_SPEC_VERSION, NODE_FEATURES_OF_VERSION, NUM_NODE_FEATURES, \
-    NUM_POD_FEATURES, best_latency_tier, latency_tier_of, node_features, rank_outside_below
+    NUM_POD_FEATURES, NUM_STATE_FEATURES, RULE_FEATURES, best_latency_tier, latency_tier_of, node_features, \
+    rank_outside_below
 from rlscore.core.kernels import equivariant_layer, relu_column_max_mean
 from rlscore.core.rules import RULES
 from rlscore.core.state import POLICIES, NodeState, PodRequest
@@ -48,6 +51,7 @@ SELECTOR_FORMAT = "rlscore-rule-selector"
 HEURISTIC_FORMAT = "rlscore-heuristic-scorer"
 FORMATS = (MODEL_FORMAT, SELECTOR_FORMAT, HEURISTIC_FORMAT)
 WEIGHTS_FORMAT = "rlscore-deepsets-weights"  # the plain-JSON export the plugin's in-process scorer reads
+ANCHORED_WEIGHTS_FORMAT = "rlscore-anchored-weights"  # the same for an anchored node scorer
 SELECTOR_WEIGHTS_FORMAT = "rlscore-rule-selector-weights"  # the same for a rule selector
 MAX_MODEL_BYTES = 16 * 1024 * 1024
 MAX_SIDECAR_BYTES = 4 * 1024 * 1024
@@ -57,6 +61,10 @@ MAX_LAYERS = 8
 MAX_HIDDEN_UNITS = 4096
 MAX_SELECTOR_RULES = 32
 _NO_EXTRA = np.zeros(0)
+ANCHOR_PREFIX = "anchor."
+ANCHOR_TERMS = ("standing", "best")
+MAX_ANCHOR_WEIGHT = 1000.0
+ANCHOR_BEST_TOLERANCE = 1e-6  # a standing this close to 1 is the rule's best (standings are float32)
 
 
 class ModelValidationError(ValueError):
@@ -79,6 +87,17 @@ def servable_rules() -> tuple[str, ...]:
 
 # --- the networks' shapes --------------------------------------------------------------------------
 
+class AnchorSpec(BaseModel):
+    """An anchored node scorer's rule selector and how much its pick's standing weighs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    hidden: list[int] = Field(min_length=1, max_length=MAX_LAYERS)
+    rules: list[str] = Field(min_length=1, max_length=MAX_SELECTOR_RULES)
+    weight: float = Field(ge=0.0, le=MAX_ANCHOR_WEIGHT, allow_inf_nan=False)
+    # what the weight multiplies: the node's standing under the picked rule, or 1 on its best nodes only
+    on: Literal["standing", "best"] = "standing"
+
+
 class Architecture(BaseModel):
     """What the header says the network is; everything the shapes follow from."""
 
@@ -89,6 +108,13 @@ class Architecture(BaseModel):
     rules: list[str] | None = Field(default=None, max_length=MAX_SELECTOR_RULES)
     # a node scorer's: what it ranks (rlscore.core.features.CANDIDATE_SETS; none: every candidate)
     candidates: Literal["best-latency-tier"] | None = None
+    anchor: AnchorSpec | None = None  # a node scorer's: the rule selector it is anchored on
+
+    def anchor_architecture(self) -> Architecture:
+        """The anchor's selector as an architecture of its own (its tensors carry ANCHOR_PREFIX)."""
+        assert self.anchor is not None
+        return Architecture(hidden=self.anchor.hidden, node_features=self.node_features,
+                            pod_features=self.pod_features, rules=self.anchor.rules)
 
     def tensor_shapes(self, model_format: str) -> dict[str, tuple[int, ...]]:
         """name -> shape (torch's [out, in] for linear weights) of every tensor the network has."""
@@ -106,6 +132,9 @@ class Architecture(BaseModel):
             shapes["head.0.bias"] = (last,)
             shapes["head.2.weight"] = (len(self.rules or ()), last)
             shapes["head.2.bias"] = (len(self.rules or ()),)
+        if model_format == MODEL_FORMAT and self.anchor is not None:
+            selector = self.anchor_architecture().tensor_shapes(SELECTOR_FORMAT)
+            shapes.update({ANCHOR_PREFIX + name: shape for name, shape in selector.items()})
         return shapes
 
 
@@ -156,6 +185,14 @@ class LoadedModel:
 
     def __post_init__(self) -> None:
         self.layers = _layers(self.weights, len(self.architecture.hidden) + 1)
+        self.anchor: LoadedSelector | None = None
+        spec = self.architecture.anchor
+        if spec is not None:
+            n = len(ANCHOR_PREFIX)
+            self.anchor = LoadedSelector(self.policy, self.version, self.architecture.anchor_architecture(),
+                                         {k[n:]: v for k, v in self.weights.items() if k.startswith(ANCHOR_PREFIX)},
+                                         self.path)
+            self._anchor_columns = [NUM_STATE_FEATURES + RULE_FEATURES.index(rule) for rule in spec.rules]
 
     def q_values(self, nodes: NodeState, pod: PodRequest) -> np.ndarray:
         """The value of placing `pod` on each of `nodes` (all of them candidates)."""
@@ -170,18 +207,34 @@ class LoadedModel:
         if len(features) == 0:
             return np.zeros(0)
         values = trunk(self.layers, features, pod_vec)[:, 0]
+        if self.anchor is not None:
+            values = values + self.anchor_term(features, pod_vec)
         if self.architecture.candidates == "best-latency-tier":
             values = rank_outside_below(values, best_latency_tier(features), latency_tier_of(features))
         return values
 
+    def anchor_term(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
+        """weight x each node's standing under the rule the anchor's selector picks (1 on its best
+        nodes, 0 elsewhere, with `on` "best")."""
+        spec = self.architecture.anchor
+        column = self._anchor_columns[int(np.argmax(self.anchor.logits(features, pod_vec)))]
+        standing = features[:, column].astype(np.float64)
+        if spec.on == "best":
+            standing = (standing >= 1.0 - ANCHOR_BEST_TOLERANCE).astype(np.float64)
+        return spec.weight * standing
+
     def export(self) -> dict[str, Any]:
         """The forward pass as plain JSON: per layer Lambda [in][out], its bias [out], Gamma and Delta
         [in][out]. The scheduler plugin's in-process scorer reads this; `lambda` rows
-        0..node_features-1 take the node features, the rest the pod features."""
-        return {"format": WEIGHTS_FORMAT, "feature_spec_version": FEATURE_SPEC_VERSION, "policy": self.policy,
+        0..node_features-1 take the node features, the rest the pod features. An anchored scorer's
+        (ANCHORED_WEIGHTS_FORMAT) adds its selector's export, the weight and what it multiplies."""
+        spec = self.architecture.anchor
+        anchored = {"anchor": {**self.anchor.export(), "weight": spec.weight, "on": spec.on}} if spec else {}
+        return {"format": ANCHORED_WEIGHTS_FORMAT if spec else WEIGHTS_FORMAT,
+                "feature_spec_version": FEATURE_SPEC_VERSION, "policy": self.policy,
                 "version": self.version, "node_features": NUM_NODE_FEATURES, "pod_features": NUM_POD_FEATURES,
                 "layers": _exported_layers(self.layers),
-                **({"candidates": self.architecture.candidates} if self.architecture.candidates else {})}
+                **({"candidates": self.architecture.candidates} if self.architecture.candidates else {}), **anchored}
 
 
 @dataclass
@@ -498,6 +551,16 @@ def _architecture(path: Path, header: dict[str, str], model_format: str, spec: i
                  f"a selector's rules must be 1..{MAX_SELECTOR_RULES} distinct rules of {', '.join(servable_rules())}")
     else:
         _require(arch.rules is None, path, "a node scorer names no rules")
+    if arch.anchor is not None:
+        rules = arch.anchor.rules
+        _require(model_format == MODEL_FORMAT, path, "only a node scorer is anchored on a selector")
+        _require(len(rules) == len(set(rules)) and all(r in servable_rules() and r in RULE_FEATURES for r in rules),
+                 path, f"an anchor's rules must be distinct rules with a standing column: {', '.join(RULE_FEATURES)}")
+        _require(all(1 <= h <= MAX_HIDDEN_UNITS for h in arch.anchor.hidden), path,
+                 f"the anchor's hidden layer widths must be within 1..{MAX_HIDDEN_UNITS}")
+        _require(arch.candidates is None, path, "an anchored scorer ranks every candidate")
+        _require(spec == FEATURE_SPEC_VERSION, path, f"an anchored scorer is of feature spec version "
+                                                     f"{FEATURE_SPEC_VERSION}, not {spec}")
     _require(model_format != SELECTOR_FORMAT or arch.candidates is None, path,
              "a selector's candidates are its rules' own")
     return arch

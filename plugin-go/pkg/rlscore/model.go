@@ -12,6 +12,9 @@ import (
 const (
 	WeightsFormat         = "rlscore-deepsets-weights"
 	SelectorWeightsFormat = "rlscore-rule-selector-weights"
+	// AnchoredWeightsFormat is a node scorer anchored on a rule selector (rlscore.core.model's anchor):
+	// its values are the network's plus weight x each node's standing under the rule the selector picks.
+	AnchoredWeightsFormat = "rlscore-anchored-weights"
 )
 
 // maxSelectorRules bounds a selector's rules, as the server's loader does.
@@ -45,7 +48,20 @@ type Model struct {
 	// bestLatencyTier: the network ranks only the candidates in the pod's best latency tier and every
 	// other node ranks below them (the model's "candidates": "best-latency-tier").
 	bestLatencyTier bool
+	// anchor: the rule selector an anchored node scorer adds weight x its pick's standing from (nil: none);
+	// anchorColumns[k] is the standing column of the selector's k-th rule; anchorBest: the weight goes to
+	// the rule's best nodes only (standing 1), not to every node in proportion to its standing.
+	anchor        *Model
+	anchorWeight  float64
+	anchorBest    bool
+	anchorColumns []int
 }
+
+// anchorBestTolerance: a standing this close to 1 is the rule's best (rlscore.core.model.ANCHOR_BEST_TOLERANCE).
+const anchorBestTolerance = 1e-6
+
+// maxAnchorWeight bounds an anchor's weight (rlscore.core.model.MAX_ANCHOR_WEIGHT).
+const maxAnchorWeight = 1000.0
 
 // CandidatesBestLatencyTier is the one restriction of what a node scorer ranks (rlscore.core.features.
 // CANDIDATE_SETS): only the candidates in the pod's best latency tier.
@@ -87,6 +103,15 @@ type exportedModel struct {
 	Rules              []string         `json:"rules"`      // a selector's
 	Head               []exportedLinear `json:"head"`       // a selector's: [mean, max] -> hidden -> one logit per rule
 	Candidates         string           `json:"candidates"` // a node scorer's: "" (every candidate) or best-latency-tier
+	Anchor             *exportedAnchor  `json:"anchor"`     // an anchored node scorer's
+}
+
+// exportedAnchor is an anchored scorer's selector (a selector's export) with its weight and what the
+// weight multiplies ("standing" or "best").
+type exportedAnchor struct {
+	exportedModel
+	Weight float64 `json:"weight"`
+	On     string  `json:"on"`
 }
 
 // selectorHead is a rule selector's part after the trunk: two linear layers over the pooled trunk, one
@@ -107,11 +132,62 @@ func ParseModel(data []byte) (*Model, error) {
 	if err := json.Unmarshal(data, &e); err != nil {
 		return nil, fmt.Errorf("model weights: %w", err)
 	}
+	if e.Format != AnchoredWeightsFormat {
+		if e.Anchor != nil {
+			return nil, fmt.Errorf("model %s: format %q names no anchor", e.Version, e.Format)
+		}
+		return parseExported(e)
+	}
+	if e.Anchor == nil {
+		return nil, fmt.Errorf("model %s: an anchored scorer without its anchor", e.Version)
+	}
+	a := e.Anchor
+	e.Format, e.Anchor = WeightsFormat, nil
+	m, err := parseExported(e)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case m.bestLatencyTier:
+		return nil, fmt.Errorf("model %s: an anchored scorer ranks every candidate", e.Version)
+	case a.Format != SelectorWeightsFormat || a.Anchor != nil:
+		return nil, fmt.Errorf("model %s: its anchor's format is %q, expected %q", e.Version, a.Format,
+			SelectorWeightsFormat)
+	case a.Policy != e.Policy:
+		return nil, fmt.Errorf("model %s: its anchor is of policy %q, the scorer of %q", e.Version, a.Policy, e.Policy)
+	case !finite(a.Weight) || a.Weight < 0 || a.Weight > maxAnchorWeight:
+		return nil, fmt.Errorf("model %s: anchor weight %v, expected 0..%v", e.Version, a.Weight, maxAnchorWeight)
+	case a.On != "standing" && a.On != "best":
+		return nil, fmt.Errorf("model %s: the anchor's term is %.20q, expected \"standing\" or \"best\"", e.Version, a.On)
+	}
+	if m.anchor, err = parseExported(a.exportedModel); err != nil {
+		return nil, fmt.Errorf("model %s: anchor: %w", e.Version, err)
+	}
+	for _, name := range m.anchor.selector.names {
+		column := -1
+		for k, r := range ruleFeatures {
+			if r == name {
+				column = numStateFeatures + k
+			}
+		}
+		if column < 0 {
+			return nil, fmt.Errorf("model %s: the anchor picks %q, which has no standing column", e.Version, name)
+		}
+		m.anchorColumns = append(m.anchorColumns, column)
+	}
+	m.anchorWeight, m.anchorBest = a.Weight, a.On == "best"
+	m.readsRules = true // the anchor's term reads the standing columns whatever the network's weights on them
+	m.readsRecentPeak = m.readsRecentPeak || m.anchor.readsRecentPeak
+	return m, nil
+}
+
+// parseExported is ParseModel for a node scorer or a selector (not anchored).
+func parseExported(e exportedModel) (*Model, error) {
 	isGate := e.Format == SelectorWeightsFormat
 	switch {
 	case e.Format != WeightsFormat && !isGate:
-		return nil, fmt.Errorf("model weights: format is %q, expected %q or %q", e.Format, WeightsFormat,
-			SelectorWeightsFormat)
+		return nil, fmt.Errorf("model weights: format is %q, expected %q, %q or %q", e.Format, WeightsFormat,
+			SelectorWeightsFormat, AnchoredWeightsFormat)
 	case e.FeatureSpecVersion != FeatureSpecVersion:
 		return nil, fmt.Errorf("model %s: trained on feature spec %d, this plugin computes %d",
 			e.Version, e.FeatureSpecVersion, FeatureSpecVersion)
@@ -338,8 +414,27 @@ func (m *Model) Pick(f *Features, scratch *forwardScratch, parallel Parallel) in
 func (m *Model) QValues(f *Features, values []float64, scratch *forwardScratch, parallel Parallel) {
 	x := m.trunk(f, scratch, parallel)
 	copy(values, x[:len(values)])
+	if m.anchor != nil {
+		m.addAnchorTerm(f, values, scratch, parallel)
+	}
 	if m.bestLatencyTier {
 		rankOutsideBelow(f, values)
+	}
+}
+
+// addAnchorTerm adds weight x each node's standing under the rule the anchor's selector picks (or weight
+// on the rule's best nodes), as rlscore.core.model.LoadedModel.anchor_term does.
+func (m *Model) addAnchorTerm(f *Features, values []float64, scratch *forwardScratch, parallel Parallel) {
+	column := m.anchorColumns[m.anchor.Pick(f, scratch, parallel)]
+	for i := range values {
+		standing := f.Nodes[i*numNodeFeatures+column]
+		if m.anchorBest {
+			standing = 0
+			if f.Nodes[i*numNodeFeatures+column] >= 1-anchorBestTolerance {
+				standing = 1
+			}
+		}
+		values[i] += m.anchorWeight * standing
 	}
 }
 
