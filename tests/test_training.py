@@ -83,6 +83,28 @@ def test_the_td_loss_is_the_huber_loss_to_the_n_step_double_dqn_target():
     np.testing.assert_allclose(loss.detach().numpy(), expected, atol=1e-6)
 
 
+def test_an_anchored_td_target_values_the_next_state_with_the_anchors_term():
+    """With an anchor, the online network's next node and the target network's value of it both carry
+    weight x the standing in the transition's next column: the constant networks then pick the node the
+    rule ranks best, and its target is 5 + the weight."""
+    from agent.learn.anchor import SelectorAnchor
+
+    anchor = SelectorAnchor("models/ee.safetensors", "EE", 2.0)
+    online, target = _constant(2.0), _constant(5.0)
+    column = RULE_FEATURES.index("efficient-first")
+    next_nodes = torch.zeros(2, 3, NUM_NODE_FEATURES)
+    next_nodes[:, :, NUM_STATE_FEATURES + column] = torch.tensor([0.0, 1.0, 0.5])
+    batch = {"nodes": torch.zeros(2, 3, NUM_NODE_FEATURES), "pod": torch.zeros(2, NUM_POD_FEATURES),
+             "mask": torch.ones(2, 3, dtype=torch.bool), "next_nodes": next_nodes,
+             "next_pod": torch.zeros(2, NUM_POD_FEATURES), "next_mask": torch.ones(2, 3, dtype=torch.bool),
+             "action": torch.tensor([0, 0]), "ret": torch.tensor([1.0, 1.0]), "discount": torch.tensor([1.0, 1.0]),
+             "anchor": torch.tensor([-1, -1]), "next_anchor": torch.tensor([column, -1])}
+    q = torch.full((2, 3), 2.0)
+    loss = td_loss(q, online, target, batch, anchor=anchor)
+    # targets: 1 + (5 + 2 x 1) = 8 where the next state has the anchor's column, 1 + 5 = 6 where it has none
+    np.testing.assert_allclose(loss.numpy(), [8.0 - 2.0 - 0.5, 6.0 - 2.0 - 0.5], atol=1e-6)
+
+
 def test_bootstrapping_on_the_teacher_takes_the_mean_target_value_over_the_teachers_best_nodes():
     """The target network values the next state's nodes 1, 2, 3 (node 3 off the mask); the teacher's
     standing column says which of them it would pick. A transition whose teacher has no column, or none

@@ -526,7 +526,7 @@ class NStep:
 
 # --- the losses -----------------------------------------------------------------------------------
 
-def anchored(values: torch.Tensor, nodes: torch.Tensor, columns: torch.Tensor,
+def anchored(values: torch.Tensor, nodes: torch.Tensor, columns: torch.Tensor | None,
              anchor: SelectorAnchor | None) -> torch.Tensor:
     """The values plus the anchor's standing term (DQNConfig.anchor); the values alone without one."""
     return values if anchor is None else values + anchor.values(nodes, columns)
@@ -545,7 +545,7 @@ def td_loss(q: torch.Tensor, q_network: NodeScorer, target_network: NodeScorer,
     every value is the network's plus the anchor's term, as `q` is."""
     with torch.no_grad():
         next_state = batch["next_nodes"], batch["next_pod"], batch["next_mask"]
-        next_anchor = batch["next_nodes"], batch["next_anchor"], anchor
+        next_anchor = batch["next_nodes"], batch.get("next_anchor"), anchor
         target_values = anchored(values_by_extent(target_network, *next_state), *next_anchor)
         next_action = anchored(values_by_extent(q_network, *next_state), *next_anchor).argmax(dim=1, keepdim=True)
         next_value = target_values.gather(1, next_action).squeeze(1)
@@ -566,7 +566,7 @@ def target_values_here(target_network: NodeScorer, batch: dict[str, torch.Tensor
     """The target network's values of the batch's own states (not the next ones), of its first `rows`."""
     with torch.no_grad():
         values = values_by_extent(target_network, batch["nodes"][:rows], batch["pod"][:rows], batch["mask"][:rows])
-        return anchored(values, batch["nodes"][:rows], batch["anchor"][:rows], anchor)
+        return values if anchor is None else anchored(values, batch["nodes"][:rows], batch["anchor"][:rows], anchor)
 
 
 def teacher_value(values: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
