@@ -17,7 +17,9 @@ DQNConfig; `rlscore-train --help` lists them.
    transitions; batches mix them with demonstrations (`demo_share`), the margin loss applied to the
    demonstrations only, TD to all. The demonstrations stay in the replay for good.
 
-The served scores are the network's Q-values. `demonstrations_only` trains the same network on the
+The served scores are the network's Q-values. With `anchor` (a rule selector's file), every value above,
+in the losses, the targets and the network's own play, is the network's plus the anchor's term
+(agent.learn.anchor), and the model file holds the selector to add it as served. `demonstrations_only` trains the same network on the
 same demonstrations with the margin loss alone, for as many gradient steps, and no interaction: the
 ablation that says what TD learning adds (`rlscore-eval` compares the two).
 """
