@@ -1,10 +1,7 @@
 package rlscore
 
 import (
-	"compress/gzip"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -12,21 +9,10 @@ import (
 // goldenExport is one fixture model's export as the golden file holds it (Python's LoadedModel.export).
 func goldenExport(t *testing.T, name string) []byte {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "golden.json.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var file struct {
 		Models map[string]json.RawMessage `json:"models"`
 	}
-	if err := json.NewDecoder(zr).Decode(&file); err != nil {
-		t.Fatal(err)
-	}
+	decodeGolden(t, &file)
 	raw, ok := file.Models[name]
 	if !ok {
 		t.Fatalf("no golden model %s (make golden)", name)

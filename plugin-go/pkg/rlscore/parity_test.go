@@ -49,7 +49,8 @@ func closeTo(got, want float64) bool {
 	return math.Abs(got-want) <= 1e-9*math.Max(1, math.Abs(want))
 }
 
-func readGolden(t *testing.T) (map[string]*Model, []goldenCase, []string) {
+// decodeGolden decodes testdata/golden.json.gz into file.
+func decodeGolden(t *testing.T, file any) {
 	t.Helper()
 	f, err := os.Open(filepath.Join("testdata", "golden.json.gz"))
 	if err != nil {
@@ -60,14 +61,19 @@ func readGolden(t *testing.T) (map[string]*Model, []goldenCase, []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := json.NewDecoder(zr).Decode(file); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readGolden(t *testing.T) (map[string]*Model, []goldenCase, []string) {
+	t.Helper()
 	var file struct {
 		NodeFeatures []string                   `json:"node_features"`
 		Models       map[string]json.RawMessage `json:"models"`
 		Cases        []goldenCase               `json:"cases"`
 	}
-	if err := json.NewDecoder(zr).Decode(&file); err != nil {
-		t.Fatal(err)
-	}
+	decodeGolden(t, &file)
 	models := map[string]*Model{}
 	for name, raw := range file.Models {
 		m, err := ParseModel(raw)
