@@ -39,7 +39,7 @@ class SelectorAnchor:
                                        f"column to anchor on (rlscore.core.features.RULE_FEATURES)")
         if on not in ANCHOR_TERMS:
             raise ValueError(f"the anchor's term must be one of {', '.join(ANCHOR_TERMS)}, not {on!r}")
-        self.selector, self.weight, self.path, self.best_only = model, float(weight), Path(path), on == "best"
+        self.selector, self.weight, self.best_only = model, float(weight), on == "best"
         self._columns = np.array([RULE_FEATURES.index(rule) for rule in model.rules])
 
     def column(self, obs: dict) -> int:

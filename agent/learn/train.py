@@ -115,11 +115,12 @@ def main(argv: list[str] | None = None) -> int:
         from agent.learn.network import NodeScorer
         from rlscore.core.model import ModelValidationError, load_model
         try:
-            init = torch_network(load_model(args.init, expected_policy=args.policy))
+            start = load_model(args.init, expected_policy=args.policy)
         except ModelValidationError as exc:
             print(f"rlscore-train: --init: {exc}", file=sys.stderr)
             return 2
-        if getattr(load_model(args.init, expected_policy=args.policy), "anchor", None) is not None:
+        init = torch_network(start)
+        if getattr(start, "anchor", None) is not None:
             print(f"rlscore-train: --init: {args.init} is anchored on a rule selector: train it afresh with --anchor",
                   file=sys.stderr)
             return 2
