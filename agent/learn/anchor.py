@@ -67,8 +67,14 @@ class SelectorAnchor:
 def anchor_values(nodes: torch.Tensor, columns: torch.Tensor, weight: float, best_only: bool = False) -> torch.Tensor:
     """[B, N]: weight x nodes[b, n, NUM_STATE_FEATURES + columns[b]] (with `best_only`, weight on the
     rule's best nodes, where the standing is 1, and 0 elsewhere); 0 in rows whose column is -1."""
-    index = (NUM_STATE_FEATURES + columns.clamp(min=0)).view(-1, 1, 1).expand(-1, nodes.shape[1], 1)
-    standing = nodes.gather(2, index).squeeze(2)
+    standing = standing_in(nodes, columns)
     if best_only:
         standing = (standing >= 1.0 - ANCHOR_BEST_TOLERANCE).to(standing.dtype)
     return weight * standing * (columns >= 0).unsqueeze(1).to(standing.dtype)
+
+
+def standing_in(nodes: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """[B, N]: each node's standing under the rule of its row's column (RULE_FEATURES index); rows
+    whose column is -1 read the first rule's, for the caller to mask."""
+    index = (NUM_STATE_FEATURES + columns.clamp(min=0)).view(-1, 1, 1).expand(-1, nodes.shape[1], 1)
+    return nodes.gather(2, index).squeeze(2)

@@ -43,7 +43,7 @@ from tqdm import tqdm
 
 from agent.evaluate.rollout_bound import CANDIDATES as ROLLOUT_RULES
 from agent.evaluate.rollout_bound import base_choice, confident_pick, option_costs, rule_choice
-from agent.learn.anchor import ANCHOR_TERMS, SelectorAnchor
+from agent.learn.anchor import ANCHOR_TERMS, SelectorAnchor, standing_in
 from agent.learn.common import (TrainConfig, TrainingLog, git_commit, make_actor, seed_everything, shaping_factor,
                                 training_record)
 from agent.learn.env import MAX_EPISODE_DECISIONS, SchedulingEnv
@@ -57,7 +57,7 @@ from agent.sim.families import draw_node_count, families_for, family
 from agent.sim.futures import branchable
 from agent.sim.mixed import LEADING_RULES, MIXED
 from agent.sim.scenarios import can_draw_afresh
-from rlscore.core.features import (CANDIDATE_SETS, NUM_NODE_FEATURES, NUM_POD_FEATURES, NUM_STATE_FEATURES,
+from rlscore.core.features import (CANDIDATE_SETS, NUM_NODE_FEATURES, NUM_POD_FEATURES,
                                    RULE_FEATURES, best_latency_tier, input_columns)
 from rlscore.core.state import normalize_policy
 
@@ -576,9 +576,7 @@ def teacher_value(values: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple
     next state's nodes whose standing under the transition's teacher is 1 (its best, ties included) and
     that have a value."""
     column = batch["teacher"]
-    nodes = batch["next_nodes"]
-    index = (NUM_STATE_FEATURES + column.clamp(min=0)).view(-1, 1, 1).expand(-1, nodes.shape[1], 1)
-    standing = nodes.gather(2, index).squeeze(2)
+    standing = standing_in(batch["next_nodes"], column)
     chosen = (standing >= 1.0 - 1e-6) & batch["next_mask"] & torch.isfinite(values) & (column >= 0).unsqueeze(1)
     count = chosen.sum(dim=1)
     mean = torch.where(chosen, values, torch.zeros_like(values)).sum(dim=1) / count.clamp(min=1)
