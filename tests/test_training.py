@@ -660,14 +660,18 @@ def test_an_anchor_must_be_a_rule_selector():
         SelectorAnchor("models/el.safetensors", "EL", 1.0)
 
 
-def test_the_anchors_column_is_the_served_selectors_pick_on_the_environments_observation():
+def test_the_anchors_column_is_the_served_selectors_pick_on_the_environments_observation(tmp_path):
     """The observation's features are what serving computes, so the anchor picks what the served
-    selector picks (models/ee.safetensors on states of three families)."""
+    selector picks (models/ee.safetensors on states of three families), and the term training adds
+    (torch, float32) is the term the anchored model serves (numpy, float64), ties at the best included."""
     from agent.learn.anchor import SelectorAnchor
     from agent.learn.env import SchedulingEnv
 
-    anchor = SelectorAnchor("models/ee.safetensors", "EE", 1.0)
-    picked = set()
+    anchors = {on: SelectorAnchor("models/ee.safetensors", "EE", 2.0, on) for on in ("standing", "best")}
+    served = {on: load_model(save_model(tmp_path / f"{on}.safetensors", NodeScorer((8,)), "EE", {}, anchor))
+              for on, anchor in anchors.items()}
+    anchor = anchors["standing"]
+    picked, best_counts = set(), set()
     for name, nodes in (("test1", 3), ("test2", 10), ("poisson", 20)):
         env = SchedulingEnv("EE", max_nodes=24, families=(name,))
         obs, _ = env.reset(seed=5, options={"family": name, "nodes": nodes})
@@ -675,10 +679,18 @@ def test_the_anchors_column_is_the_served_selectors_pick_on_the_environments_obs
             rule = anchor.selector.rule_for(env._state, env._pod)
             assert anchor.column(obs) == RULE_FEATURES.index(rule)
             picked.add(rule)
+            width = int(obs["action_mask"].sum())
+            for on, trained in anchors.items():
+                term = trained.values(torch.from_numpy(obs["nodes"][None, :width]),
+                                      torch.tensor([trained.column(obs)]))[0].numpy()
+                np.testing.assert_allclose(term, served[on].anchor_term(obs["nodes"][:width], obs["pod"]), rtol=1e-6)
+                if on == "best":
+                    best_counts.add(int(term.astype(bool).sum()))
             obs, _, terminated, truncated, _ = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
             if terminated or truncated:
                 break
     assert len(picked) >= 2
+    assert max(best_counts) >= 2  # some state has tied best nodes
 
 
 def test_an_anchored_run_records_its_anchor_and_its_replay_carries_the_picks(tmp_path, monkeypatch):
