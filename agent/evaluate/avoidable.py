@@ -27,6 +27,7 @@ from agent.evaluate.goals import paired_ratio
 from agent.evaluate.rollout_bound import branch_cost
 from agent.parallel import shared, worker_pool
 from agent.sim.futures import branchable
+from agent.sim.outcomes import avoidable_violation
 from agent.sim.simulator import EventsExhausted, Simulation
 from rlscore.core.model import ModelValidationError, load_model
 from rlscore.core.rules import RULES
@@ -53,12 +54,8 @@ class BestTierOnly:
 
 
 def is_avoidable(nodes: NodeState, pod: PodRequest, candidate: int) -> bool:
-    """Whether `candidate` is over the pod's hard limit on the latency the scorer sees while another
-    candidate is seen within it (the simulator's count of avoidable violations asks the same)."""
-    if not pod.has_latency_limits:
-        return False
-    seen = nodes.latency_ms
-    return bool(seen[candidate] > pod.hard_limit and np.any(seen <= pod.hard_limit))
+    """Whether placing the pod on `candidate` is a violation the simulator counts as avoidable."""
+    return pod.has_latency_limits and avoidable_violation(nodes.latency_ms, candidate, pod.hard_limit)
 
 
 def scorer_of(spec: str, seed: int) -> Scorer:

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+import numpy as np
+
 from rlscore.core.objectives import EL_ENERGY_WEIGHT, EL_HARD_WEIGHT, EL_SOFT_WEIGHT, LB_HOT_WEIGHT
+
+
+def avoidable_violation(seen_ms: np.ndarray, chosen: int, hard_limit: float) -> bool:
+    """Whether candidate `chosen` is over the hard limit on the latency the scorer sees (`seen_ms`,
+    one per candidate) while another candidate is seen within it: a violation the scorer could have
+    kept, where one on a limit crossed since the last probe is not its mistake."""
+    return bool(seen_ms[chosen] > hard_limit and np.any(seen_ms <= hard_limit))
 
 
 @dataclass

@@ -17,7 +17,7 @@ import numpy as np
 
 from agent.sim import scenarios
 from agent.sim.families import LATENCY_RANGE_MS, family
-from agent.sim.outcomes import Ledger, Units, rate
+from agent.sim.outcomes import Ledger, Units, avoidable_violation, rate
 from rlscore.core.objectives import EL_ENERGY_WEIGHT, HOT_UTILIZATION, cv as _cv
 from agent.sim.scenarios import Event
 from rlscore.core.recent_peak import RecentPeak
@@ -444,12 +444,10 @@ class Simulation:
             ledger.limited += 1
             if latency > request.hard_limit:
                 ledger.hard_violations += 1
-            # avoidable: the scorer chose a node over the limit while it could see one within it (it
-            # acts on the last probe's latency; a limit crossed since then is not its mistake)
             seen = self._metrics["latency_ms"]
             within = seen <= request.hard_limit
             candidate_within = bool(np.any(within[self.candidates]))
-            if seen[node] > request.hard_limit and candidate_within:
+            if avoidable_violation(seen[self.candidates], candidate, request.hard_limit):
                 ledger.avoidable_hard_violations += 1
             if latency > request.hard_limit and not candidate_within:
                 if np.any(within & c.present):
