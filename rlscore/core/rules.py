@@ -39,7 +39,11 @@ def _per_resource(requested: np.ndarray, capacity: np.ndarray, most: bool) -> np
     safe_cap = np.where(capacity > 0, capacity, 1.0)
     req = np.minimum(requested, safe_cap)
     used = req if most else safe_cap - req
-    return np.where(capacity > 0, np.floor(used * MAX_NODE_SCORE / safe_cap), 0.0)
+    with np.errstate(over="ignore"):
+        scaled = used * MAX_NODE_SCORE
+    # the scheduler's order (exact in its int64); a capacity near the float's limit divides first
+    share = np.where(np.isfinite(scaled), scaled / safe_cap, used / safe_cap * MAX_NODE_SCORE)
+    return np.where(capacity > 0, np.floor(share), 0.0)
 
 
 def least_allocated(nodes: NodeState, pod: PodRequest, rng: np.random.Generator) -> np.ndarray:
@@ -210,7 +214,8 @@ def efficiency_rank(nodes: NodeState, usage: float = 1.0) -> np.ndarray:
     cores = np.where(nodes.cpu_capacity > 0, nodes.cpu_capacity, np.inf) / 1000.0
     watts = nodes.power_max_watts if usage >= 1.0 else (
         nodes.power_idle_watts + (nodes.power_max_watts - nodes.power_idle_watts) * usage)
-    watts_per_core = watts / cores
+    with np.errstate(divide="ignore", invalid="ignore"):  # a capacity below the smallest float's 1000x: unknown
+        watts_per_core = watts / cores
     known = np.isfinite(watts_per_core)
     if not known.any():
         return np.zeros(len(nodes))
