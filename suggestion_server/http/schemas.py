@@ -27,9 +27,17 @@ Namespace = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL,
                                  description="a Kubernetes namespace (DNS-1123 label)")]
 AnnotationKey = Annotated[str, Field(min_length=1, max_length=317, pattern=ANNOTATION_KEY)]
 AnnotationValue = Annotated[str, Field(max_length=MAX_ANNOTATION_VALUE)]
-NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+# A node's and a pod's quantities are bounded by what Kubernetes can report, so that sums and
+# products of them stay far inside a float's range: a quantity is an int64 of its smallest unit
+# (millicores, bytes, pods); power in watts and a probe's latency in ms get bounds far past any machine's.
+MAX_QUANTITY = float(2**63)
+MAX_WATTS = 1e9
+MAX_LATENCY_MS = 1e9
+MAX_COUNT = 2**63  # pods: Kubernetes' int64
+Quantity = Annotated[float, Field(ge=0, le=MAX_QUANTITY, allow_inf_nan=False)]
+PositiveQuantity = Annotated[float, Field(gt=0, le=MAX_QUANTITY, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 
 
 class PodIn(BaseModel):
@@ -37,8 +45,8 @@ class PodIn(BaseModel):
 
     name: Name
     namespace: Namespace = "default"
-    cpu_request_millicores: NonNegative = 0
-    memory_request_bytes: NonNegative = 0
+    cpu_request_millicores: Quantity = 0
+    memory_request_bytes: Quantity = 0
     annotations: dict[AnnotationKey, AnnotationValue] = Field(
         default_factory=dict, max_length=64, description="the pod's rlscore.io/* and latency annotations")
 
@@ -57,19 +65,21 @@ class NodeIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     name: Name
-    cpu_capacity_millicores: Positive | None = None
-    memory_capacity_bytes: Positive | None = None
-    max_pods: Annotated[int, Field(gt=0)] | None = None
-    cpu_requested_millicores: NonNegative | None = None
-    memory_requested_bytes: NonNegative | None = None
-    pods: Annotated[int, Field(ge=0)] | None = None
+    cpu_capacity_millicores: PositiveQuantity | None = None
+    memory_capacity_bytes: PositiveQuantity | None = None
+    max_pods: Annotated[int, Field(gt=0, le=MAX_COUNT)] | None = None
+    cpu_requested_millicores: Quantity | None = None
+    memory_requested_bytes: Quantity | None = None
+    pods: Count | None = None
     cpu_utilization: Fraction | None = None
     memory_utilization: Fraction | None = None
-    latency_ms: NonNegative | None = None
-    power_idle_watts: NonNegative | None = Field(None, description="the node's draw when idle (power model)")
-    power_max_watts: Positive | None = Field(None, description="the node's draw at full cpu load (power model)")
-    network_receive_bytes_per_s: NonNegative | None = None
-    tcp_established: NonNegative | None = Field(None, description="established TCP connections")
+    latency_ms: Annotated[float, Field(ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)] | None = None
+    power_idle_watts: Annotated[float, Field(ge=0, le=MAX_WATTS, allow_inf_nan=False)] | None = Field(
+        None, description="the node's draw when idle (power model)")
+    power_max_watts: Annotated[float, Field(gt=0, le=MAX_WATTS, allow_inf_nan=False)] | None = Field(
+        None, description="the node's draw at full cpu load (power model)")
+    network_receive_bytes_per_s: Quantity | None = None
+    tcp_established: Quantity | None = Field(None, description="established TCP connections")
     disk_utilization: Fraction | None = Field(None, description="used share of the root filesystem")
     cpu_utilization_stddev: Fraction | None = Field(
         None, description="standard deviation of cpu_utilization over the last minutes (LoadVariationRiskBalancing)")

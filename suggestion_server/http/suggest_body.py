@@ -22,7 +22,8 @@ import msgspec
 import numpy as np
 
 from suggestion_server.http.compact import MAX_NAME, valid_names
-from suggestion_server.http.schemas import PodIn, SuggestRequest, first_duplicate, policy_field
+from suggestion_server.http.schemas import (MAX_COUNT, MAX_LATENCY_MS, MAX_QUANTITY, MAX_WATTS, PodIn,
+                                            SuggestRequest, first_duplicate, policy_field)
 from suggestion_server.node_state.snapshot import FIELDS, FRACTION_FIELDS
 
 # the rows of `given`: the node objects' state fields, in snapshot.FIELDS's order
@@ -30,8 +31,12 @@ STATE_FIELDS = tuple(key for key, _ in FIELDS)
 INTEGER_FIELDS = ("max_pods", "pods")
 POSITIVE_FIELDS = ("cpu_capacity_millicores", "memory_capacity_bytes", "max_pods", "power_max_watts")
 _POSITIVE = np.array([STATE_FIELDS.index(f) for f in POSITIVE_FIELDS])
-_FRACTION = np.array([STATE_FIELDS.index(f) for f in FRACTION_FIELDS])
 _IDLE, _PEAK = STATE_FIELDS.index("power_idle_watts"), STATE_FIELDS.index("power_max_watts")
+# NodeIn's upper bound of each field, one per row of `given`; the integers near theirs go to pydantic
+# (as floats, 2**63 + 1 and 2**63 are one number)
+_UPPER = np.array([1.0 if f in FRACTION_FIELDS else MAX_WATTS if f.endswith("_watts") else
+                   MAX_LATENCY_MS if f == "latency_ms" else MAX_QUANTITY for f in STATE_FIELDS])[:, None]
+_INTEGER = np.array([STATE_FIELDS.index(f) for f in INTEGER_FIELDS])
 
 # NodeIn's types (a field left out is NaN, as an explicit null becomes); the name last, so that a
 # node's tuple minus its last item is its row of state
@@ -94,8 +99,8 @@ def _fast(data: bytes) -> SuggestBody | None:
 
 def _in_range(given: np.ndarray) -> bool:
     """NodeIn's bounds over all nodes at once (NaN, a field left out, compares False)."""
-    return not ((given < 0).any() or (given[_POSITIVE] == 0).any() or (given[_FRACTION] > 1).any()
-                or (given[_PEAK] < given[_IDLE]).any())
+    return not ((given < 0).any() or (given[_POSITIVE] == 0).any() or (given > _UPPER).any()
+                or (given[_INTEGER] >= float(MAX_COUNT)).any() or (given[_PEAK] < given[_IDLE]).any())
 
 
 def _columns(rows: list[tuple], count: int) -> np.ndarray | None:
