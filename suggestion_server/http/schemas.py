@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from rlscore.core.state import POLICIES
+from suggestion_server.node_state.node_table import MAX_COUNT, MAX_LATENCY_MS, MAX_QUANTITY, MAX_WATTS
 
 # Kubernetes' own name rules: node and pod names are DNS-1123 subdomains, namespaces DNS-1123 labels.
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -28,13 +29,7 @@ Namespace = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL,
 AnnotationKey = Annotated[str, Field(min_length=1, max_length=317, pattern=ANNOTATION_KEY)]
 AnnotationValue = Annotated[str, Field(max_length=MAX_ANNOTATION_VALUE)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
-# A node's and a pod's quantities are bounded by what Kubernetes can report, so that sums and
-# products of them stay far inside a float's range: a quantity is an int64 of its smallest unit
-# (millicores, bytes, pods); power in watts and a probe's latency in ms get bounds far past any machine's.
-MAX_QUANTITY = float(2**63)
-MAX_WATTS = 1e9
-MAX_LATENCY_MS = 1e9
-MAX_COUNT = 2**63  # pods: Kubernetes' int64
+# a node's and a pod's quantities: as every source's (suggestion_server.node_state.node_table)
 Quantity = Annotated[float, Field(ge=0, le=MAX_QUANTITY, allow_inf_nan=False)]
 PositiveQuantity = Annotated[float, Field(gt=0, le=MAX_QUANTITY, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]

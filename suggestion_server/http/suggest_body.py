@@ -22,8 +22,8 @@ import msgspec
 import numpy as np
 
 from suggestion_server.http.compact import MAX_NAME, valid_names
-from suggestion_server.http.schemas import (MAX_COUNT, MAX_LATENCY_MS, MAX_QUANTITY, MAX_WATTS, PodIn,
-                                            SuggestRequest, first_duplicate, policy_field)
+from suggestion_server.http.schemas import PodIn, SuggestRequest, first_duplicate, policy_field
+from suggestion_server.node_state.node_table import MAX_COUNT, MAX_LATENCY_MS, MAX_QUANTITY, MAX_WATTS
 from suggestion_server.node_state.snapshot import FIELDS, FRACTION_FIELDS
 
 # the rows of `given`: the node objects' state fields, in snapshot.FIELDS's order

@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.utils.quantity import parse_quantity
 from kubernetes.watch.watch import iter_resp_lines
 
-from suggestion_server.node_state.node_table import NodeTable
+from suggestion_server.node_state.node_table import MAX_QUANTITY, MAX_WATTS, NodeTable
 
 log = logging.getLogger("rlscore.kube")
 
@@ -52,9 +52,10 @@ def _quantity(resources: dict | None, key: str, scale: float = 1.0) -> float | N
     if not resources or key not in resources:
         return None
     try:
-        return float(parse_quantity(resources[key])) * scale
-    except (ValueError, TypeError):
+        value = float(parse_quantity(resources[key])) * scale
+    except (ValueError, TypeError, OverflowError):
         return None
+    return value if 0 <= value <= MAX_QUANTITY else None  # beyond Kubernetes' int64: unknown
 
 
 def _watts(meta: dict, key: str) -> float | None:
@@ -66,8 +67,8 @@ def _watts(meta: dict, key: str) -> float | None:
         value = float(str(raw).strip().removesuffix("W"))
     except ValueError:
         value = float("nan")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{key}={raw!r} is not a number of watts >= 0")
+    if not math.isfinite(value) or not 0 <= value <= MAX_WATTS:
+        raise ValueError(f"{key}={raw!r} is not a number of watts from 0 to {MAX_WATTS:g}")
     return value
 
 

@@ -38,6 +38,14 @@ METRIC_COLUMNS = ("cpu_utilization", "memory_utilization", "latency_ms", "networ
                   "memory_capacity_metrics", "power_idle_metrics", "power_max_metrics", "requested_at",
                   "requested_showing")
 COLUMNS = NODE_COLUMNS + USAGE_COLUMNS + METRIC_COLUMNS
+
+# Every source's node quantities are bounded by what Kubernetes can report, so that sums and products
+# of them stay far inside a float's range: a quantity is an int64 of its smallest unit (millicores,
+# bytes, pods); power in watts and a probe's latency in ms get bounds far past any machine's.
+MAX_QUANTITY = float(2**63)
+MAX_COUNT = 2**63
+MAX_WATTS = 1e9
+MAX_LATENCY_MS = 1e9
 BIND_LOG_MAX = 1_000_000  # binds and departures kept for `requested_showing` (a few per pod and window)
 
 

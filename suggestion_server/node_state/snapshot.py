@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -18,7 +19,7 @@ from rlscore.core.kernels import COMPILED, compiled
 from rlscore.core.state import NodeState
 from suggestion_server.node_state.kube_state import KubeState
 from suggestion_server.node_state.latency_source import ProbeLatencySource
-from suggestion_server.node_state.node_table import COLUMNS, NodeTable
+from suggestion_server.node_state.node_table import COLUMNS, MAX_LATENCY_MS, MAX_QUANTITY, MAX_WATTS, NodeTable
 from suggestion_server.node_state.prometheus_source import PrometheusSource
 
 log = logging.getLogger("rlscore.snapshot")
@@ -129,13 +130,14 @@ class StateCollector:
         for key in FRACTION_FIELDS:
             if key in values:
                 record[key] = min(max(values[key], 0.0), 1.0)
-        for key in ("latency_ms", "network_receive_bytes_per_s", "tcp_established"):
+        for key, top in (("latency_ms", MAX_LATENCY_MS), ("network_receive_bytes_per_s", MAX_QUANTITY),
+                         ("tcp_established", MAX_QUANTITY)):
             if key in values:
-                record[key] = max(values[key], 0.0)
-        # sizes from node_exporter, used only where the Kubernetes API has none
-        if "cpu_count" in values:
+                record[key] = min(max(values[key], 0.0), top)
+        # sizes from node_exporter, used only where the Kubernetes API has none; beyond int64: unknown
+        if 0 <= values.get("cpu_count", -1) * 1000.0 <= MAX_QUANTITY:
             record["cpu_capacity_metrics"] = values["cpu_count"] * 1000.0
-        if "memory_total" in values:
+        if 0 <= values.get("memory_total", -1) <= MAX_QUANTITY:
             record["memory_capacity_metrics"] = values["memory_total"]
         self._kepler_power(name, values, record)
         return record
@@ -144,7 +146,7 @@ class StateCollector:
         """Kepler splits a node's watts into idle and active at the current cpu usage; the power
         model is idle, and idle + active / usage at full load (smoothed over refreshes)."""
         idle = values.get("power_idle_watts")
-        if idle is None or idle < 0:
+        if idle is None or not 0 <= idle <= MAX_WATTS:
             return
         record["power_idle_metrics"] = idle
         active, usage = values.get("power_active_watts"), values.get("power_usage_ratio")
@@ -155,7 +157,7 @@ class StateCollector:
             previous = self._power_max.get(name)
             self._power_max[name] = estimate if previous is None else (
                 previous + KEPLER_SMOOTHING * (estimate - previous))
-        if name in self._power_max:
+        if self._power_max.get(name, math.inf) <= MAX_WATTS:  # beyond it: a broken estimate, unknown
             record["power_max_metrics"] = max(self._power_max[name], idle)
 
     async def current(self) -> Snapshot:

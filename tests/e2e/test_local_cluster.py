@@ -306,6 +306,10 @@ def test_the_servers_watch_cache_follows_the_api(cluster):
         notes = core.read_node(node).metadata.annotations
         kepler = (float(notes["metrics.rlscore.io/power-idle-watts"]), float(notes["metrics.rlscore.io/power-max-watts"]))
         assert eventually(lambda: power(node), lambda p: p in ((None, None), kepler)) in ((None, None), kepler)
+        core.patch_node(node, {"metadata": {"annotations": {"rlscore.io/power-max-watts": "220W"}}})
+        assert eventually(lambda: power(node), lambda p: p == (60.0, 220.0)) == (60.0, 220.0)
+        core.patch_node(node, {"metadata": {"annotations": {"rlscore.io/power-max-watts": "1e12"}}})  # over 1e9 W
+        assert eventually(lambda: power(node), lambda p: p in ((None, None), kepler)) in ((None, None), kepler)
     finally:
         core.patch_node(node, {"metadata": {"annotations": {"rlscore.io/power-idle-watts": None,
                                                             "rlscore.io/power-max-watts": None}}})

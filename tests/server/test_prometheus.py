@@ -114,6 +114,35 @@ def test_full_load_power_is_right_when_kepler_reports_usage_above_one(tmp_path):
         exporter.close()
 
 
+def test_sizes_and_power_beyond_what_a_node_can_report_are_unknown_not_infinite(tmp_path):
+    """node_exporter's 1e20 bytes of memory are past Kubernetes' int64, Kepler's full load of 4e12 W
+    past 1e9 W: each reads as unknown (the server's defaults and reasons), and the nodes are served."""
+    exporter = FakeNodeExporter({"worker-1": 0.5, "worker-2": 0.5}, memory_bytes=1e20,
+                                power={"worker-1": (200.0, 4e12), "worker-2": (60.0, 220.0)})
+    prometheus = PrometheusServer(tmp_path, [f"127.0.0.1:{exporter.port}"])
+    try:
+        app = create_app(settings(prometheus_url=prometheus.url, refresh_interval_s=0.5, stale_after_s=30,
+                                  prometheus_timeout_s=1.0))
+        with TestClient(app) as client:
+            def state():
+                answer = client.get("/state", params={"node": ["worker-1", "worker-2"]}).json()
+                rows = {row["name"]: row for row in answer["nodes"]}
+                known = rows["worker-2"]["power_max_watts"] and rows["worker-1"]["cpu_utilization"] is not None
+                return (rows, answer["reasons"]) if known else None
+            rows, reasons = wait_for(state, 60, "both nodes' series in the snapshot", 0.5)
+            assert rows["worker-1"]["power_max_watts"] is None and rows["worker-1"]["power_idle_watts"] is None
+            assert rows["worker-2"]["power_max_watts"] == pytest.approx(220.0, rel=0.02)
+            assert "power model unknown for 1 node(s) (worker-1)" in reasons
+            assert "memory capacity unknown for 2 node(s) (worker-1, worker-2)" in reasons
+            assert all(row["cpu_capacity_millicores"] == 4000.0 for row in rows.values())  # 4 cpus: kept
+            body = post(client, {"pod": pod(), "nodes": ["worker-1", "worker-2"], "policy": "EE"})
+            assert body.status_code == 200, body.text
+            assert set(body.json()["scores"]) == {"worker-1", "worker-2"}
+    finally:
+        prometheus.stop()
+        exporter.close()
+
+
 def test_a_restarted_server_knows_the_power_model_of_nodes_idle_now_from_prometheus_history(tmp_path, caplog):
     """Kepler tells full-load watts only while a node is busy. worker-1 was busy (usage 0.9) and is
     idle (0) when the server starts: the history query still gives its model; without the query
