@@ -35,14 +35,18 @@ def _requested_after(nodes: NodeState, pod: PodRequest) -> tuple[np.ndarray, np.
     return nodes.cpu_requested + cpu, nodes.memory_requested + mem
 
 
+_SCALABLE = float(np.finfo(np.float64).max) / MAX_NODE_SCORE  # the largest share numerator x MAX_NODE_SCORE holds
+
+
 def _per_resource(requested: np.ndarray, capacity: np.ndarray, most: bool) -> np.ndarray:
     safe_cap = np.where(capacity > 0, capacity, 1.0)
     req = np.minimum(requested, safe_cap)
     used = req if most else safe_cap - req
-    with np.errstate(over="ignore"):
-        scaled = used * MAX_NODE_SCORE
-    # the scheduler's order (exact in its int64); a capacity near the float's limit divides first
-    share = np.where(np.isfinite(scaled), scaled / safe_cap, used / safe_cap * MAX_NODE_SCORE)
+    if used.max(initial=0.0) <= _SCALABLE:
+        share = used * MAX_NODE_SCORE / safe_cap  # the scheduler's order (exact in its int64)
+    else:  # a capacity near the float's limit, where that product overflows: divide first there
+        with np.errstate(over="ignore"):
+            share = np.where(used > _SCALABLE, used / safe_cap * MAX_NODE_SCORE, used * MAX_NODE_SCORE / safe_cap)
     return np.where(capacity > 0, np.floor(share), 0.0)
 
 
