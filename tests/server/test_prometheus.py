@@ -3,6 +3,7 @@
 import asyncio
 import threading
 import time
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -22,16 +23,24 @@ NODES = ["worker-1", "worker-2", "worker-3"]
 POWER = {"worker-1": (200.0, 400.0), "worker-2": (60.0, 220.0)}  # worker-3: no Kepler series
 
 
+@contextmanager
+def scraped(tmp_path, exporter: FakeNodeExporter):
+    """A real Prometheus scraping `exporter`, and a server reading it every 0.5 s: (client, prometheus)."""
+    prometheus = PrometheusServer(tmp_path, [f"127.0.0.1:{exporter.port}"])
+    try:
+        app = create_app(settings(prometheus_url=prometheus.url, refresh_interval_s=0.5, stale_after_s=30,
+                                  prometheus_timeout_s=1.0))
+        with TestClient(app) as client:
+            yield client, prometheus
+    finally:
+        prometheus.stop()
+        exporter.close()
+
+
 @pytest.fixture
 def stack(tmp_path):
-    exporter = FakeNodeExporter({"worker-1": 0.9, "worker-2": 0.1, "worker-3": 0.15}, power=POWER)
-    prometheus = PrometheusServer(tmp_path, [f"127.0.0.1:{exporter.port}"])
-    app = create_app(settings(prometheus_url=prometheus.url, refresh_interval_s=0.5, stale_after_s=30,
-                              prometheus_timeout_s=1.0))
-    with TestClient(app) as client:
-        yield client, prometheus
-    prometheus.stop()
-    exporter.close()
+    with scraped(tmp_path, FakeNodeExporter({"worker-1": 0.9, "worker-2": 0.1, "worker-3": 0.15}, power=POWER)) as both:
+        yield both
 
 
 def _has_metrics(client):
@@ -98,20 +107,12 @@ def test_power_model_from_kepler_and_the_thesis_metrics_from_node_exporter(stack
 def test_full_load_power_is_right_when_kepler_reports_usage_above_one(tmp_path):
     """An emulation that does not throttle (KWOK's) reports usage ratios above 1, with the active
     watts of that usage: full load is still idle + active / usage (it read 1.4x the dynamic range)."""
-    exporter = FakeNodeExporter({"worker-1": 1.4}, power={"worker-1": (200.0, 400.0)})
-    prometheus = PrometheusServer(tmp_path, [f"127.0.0.1:{exporter.port}"])
-    try:
-        app = create_app(settings(prometheus_url=prometheus.url, refresh_interval_s=0.5, stale_after_s=30,
-                                  prometheus_timeout_s=1.0))
-        with TestClient(app) as client:
-            def state():
-                row = client.get("/state", params={"node": ["worker-1"]}).json()["nodes"][0]
-                return row if row["power_max_watts"] is not None else None
-            row = wait_for(state, 60, "worker-1's Kepler series in the snapshot", 0.5)
-            assert row["power_max_watts"] == pytest.approx(400.0, rel=0.02)
-    finally:
-        prometheus.stop()
-        exporter.close()
+    with scraped(tmp_path, FakeNodeExporter({"worker-1": 1.4}, power={"worker-1": (200.0, 400.0)})) as (client, _):
+        def state():
+            row = client.get("/state", params={"node": ["worker-1"]}).json()["nodes"][0]
+            return row if row["power_max_watts"] is not None else None
+        row = wait_for(state, 60, "worker-1's Kepler series in the snapshot", 0.5)
+        assert row["power_max_watts"] == pytest.approx(400.0, rel=0.02)
 
 
 def test_sizes_and_power_beyond_what_a_node_can_report_are_unknown_not_infinite(tmp_path):
@@ -119,28 +120,21 @@ def test_sizes_and_power_beyond_what_a_node_can_report_are_unknown_not_infinite(
     past 1e9 W: each reads as unknown (the server's defaults and reasons), and the nodes are served."""
     exporter = FakeNodeExporter({"worker-1": 0.5, "worker-2": 0.5}, memory_bytes=1e20,
                                 power={"worker-1": (200.0, 4e12), "worker-2": (60.0, 220.0)})
-    prometheus = PrometheusServer(tmp_path, [f"127.0.0.1:{exporter.port}"])
-    try:
-        app = create_app(settings(prometheus_url=prometheus.url, refresh_interval_s=0.5, stale_after_s=30,
-                                  prometheus_timeout_s=1.0))
-        with TestClient(app) as client:
-            def state():
-                answer = client.get("/state", params={"node": ["worker-1", "worker-2"]}).json()
-                rows = {row["name"]: row for row in answer["nodes"]}
-                known = rows["worker-2"]["power_max_watts"] and rows["worker-1"]["cpu_utilization"] is not None
-                return (rows, answer["reasons"]) if known else None
-            rows, reasons = wait_for(state, 60, "both nodes' series in the snapshot", 0.5)
-            assert rows["worker-1"]["power_max_watts"] is None and rows["worker-1"]["power_idle_watts"] is None
-            assert rows["worker-2"]["power_max_watts"] == pytest.approx(220.0, rel=0.02)
-            assert "power model unknown for 1 node(s) (worker-1)" in reasons
-            assert "memory capacity unknown for 2 node(s) (worker-1, worker-2)" in reasons
-            assert all(row["cpu_capacity_millicores"] == 4000.0 for row in rows.values())  # 4 cpus: kept
-            body = post(client, {"pod": pod(), "nodes": ["worker-1", "worker-2"], "policy": "EE"})
-            assert body.status_code == 200, body.text
-            assert set(body.json()["scores"]) == {"worker-1", "worker-2"}
-    finally:
-        prometheus.stop()
-        exporter.close()
+    with scraped(tmp_path, exporter) as (client, _):
+        def state():
+            answer = client.get("/state", params={"node": ["worker-1", "worker-2"]}).json()
+            rows = {row["name"]: row for row in answer["nodes"]}
+            known = rows["worker-2"]["power_max_watts"] and rows["worker-1"]["cpu_utilization"] is not None
+            return (rows, answer["reasons"]) if known else None
+        rows, reasons = wait_for(state, 60, "both nodes' series in the snapshot", 0.5)
+        assert rows["worker-1"]["power_max_watts"] is None and rows["worker-1"]["power_idle_watts"] is None
+        assert rows["worker-2"]["power_max_watts"] == pytest.approx(220.0, rel=0.02)
+        assert "power model unknown for 1 node(s) (worker-1)" in reasons
+        assert "memory capacity unknown for 2 node(s) (worker-1, worker-2)" in reasons
+        assert all(row["cpu_capacity_millicores"] == 4000.0 for row in rows.values())  # 4 cpus: kept
+        body = post(client, {"pod": pod(), "nodes": ["worker-1", "worker-2"], "policy": "EE"})
+        assert body.status_code == 200, body.text
+        assert set(body.json()["scores"]) == {"worker-1", "worker-2"}
 
 
 def test_a_restarted_server_knows_the_power_model_of_nodes_idle_now_from_prometheus_history(tmp_path, caplog):
