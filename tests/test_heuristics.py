@@ -225,31 +225,24 @@ def test_the_coefficient_of_variation_of_shares_whose_mean_underflows_is_zero_no
     assert cv(np.array([1.0, 3.0])) == pytest.approx(0.5)
 
 
+@pytest.mark.filterwarnings("error")
 def test_a_capacity_too_small_to_count_in_cores_ranks_as_unknown_power_without_a_warning():
     """Found by the API fuzzer: 5e-324 millicores are 0 cores as a float, and watts over 0 cores is no
     efficiency; efficient-first ranks such a node as one of unknown power, last."""
-    import warnings
-
     from rlscore.core.rules import efficiency_rank
 
     nodes = make_nodes([5e-324, 4000.0])
     nodes.power_idle_watts = np.array([50.0, 50.0])
     nodes.power_max_watts = np.array([150.0, 150.0])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        rank = efficiency_rank(nodes)
-    np.testing.assert_array_equal(rank, [-1e6, -37.5])
+    np.testing.assert_array_equal(efficiency_rank(nodes), [-1e6, -37.5])
 
 
+@pytest.mark.filterwarnings("error")
 @pytest.mark.parametrize("requested, least, most", [(0.0, 100.0, 0.0), (2e307, 33.0, 66.0)])
 def test_a_capacity_near_the_floats_limit_scores_its_share_not_infinity(requested, least, most):
     """Found by the API fuzzer: 3e307 millicores x 100 overflows; the share is still a score of 0-100."""
-    import warnings
-
     from rlscore.core.rules import _per_resource
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        capacity = np.array([3e307, 4000.0])
-        np.testing.assert_array_equal(_per_resource(np.array([requested, 1000.0]), capacity, False), [least, 75.0])
-        np.testing.assert_array_equal(_per_resource(np.array([requested, 1000.0]), capacity, True), [most, 25.0])
+    capacity = np.array([3e307, 4000.0])
+    np.testing.assert_array_equal(_per_resource(np.array([requested, 1000.0]), capacity, False), [least, 75.0])
+    np.testing.assert_array_equal(_per_resource(np.array([requested, 1000.0]), capacity, True), [most, 25.0])

@@ -53,7 +53,7 @@ def _quantity(resources: dict | None, key: str, scale: float = 1.0) -> float | N
         return None
     try:
         value = float(parse_quantity(resources[key])) * scale
-    except (ValueError, TypeError, OverflowError):
+    except (ValueError, TypeError):
         return None
     return value if 0 <= value <= MAX_QUANTITY else None  # beyond Kubernetes' int64: unknown
 
