@@ -9,19 +9,33 @@ import torch
 
 from agent.evaluate.compare import evaluate, summarize
 from agent.learn import dqn
-from agent.learn.dqn import (CONSERVATIVE_ROWS, DQNConfig, advantage_loss, conservative_loss, conservative_rows,
-                             margin_loss, td_loss, teacher_column, teacher_value, train)
+from agent.learn.dqn import (CONSERVATIVE_ROWS, DQNConfig, TrainingReward, advantage_loss, conservative_loss,
+                             conservative_rows, margin_loss, td_loss, teacher_column, teacher_value, train)
+from agent.learn.faint_signal import tiny_config, tiny_scarce_near
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
 from agent.learn.train import main as train_main
 from agent.sim import families
-from agent.sim.families import Family
-from agent.sim.world import GIB, LARGE, Hardware, NodeSpec, PodClass, World
 from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES, NUM_STATE_FEATURES, RULE_FEATURES, latency_tier_of
 from rlscore.core.model import load_model
 from rlscore.core.scoring import ModelScorer
 
 # --- the losses --------------------------------------------------------------------------------------
+
+
+def test_the_training_reward_is_scaled_and_clipped_and_noisy_only_when_asked():
+    """TD's reward: the raw reward in units of the demonstrations' spread, clipped; reward_noise adds that
+    spread of Gaussian noise after the clip, from a stream of its own (a run without noise draws nothing)."""
+    plain = TrainingReward(DQNConfig(policy="EE", reward_clip=10.0), scale=0.5, stream=0)
+    assert [plain(r) for r in (4.0, -100.0, 100.0)] == [2.0, -10.0, 10.0]
+    noisy = TrainingReward(DQNConfig(policy="EE", reward_clip=10.0, reward_noise=3.0), scale=0.5, stream=0)
+    draws = np.array([noisy(100.0) for _ in range(20_000)])
+    assert abs(draws.mean() - 10.0) < 0.1 and abs(draws.std() - 3.0) < 0.1  # noise past the clip, unbiased
+    again = TrainingReward(DQNConfig(policy="EE", reward_clip=10.0, reward_noise=3.0), scale=0.5, stream=0)
+    other = TrainingReward(DQNConfig(policy="EE", reward_clip=10.0, reward_noise=3.0), scale=0.5, stream=1)
+    assert again(100.0) == draws[0] != other(100.0)  # one stream per place the rewards are drawn
+    with pytest.raises(ValueError, match="--reward-noise must be >= 0"):
+        DQNConfig(policy="EE", reward_noise=-1.0)
 
 
 def test_the_margin_loss_is_zero_once_the_teachers_choice_leads_by_the_margin():
@@ -271,42 +285,23 @@ def test_the_rollout_confidence_needs_futures_to_measure_the_noise():
 # One small node near the users, two big far ones. Strict pods (half of them) meet their limit only on
 # the near node; loose pods (the other half) anywhere. latency-pack, the teacher, sends every pod to the
 # best latency tier it can get and packs there, so it fills the near node with loose pods and the strict
-# pods that come next break their limits: wrong on every loose pod, right on every strict one.
-NEAR = Hardware("near", 1000.0, 4.0 * GIB, 110, 30.0, 80.0, 50.0 * GIB)
-
-
-def _tiny_scarce_near(rng, n, limits, training):
-    nodes = (NodeSpec(NEAR, 3.0), NodeSpec(LARGE, 40.0), NodeSpec(LARGE, 45.0))
-    strict = PodClass("strict", 1.0, (250.0,), (0.5, 1.0), (0.5, 0.5), ((10.0, 15.0),))
-    loose = PodClass("loose", 1.0, (250.0,), (0.5, 1.0), (0.5, 0.5), ((100.0, 150.0),))
-    order = tuple(nodes[i] for i in rng.permutation(3))
-    return World("tiny-scarce-near", order, (strict, loose), load=0.03, mean_lifetime_s=30.0,
-                 metrics_interval_s=0.0, latency_drift=False)
+# pods that come next break their limits: wrong on every loose pod, right on every strict one
+# (agent/learn/faint_signal.py, which also thins the strict pods to see how faint a gain TD finds).
 
 
 @pytest.fixture
 def tiny_family(monkeypatch):
-    monkeypatch.setitem(families.FAMILIES, "tiny-scarce-near",
-                        Family("tiny-scarce-near", ("EL",), "test world", _tiny_scarce_near, eval_nodes=(3,)))
-    return "tiny-scarce-near"
-
-
-def _tiny_config(family: str, **overrides) -> DQNConfig:
-    values = dict(policy="EL", families=(family,), min_nodes=3, max_nodes=3, seed=3, log_dir="", progress=False,
-                  teachers={family: "latency-pack"}, demo_worlds=8, demo_decisions=128, burn_in=0, pretrain_steps=300,
-                  total_timesteps=12_000, num_envs=4, episode_decisions=128, gamma=0.95, n_step=4,
-                  start_e=0.2, end_e=0.05, batch_size=64, train_frequency=2, target_network_frequency=250,
-                  learning_rate=1e-3, hidden=(32, 32), torch_threads=1, workers=1)
-    values.update(overrides)
-    return DQNConfig(**values)
+    family = tiny_scarce_near()
+    monkeypatch.setitem(families.FAMILIES, family.name, family)
+    return family.name
 
 
 def test_td_learning_beats_a_teacher_that_is_wrong_half_the_time(tiny_family, tmp_path):
     """The demonstrations alone copy latency-pack, loose pods on the near node and all; TD on the outcome
     reward learns to leave the near node to the strict pods. (9 000 steps: at 12 000 TD broke 0.30 of
     the teacher's hard limits on training seeds 3, 4 and 5, at 9 000 0.30-0.35, at 6 000 up to 0.63.)"""
-    full, _ = train(_tiny_config(tiny_family, total_timesteps=9_000))
-    copy, record = train(_tiny_config(tiny_family, total_timesteps=9_000, demonstrations_only=True))
+    full, _ = train(tiny_config(tiny_family, total_timesteps=9_000))
+    copy, record = train(tiny_config(tiny_family, total_timesteps=9_000, demonstrations_only=True))
     assert record["training"]["td_steps"] == 0 and record["training"]["interaction_steps"] == 0
     assert record["training"]["gradient_steps"] == 300 + 9_000 // 2  # as many as the whole run takes
     models = [ModelScorer(load_model(save_model(tmp_path / f"{name}.safetensors", net, "EL", {})), name=name)
@@ -326,7 +321,7 @@ def test_cqls_regulariser_keeps_the_network_on_its_teacher_even_where_td_pays(ti
     """The same run with --conservative-weight 0.3 breaks as many limits as its teacher: with little
     exploration the nodes the teacher does not take are rarely replayed, and the regulariser holds them
     down harder the rarer they are (docs/training.md, "What TD learns to do on EE and EL")."""
-    net, _ = train(_tiny_config(tiny_family, conservative_weight=0.3))
+    net, _ = train(tiny_config(tiny_family, conservative_weight=0.3))
     model = ModelScorer(load_model(save_model(tmp_path / "cql.safetensors", net, "EL", {})), name="cql")
     results, _ = evaluate("EL", [model], (tiny_family,), seeds=4, arrivals=300, progress=False,
                           baselines=("latency-pack",))
@@ -350,7 +345,7 @@ def test_a_best_tier_run_neither_acts_nor_is_taught_outside_the_pods_best_latenc
         return valid
 
     monkeypatch.setattr(dqn, "explorable", watched)
-    net, record = train(_tiny_config(tiny_family, candidates="best-latency-tier", total_timesteps=400,
+    net, record = train(tiny_config(tiny_family, candidates="best-latency-tier", total_timesteps=400,
                                      pretrain_steps=20, demo_worlds=2, demo_decisions=32, start_e=1.0, end_e=1.0))
     assert net.candidates == "best-latency-tier" and len(seen) >= 400 + 2 * 32
     assert all(lowest == best for best, lowest, _ in seen)
@@ -363,8 +358,8 @@ def test_fine_tuning_keeps_the_candidates_its_starting_network_ranks(tiny_family
     names them ranks those."""
     start = NodeScorer((32, 32), candidates="best-latency-tier")
     short = {"total_timesteps": 64, "pretrain_steps": 4, "demo_worlds": 1, "demo_decisions": 16}
-    kept, _ = train(_tiny_config(tiny_family, **short), init=start)
-    named, _ = train(_tiny_config(tiny_family, candidates="all", **short), init=start)
+    kept, _ = train(tiny_config(tiny_family, **short), init=start)
+    named, _ = train(tiny_config(tiny_family, candidates="all", **short), init=start)
     assert (kept.candidates, named.candidates) == ("best-latency-tier", "all")
 
 
@@ -373,7 +368,7 @@ def test_a_run_with_the_q_filter_or_advantage_learning_trains_both_losses(tiny_f
     """The target network's values of a batch's states are read by the Q-filter (the demonstrations)
     and by advantage learning (every row), together or alone: each combination trains to finite values."""
     short = {"total_timesteps": 256, "pretrain_steps": 8, "demo_worlds": 1, "demo_decisions": 32}
-    _, record = train(_tiny_config(tiny_family, q_filter=q_filter, action_gap=action_gap, **short))
+    _, record = train(tiny_config(tiny_family, q_filter=q_filter, action_gap=action_gap, **short))
     final = record["training"]["final_losses"]
     assert record["training"]["td_steps"] > 0, record["training"]
     assert np.isfinite(final["margin"]) and np.isfinite(final["td"]), final
@@ -396,7 +391,7 @@ def test_a_run_with_the_regulariser_on_some_rows_records_its_loss_on_those_rows(
     short = {"total_timesteps": 256, "pretrain_steps": 8, "demo_worlds": 1, "demo_decisions": 32}
     losses = {}
     for which in CONSERVATIVE_ROWS:
-        _, record = train(_tiny_config(tiny_family, conservative_weight=0.3, conservative_rows=which, **short))
+        _, record = train(tiny_config(tiny_family, conservative_weight=0.3, conservative_rows=which, **short))
         losses[which] = record["training"]["final_losses"]["conservative"]
     assert all(np.isfinite(loss) and loss > 0 for loss in losses.values()), losses
     assert len(set(losses.values())) == len(CONSERVATIVE_ROWS), losses

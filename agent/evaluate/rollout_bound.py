@@ -63,6 +63,24 @@ def finish(sim: Simulation, base: str, policy: str, seed: int, end: int) -> Simu
     return sim
 
 
+def filled(family_name: str, seed: int, policy: str, rule: str) -> Simulation:
+    """A world of the family after one fill placed by `rule` (the steady state evaluation measures),
+    stopped at its next pod."""
+    sim = branchable(Simulation.of_family(family_name, seed, limits=policy == "EL"))
+    sim.next_decision()
+    return finish(sim, rule, policy, seed, int(np.ceil(sim.world.pods_alive)))
+
+
+def rule_costs(sim: Simulation, rule: str, policy: str, seed: int, count: int) -> np.ndarray:
+    """The cost of each of the next `count` decisions with `rule` placing every pod."""
+    costs = []
+    for _ in range(count):
+        before = sim.ledger.copy()
+        finish(sim, rule, policy, seed, sim.decisions + 1)
+        costs.append(cost(policy, sim.ledger.minus(before), sim.units))
+    return np.array(costs)
+
+
 def branch_cost(sim: Simulation, first: int, base: str, policy: str, seed: int, end: int) -> float:
     """Cost, to the end of the window, of placing the current pod on candidate `first`, then the
     rest by `base`."""
@@ -125,26 +143,16 @@ def run_world(job: tuple) -> WorldBound:
     started = time.time()
     rules = CANDIDATES[policy]
 
-    def fresh(rule: str) -> tuple[Simulation, int]:
-        sim = branchable(Simulation.of_family(family_name, seed, limits=policy == "EL"))
-        sim.next_decision()
-        finish(sim, rule, policy, seed, int(np.ceil(sim.world.pods_alive)))  # burn-in: one fill
-        return sim, sim.decisions + decisions + tail
-
     objectives, spreads = {}, []
     for rule in rules:
-        sim, end = fresh(rule)
-        costs = []
-        while sim.decisions < end:
-            before = sim.ledger.copy()
-            finish(sim, rule, policy, seed, sim.decisions + 1)
-            costs.append(cost(policy, sim.ledger.minus(before), sim.units))
-        objectives[rule] = float(np.sum(costs)) / len(costs)
+        costs = rule_costs(filled(family_name, seed, policy, rule), rule, policy, seed, decisions + tail)
+        objectives[rule] = float(np.mean(costs))
         spreads.append(float(np.std(costs)))
     base = min(objectives, key=objectives.get)
     spread = max(float(np.mean(spreads)), 1e-12)
 
-    sim, end = fresh(base)
+    sim = filled(family_name, seed, policy, base)
+    end = sim.decisions + decisions + tail
     start, departed, gains = sim.ledger.copy(), 0, []
     for k in range(decisions):
         options = {rule_choice(rule, sim, policy, np.random.default_rng([seed, k, i])) for i, rule in enumerate(rules)}

@@ -157,6 +157,9 @@ class DQNConfig(TrainConfig):
     reward_clip: float = 10.0
     """normalized rewards beyond +-this are clipped: a pod that fits no node costs hundreds of units at
     once, mostly whatever the placement (too big for any node), and such outliers drown the TD signal"""
+    reward_noise: float = 0.0
+    """a diagnostic: Gaussian noise of this spread (normalized units) added to every reward after clipping,
+    to see how faint a gain TD still finds (agent.learn.faint_signal); 0 for every shipped model"""
     margin: float = 0.8
     """how much more the teacher's choice must be worth than any other node (in normalized reward units)"""
     margin_weight: float = 1.0
@@ -296,7 +299,7 @@ class DQNConfig(TrainConfig):
         if not 0.0 < self.gamma <= 1.0:
             problems.append("--gamma must be within (0, 1]")
         for name in ("margin", "margin_weight", "td_weight", "weight_decay", "reward_clip", "advantage_weight",
-                     "anchor_weight"):
+                     "anchor_weight", "reward_noise"):
             if not getattr(self, name) >= 0:
                 problems.append(f"--{name.replace('_', '-')} must be >= 0")
         if not self.rollout_confidence >= 0:
@@ -636,6 +639,19 @@ def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
     return max(end, start + (end - start) * t / max(duration, 1))
 
 
+class TrainingReward:
+    """The reward as TD sees it: in units of the demonstrations' spread, clipped at `reward_clip`, and
+    with `reward_noise` added (its own random stream, so runs without noise draw nothing more)."""
+
+    def __init__(self, cfg: DQNConfig, scale: float, stream: int):
+        self.scale, self.clip, self.noise = scale, cfg.reward_clip, cfg.reward_noise
+        self.rng = np.random.default_rng([cfg.seed, 0x6E6F, stream])
+
+    def __call__(self, reward: float) -> float:
+        clipped = float(np.clip(reward * self.scale, -self.clip, self.clip))
+        return clipped + float(self.rng.normal(0.0, self.noise)) if self.noise else clipped
+
+
 def record_demonstrations(cfg: DQNConfig, plan, teachers, progress: bool,
                           anchor: SelectorAnchor | None = None) -> tuple[Replay, float, dict]:
     """The teachers' decisions on the planned worlds (after each world's burn-in), with n-step
@@ -652,11 +668,11 @@ def record_demonstrations(cfg: DQNConfig, plan, teachers, progress: bool,
     labelled, departed, outside = (sum(r[k] for r in recorded) for k in (1, 2, 3))
     scale = 1.0 / max(float(np.std(rewards)), 1e-6)
     demos = Replay(sum(map(len, episodes)), cfg.max_nodes, anchor)
+    training_reward = TrainingReward(cfg, scale, stream=0)
     for steps, teacher in zip(episodes, teachers):
         nstep = NStep(cfg.n_step, cfg.gamma, teacher)
         for obs, action, reward, expert, next_obs, terminated, ended, advantage in steps:
-            clipped = float(np.clip(reward * scale, -cfg.reward_clip, cfg.reward_clip))
-            nstep.push(obs, action, clipped, expert, next_obs, terminated, ended, demos,
+            nstep.push(obs, action, training_reward(reward), expert, next_obs, terminated, ended, demos,
                        None if advantage is None else advantage * scale)
     record = {"decisions": len(demos), "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards)),
               "clipped_share": float(np.mean(np.abs(np.asarray(rewards) * scale) > cfg.reward_clip))}
@@ -864,6 +880,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         played = np.zeros(cfg.num_envs, dtype=int)
         nsteps = [NStep(cfg.n_step, cfg.gamma, teacher_of[i]) for i in range(len(envs))]
         returns = np.zeros(cfg.num_envs)
+        training_reward = TrainingReward(cfg, scale, stream=1)
         demo_rows = int(round(cfg.demo_share * cfg.batch_size))
         bar = tqdm(total=cfg.total_timesteps, desc=f"dqn {cfg.policy}", disable=not cfg.progress, mininterval=1.0,
                    file=sys.stderr)
@@ -885,8 +902,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 returns[i] += reward
                 played[i] += 1
                 ended = terminated or truncated or played[i] >= cfg.episode_decisions
-                clipped = float(np.clip(reward * scale, -cfg.reward_clip, cfg.reward_clip))
-                nsteps[i].push(obs[i], action, clipped, None, next_obs, terminated, ended, replay)
+                nsteps[i].push(obs[i], action, training_reward(reward), None, next_obs, terminated, ended, replay)
                 if ended:
                     episode_returns.append(float(returns[i]))
                     log.episodes(step + 1, episode_returns[-1:], epsilon)
@@ -967,7 +983,7 @@ class EnvironmentActor:
     def __init__(self, cfg: DQNConfig, index: int, scale: float, carried: list):
         restore_carried(carried)  # a cluster profile's family, registered in the learner's process
         torch.set_num_threads(1)
-        self.cfg, self.scale = cfg, scale
+        self.cfg, self.training_reward = cfg, TrainingReward(cfg, scale, stream=2 + index)
         self.rng = np.random.default_rng([cfg.seed, 1 + index])
         actor = make_actor(cfg)
         self.network = DuelingQ(actor) if cfg.dueling else actor
@@ -1000,8 +1016,8 @@ class EnvironmentActor:
                 self.returns[i] += reward
                 self.played[i] += 1
                 ended = terminated or truncated or self.played[i] >= cfg.episode_decisions
-                clipped = float(np.clip(reward * self.scale, -cfg.reward_clip, cfg.reward_clip))
-                self.nsteps[i].push(self.obs[i], action, clipped, None, next_obs, terminated, ended, out)
+                self.nsteps[i].push(self.obs[i], action, self.training_reward(reward), None, next_obs, terminated,
+                                    ended, out)
                 if ended:
                     finished.append(float(self.returns[i]))
                     self.returns[i], self.played[i] = 0.0, 0

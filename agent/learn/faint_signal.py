@@ -1,0 +1,210 @@
+"""How faint a gain TD learning finds at a given budget, on a world where the teacher is plainly wrong.
+
+The mixed worlds leave a scorer a gain of a few hundredths of the per-decision cost's spread over the
+best rule, and only with foresight (agent.evaluate.rollout_bound). This measures the converse: where a
+rule is known to beat the teacher, how small may that gain per decision be before the DQN, at a given
+number of interaction steps, stops finding it?
+
+The world is the tests' tiny scarce-near world: one small node near the users, two big far ones; strict
+pods meet their latency limit only on the near node, loose pods anywhere. latency-pack, the teacher,
+fills the near node with loose pods, and the strict pods that come next break their limits;
+latency-fit keeps the near node for them. Two knobs make that gain fainter while the right move stays
+the same. A cell's share thins the strict pods, so the teacher's mistake costs less on average; this
+thins the cost's spread too, so the gain in spreads falls only slowly. A cell's noise adds Gaussian
+noise of that many spreads to every reward TD learns from (DQNConfig.reward_noise), which divides
+the gain in the spreads TD sees by sqrt(1 + noise^2). Per cell it prints that gain (latency-fit's
+over the teacher per decision, measured after one fill), then each DQN's objective over the teacher's,
+paired by seed, beside the demonstrations-only twin of its share.
+
+    python -m agent.learn.faint_signal --cells 0.5:0,0.5:2,0.5:5,0.5:15,0.5:40,0.1:0 --steps 9000,36000 --seeds 1,2
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from agent.evaluate.compare import EVAL_SEED_BASE, evaluate, summarize, values_by_seed
+from agent.evaluate.goals import paired_ratio
+from agent.evaluate.rollout_bound import filled, rule_costs
+from agent.learn.dqn import DQNConfig, train
+from agent.learn.model_io import save_model
+from agent.parallel import worker_pool
+from agent.sim import families
+from agent.sim.families import Family
+from agent.sim.world import GIB, LARGE, Hardware, NodeSpec, PodClass, World
+from rlscore.core.model import load_model
+from rlscore.core.scoring import ModelScorer
+
+TEACHER, RIGHT = "latency-pack", "latency-fit"
+NEAR = Hardware("near", 1000.0, 4.0 * GIB, 110, 30.0, 80.0, 50.0 * GIB)
+
+
+def tiny_scarce_near(strict_share: float = 0.5) -> Family:
+    """The tiny scarce-near family (three nodes, EL) with `strict_share` of its pods strict."""
+    if not 0.0 < strict_share < 1.0:
+        raise ValueError(f"the strict pods' share must lie strictly between 0 and 1, not {strict_share}")
+    name = "tiny-scarce-near" if strict_share == 0.5 else f"tiny-scarce-near-{strict_share:g}"
+
+    def draw(rng: np.random.Generator, n: int | None, limits: bool, training: bool) -> World:
+        nodes = (NodeSpec(NEAR, 3.0), NodeSpec(LARGE, 40.0), NodeSpec(LARGE, 45.0))
+        strict = PodClass("strict", strict_share, (250.0,), (0.5, 1.0), (0.5, 0.5), ((10.0, 15.0),))
+        loose = PodClass("loose", 1.0 - strict_share, (250.0,), (0.5, 1.0), (0.5, 0.5), ((100.0, 150.0),))
+        order = tuple(nodes[i] for i in rng.permutation(3))
+        return World(name, order, (strict, loose), load=0.03, mean_lifetime_s=30.0, metrics_interval_s=0.0,
+                     latency_drift=False)
+
+    return Family(name, ("EL",), "a test world: the teacher latency-pack is wrong on the loose pods", draw,
+                  eval_nodes=(3,))
+
+
+@contextmanager
+def registered(family: Family) -> Iterator[str]:
+    """The family known by its name while the block runs (trainers and evaluations look it up)."""
+    before = families.FAMILIES.get(family.name)
+    families.FAMILIES[family.name] = family
+    try:
+        yield family.name
+    finally:
+        if before is None:
+            families.FAMILIES.pop(family.name, None)
+        else:
+            families.FAMILIES[family.name] = before
+
+
+def tiny_config(family: str, **overrides) -> DQNConfig:
+    """The DQN of the tiny world: small network, short episodes, latency-pack as its teacher."""
+    values = dict(policy="EL", families=(family,), min_nodes=3, max_nodes=3, seed=3, log_dir="", progress=False,
+                  teachers={family: TEACHER}, demo_worlds=8, demo_decisions=128, burn_in=0, pretrain_steps=300,
+                  total_timesteps=12_000, num_envs=4, episode_decisions=128, gamma=0.95, n_step=4,
+                  start_e=0.2, end_e=0.05, batch_size=64, train_frequency=2, target_network_frequency=250,
+                  learning_rate=1e-3, hidden=(32, 32), torch_threads=1, workers=1)
+    values.update(overrides)
+    return DQNConfig(**values)
+
+
+def teacher_gain(family: str, seeds: int, decisions: int) -> float:
+    """latency-fit's gain over the teacher per decision, after one fill, on evaluation seeds: the mean
+    difference of their per-decision costs in spreads of that cost (the mean of the two rules' spreads
+    per world, as rollout_bound measures its gain)."""
+    gains = []
+    for k in range(seeds):
+        seed = EVAL_SEED_BASE + k
+        costs = {rule: rule_costs(filled(family, seed, "EL", rule), rule, "EL", seed, decisions)
+                 for rule in (TEACHER, RIGHT)}
+        spread = max(float(np.mean([c.std() for c in costs.values()])), 1e-12)
+        gains.append(float(costs[TEACHER].mean() - costs[RIGHT].mean()) / spread)
+    return float(np.mean(gains))
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run of the grid: a DQN, or (demonstrations_only) the twin, which never sees a reward."""
+    share: float
+    noise: float
+    steps: int
+    seed: int
+    demonstrations_only: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"twin {self.steps}" if self.demonstrations_only else f"dqn {self.steps} s{self.seed}"
+
+
+def train_job(job: tuple[Run, str]) -> tuple[Run, str, float]:
+    """One run of the grid (a forked worker) -> the saved model's path and the run's seconds."""
+    run, out = job
+    family = tiny_scarce_near(run.share)
+    started = time.time()
+    with registered(family):
+        net, record = train(tiny_config(family.name, total_timesteps=run.steps, seed=run.seed,
+                                        reward_noise=run.noise, demonstrations_only=run.demonstrations_only))
+    name = f"{family.name}-noise{run.noise:g}-{run.label.replace(' ', '-')}.safetensors"
+    path = save_model(Path(out) / name, net, "EL", {"training": record["training"]})
+    return run, str(path), time.time() - started
+
+
+def parse_cells(text: str) -> list[tuple[float, float]]:
+    """"share:noise,..." -> [(share, noise), ...], each share inside (0, 1), each noise >= 0."""
+    cells = []
+    for item in text.split(","):
+        share, _, noise = item.partition(":")
+        cell = (float(share), float(noise or 0))
+        tiny_scarce_near(cell[0])  # refuses a share outside (0, 1)
+        if not cell[1] >= 0:
+            raise ValueError(f"the reward noise must be >= 0, not {noise}")
+        cells.append(cell)
+    return cells
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cells", default="0.5:0,0.5:2,0.5:5,0.5:15,0.5:40,0.1:0",
+                        help="comma-separated share:noise pairs: the strict pods' share (strictly between 0 and 1) "
+                             "and the Gaussian noise added to TD's rewards, in spreads (DQNConfig.reward_noise)")
+    parser.add_argument("--steps", default="9000,36000", help="comma-separated interaction steps per DQN run")
+    parser.add_argument("--seeds", default="1,2", help="comma-separated training seeds of each DQN")
+    parser.add_argument("--eval-seeds", type=int, default=32, help="evaluation worlds per share (300 arrivals each)")
+    parser.add_argument("--gain-decisions", type=int, default=300, help="decisions per world for the gain")
+    parser.add_argument("--workers", type=int, default=2, help="training runs side by side")
+    parser.add_argument("--out", default="", help="keep the trained models here (default: a temporary folder)")
+    args = parser.parse_args(argv)
+    try:
+        cells = parse_cells(args.cells)
+        steps = [int(x) for x in args.steps.split(",")]
+        seeds = [int(x) for x in args.seeds.split(",")]
+    except ValueError as e:
+        parser.error(str(e))
+    if min(steps) < 1 or args.eval_seeds < 2 or args.gain_decisions < 1 or args.workers < 1:
+        parser.error("--steps must be >= 1, --eval-seeds >= 2, --gain-decisions >= 1 and --workers >= 1")
+
+    # per cell a DQN per budget and seed; per share one twin at the largest budget (it never sees a reward)
+    runs = [Run(share, noise, n, seed) for share, noise in cells for n in steps for seed in seeds]
+    runs += [Run(share, 0.0, max(steps), seeds[0], True) for share in dict.fromkeys(share for share, _ in cells)]
+    with tempfile.TemporaryDirectory() as scratch:
+        out = args.out or scratch
+        Path(out).mkdir(parents=True, exist_ok=True)
+        print(f"training {len(runs)} runs on {args.workers} workers ...", flush=True)
+        trained = {}
+        with worker_pool(args.workers) as pool:
+            for run, path, seconds in pool.map(train_job, [(run, out) for run in runs]):
+                trained[run] = path
+                print(f"  share {run.share:g}, noise {run.noise:g}, {run.label}: {seconds:.0f} s", flush=True)
+        print()
+        print("| strict share | reward noise | gain per decision (spreads TD sees) | run | objective / teacher (95%) | "
+              "hard violations per limited pod (teacher's) |")
+        print("|---|---|---|---|---|---|")
+        for share in dict.fromkeys(share for share, _ in cells):
+            with registered(tiny_scarce_near(share)) as name:
+                gain = teacher_gain(name, args.eval_seeds, args.gain_decisions)
+                mine = [run for run in runs if run.share == share]
+                scorers = [ModelScorer(load_model(trained[run]), name=f"{run.label} noise {run.noise:g}")
+                           for run in mine]
+                results, _ = evaluate("EL", scorers, (name,), seeds=args.eval_seeds, arrivals=300, progress=False,
+                                      baselines=(TEACHER, RIGHT))
+                rows = {r["scorer"]: r for r in summarize(results)}
+                objectives = {cell[2]: v for cell, v in values_by_seed(results).items()}
+            teacher_rate = rows[TEACHER]["hard_violation_rate"]
+            lines = [(RIGHT, "", f"{gain:.3f}")] + [
+                (f"{run.label} noise {run.noise:g}", "", "none (no TD)") if run.demonstrations_only
+                else (f"{run.label} noise {run.noise:g}", f"{run.noise:g}", f"{gain / np.sqrt(1 + run.noise ** 2):.3f}")
+                for run in mine]
+            for who, noise, seen in lines:
+                paired = paired_ratio(objectives[who], objectives[TEACHER])
+                reading = f"x{paired['ratio']:.3f} ({paired['ci95'][0]:.3f}-{paired['ci95'][1]:.3f}), {paired['reading']}"
+                print(f"| {share:g} | {noise} | {seen} | {who.split(' noise')[0]} | {reading} | "
+                      f"{rows[who]['hard_violation_rate']:.3f} ({teacher_rate:.3f}) |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
