@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agent.evaluate.cli import paired_text
 from agent.evaluate.compare import EVAL_SEED_BASE, evaluate, summarize, values_by_seed
 from agent.evaluate.goals import paired_ratio
 from agent.evaluate.rollout_bound import filled, rule_costs
@@ -199,8 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                 else (f"{run.label} noise {run.noise:g}", f"{run.noise:g}", f"{gain / np.sqrt(1 + run.noise ** 2):.3f}")
                 for run in mine]
             for who, noise, seen in lines:
-                paired = paired_ratio(objectives[who], objectives[TEACHER])
-                reading = f"x{paired['ratio']:.3f} ({paired['ci95'][0]:.3f}-{paired['ci95'][1]:.3f}), {paired['reading']}"
+                reading = paired_text(paired_ratio(objectives[who], objectives[TEACHER]))
                 print(f"| {share:g} | {noise} | {seen} | {who.split(' noise')[0]} | {reading} | "
                       f"{rows[who]['hard_violation_rate']:.3f} ({teacher_rate:.3f}) |")
     return 0
