@@ -29,8 +29,9 @@ def test_a_share_outside_the_open_interval_is_refused_by_name(share):
 def test_the_family_is_known_only_inside_the_block():
     family = tiny_scarce_near(0.2)
     with registered(family) as name:
-        assert families.family(name) is family
-    assert name not in families.FAMILIES
+        assert families.family(name) is family and name not in families.FAMILIES  # the built-in set stays as it is
+    with pytest.raises(ValueError, match="unknown scenario family"):
+        families.family(name)
 
 
 def test_latency_fit_gains_over_the_teacher_at_either_share():

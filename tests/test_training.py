@@ -11,7 +11,7 @@ from agent.evaluate.compare import evaluate, summarize
 from agent.learn import dqn
 from agent.learn.dqn import (CONSERVATIVE_ROWS, DQNConfig, TrainingReward, advantage_loss, conservative_loss,
                              conservative_rows, margin_loss, td_loss, teacher_column, teacher_value, train)
-from agent.learn.faint_signal import tiny_config, tiny_scarce_near
+from agent.learn.faint_signal import registered, tiny_config, tiny_scarce_near
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
 from agent.learn.train import main as train_main
@@ -290,10 +290,9 @@ def test_the_rollout_confidence_needs_futures_to_measure_the_noise():
 
 
 @pytest.fixture
-def tiny_family(monkeypatch):
-    family = tiny_scarce_near()
-    monkeypatch.setitem(families.FAMILIES, family.name, family)
-    return family.name
+def tiny_family():
+    with registered(tiny_scarce_near()) as name:
+        yield name
 
 
 def test_td_learning_beats_a_teacher_that_is_wrong_half_the_time(tiny_family, tmp_path):

@@ -81,6 +81,13 @@ def rule_costs(sim: Simulation, rule: str, policy: str, seed: int, count: int) -
     return np.array(costs)
 
 
+def rule_costs_and_spread(family_name: str, seed: int, policy: str, rules, count: int) -> tuple[dict, float]:
+    """Each rule's per-decision costs over `count` decisions after its own fill, and the unit the gains
+    here are measured in: the mean of the rules' standard deviations of that cost."""
+    costs = {rule: rule_costs(filled(family_name, seed, policy, rule), rule, policy, seed, count) for rule in rules}
+    return costs, max(float(np.mean([c.std() for c in costs.values()])), 1e-12)
+
+
 def branch_cost(sim: Simulation, first: int, base: str, policy: str, seed: int, end: int) -> float:
     """Cost, to the end of the window, of placing the current pod on candidate `first`, then the
     rest by `base`."""
@@ -143,13 +150,9 @@ def run_world(job: tuple) -> WorldBound:
     started = time.time()
     rules = CANDIDATES[policy]
 
-    objectives, spreads = {}, []
-    for rule in rules:
-        costs = rule_costs(filled(family_name, seed, policy, rule), rule, policy, seed, decisions + tail)
-        objectives[rule] = float(np.mean(costs))
-        spreads.append(float(np.std(costs)))
+    costs, spread = rule_costs_and_spread(family_name, seed, policy, rules, decisions + tail)
+    objectives = {rule: float(c.mean()) for rule, c in costs.items()}
     base = min(objectives, key=objectives.get)
-    spread = max(float(np.mean(spreads)), 1e-12)
 
     sim = filled(family_name, seed, policy, base)
     end = sim.decisions + decisions + tail

@@ -35,7 +35,7 @@ import numpy as np
 from agent.evaluate.cli import paired_text
 from agent.evaluate.compare import EVAL_SEED_BASE, evaluate, summarize, values_by_seed
 from agent.evaluate.goals import paired_ratio
-from agent.evaluate.rollout_bound import filled, rule_costs
+from agent.evaluate.rollout_bound import rule_costs_and_spread
 from agent.learn.dqn import DQNConfig, train
 from agent.learn.model_io import save_model
 from agent.parallel import worker_pool
@@ -69,16 +69,13 @@ def tiny_scarce_near(strict_share: float = 0.5) -> Family:
 
 @contextmanager
 def registered(family: Family) -> Iterator[str]:
-    """The family known by its name while the block runs (trainers and evaluations look it up)."""
-    before = families.FAMILIES.get(family.name)
-    families.FAMILIES[family.name] = family
+    """The family known by its name while the block runs (trainers and evaluations look it up), among
+    the families kept apart from the built-in set, as a cluster profile's is."""
+    families.PROFILE_FAMILIES[family.name] = family
     try:
         yield family.name
     finally:
-        if before is None:
-            families.FAMILIES.pop(family.name, None)
-        else:
-            families.FAMILIES[family.name] = before
+        families.PROFILE_FAMILIES.pop(family.name, None)
 
 
 def tiny_config(family: str, **overrides) -> DQNConfig:
@@ -93,15 +90,11 @@ def tiny_config(family: str, **overrides) -> DQNConfig:
 
 
 def teacher_gain(family: str, seeds: int, decisions: int) -> float:
-    """latency-fit's gain over the teacher per decision, after one fill, on evaluation seeds: the mean
-    difference of their per-decision costs in spreads of that cost (the mean of the two rules' spreads
-    per world, as rollout_bound measures its gain)."""
+    """latency-fit's gain over the teacher per decision, after one fill, on evaluation seeds, in the unit
+    rollout_bound measures the mixed worlds' gains in (the spread of the per-decision cost)."""
     gains = []
     for k in range(seeds):
-        seed = EVAL_SEED_BASE + k
-        costs = {rule: rule_costs(filled(family, seed, "EL", rule), rule, "EL", seed, decisions)
-                 for rule in (TEACHER, RIGHT)}
-        spread = max(float(np.mean([c.std() for c in costs.values()])), 1e-12)
+        costs, spread = rule_costs_and_spread(family, EVAL_SEED_BASE + k, "EL", (TEACHER, RIGHT), decisions)
         gains.append(float(costs[TEACHER].mean() - costs[RIGHT].mean()) / spread)
     return float(np.mean(gains))
 
@@ -119,6 +112,17 @@ class Run:
     def label(self) -> str:
         return f"twin {self.steps}" if self.demonstrations_only else f"dqn {self.steps} s{self.seed}"
 
+    @property
+    def name(self) -> str:
+        """Its scorer's name in the evaluation: unique among the runs of one share."""
+        return f"{self.label} noise {self.noise:g}"
+
+    def columns(self, gain: float) -> tuple[str, str]:
+        """Its reward noise and the gain per decision in the spreads it sees, as the table shows them."""
+        if self.demonstrations_only:
+            return "", "none (no TD)"
+        return f"{self.noise:g}", f"{gain / np.sqrt(1 + self.noise ** 2):.3f}"
+
 
 def train_job(job: tuple[Run, str]) -> tuple[Run, str, float]:
     """One run of the grid (a forked worker) -> the saved model's path and the run's seconds."""
@@ -128,8 +132,8 @@ def train_job(job: tuple[Run, str]) -> tuple[Run, str, float]:
     with registered(family):
         net, record = train(tiny_config(family.name, total_timesteps=run.steps, seed=run.seed,
                                         reward_noise=run.noise, demonstrations_only=run.demonstrations_only))
-    name = f"{family.name}-noise{run.noise:g}-{run.label.replace(' ', '-')}.safetensors"
-    path = save_model(Path(out) / name, net, "EL", {"training": record["training"]})
+    path = save_model(Path(out) / f"{family.name}-{run.name.replace(' ', '-')}.safetensors", net, "EL",
+                      {"training": record["training"]})
     return run, str(path), time.time() - started
 
 
@@ -188,20 +192,16 @@ def main(argv: list[str] | None = None) -> int:
             with registered(tiny_scarce_near(share)) as name:
                 gain = teacher_gain(name, args.eval_seeds, args.gain_decisions)
                 mine = [run for run in runs if run.share == share]
-                scorers = [ModelScorer(load_model(trained[run]), name=f"{run.label} noise {run.noise:g}")
-                           for run in mine]
+                scorers = [ModelScorer(load_model(trained[run]), name=run.name) for run in mine]
                 results, _ = evaluate("EL", scorers, (name,), seeds=args.eval_seeds, arrivals=300, progress=False,
                                       baselines=(TEACHER, RIGHT))
                 rows = {r["scorer"]: r for r in summarize(results)}
                 objectives = {cell[2]: v for cell, v in values_by_seed(results).items()}
             teacher_rate = rows[TEACHER]["hard_violation_rate"]
-            lines = [(RIGHT, "", f"{gain:.3f}")] + [
-                (f"{run.label} noise {run.noise:g}", "", "none (no TD)") if run.demonstrations_only
-                else (f"{run.label} noise {run.noise:g}", f"{run.noise:g}", f"{gain / np.sqrt(1 + run.noise ** 2):.3f}")
-                for run in mine]
-            for who, noise, seen in lines:
+            lines = [(RIGHT, RIGHT, "", f"{gain:.3f}")] + [(run.name, run.label, *run.columns(gain)) for run in mine]
+            for who, shown, noise, seen in lines:
                 reading = paired_text(paired_ratio(objectives[who], objectives[TEACHER]))
-                print(f"| {share:g} | {noise} | {seen} | {who.split(' noise')[0]} | {reading} | "
+                print(f"| {share:g} | {noise} | {seen} | {shown} | {reading} | "
                       f"{rows[who]['hard_violation_rate']:.3f} ({teacher_rate:.3f}) |")
     return 0
 
