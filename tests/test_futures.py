@@ -120,6 +120,6 @@ def test_on_lb_mixed_worlds_the_room_past_the_best_rule_is_foresight():
     from agent.evaluate.rollout_bound import run_world
 
     for seed in (EVAL_SEED_BASE, EVAL_SEED_BASE + 1):
-        seeing = run_world(("LB", seed, 40, 100, "mixed", 0, 0.0))
-        blind = run_world(("LB", seed, 40, 100, "mixed", 16, 2.0))
+        seeing = run_world(("LB", seed, 40, 100, "mixed", 0, 0.0, ""))
+        blind = run_world(("LB", seed, 40, 100, "mixed", 16, 2.0, ""))
         assert seeing.ratio < 0.95 and blind.ratio > 0.99, (seeing, blind)

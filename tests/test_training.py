@@ -10,7 +10,8 @@ import torch
 from agent.evaluate.compare import evaluate, summarize
 from agent.learn import dqn
 from agent.learn.dqn import (CONSERVATIVE_ROWS, DQNConfig, TrainingReward, advantage_loss, conservative_loss,
-                             conservative_rows, margin_loss, td_loss, teacher_column, teacher_value, train)
+                             conservative_rows, margin_loss, taken_values, td_targets, teacher_column, teacher_value,
+                             train)
 from agent.learn.faint_signal import registered, tiny_config, tiny_scarce_near
 from agent.learn.model_io import save_model
 from agent.learn.network import NodeScorer
@@ -85,16 +86,16 @@ def _constant(value: float, hidden: int = 4) -> NodeScorer:
     return network
 
 
-def test_the_td_loss_is_the_huber_loss_to_the_n_step_double_dqn_target():
+def test_the_td_target_is_the_n_step_double_dqn_target():
     online, target = _constant(2.0), _constant(5.0)
     n = 3
     batch = {"nodes": torch.rand(2, n, NUM_NODE_FEATURES), "pod": torch.rand(2, NUM_POD_FEATURES), "mask": torch.ones(2, n, dtype=torch.bool),
              "next_nodes": torch.rand(2, n, NUM_NODE_FEATURES), "next_pod": torch.rand(2, NUM_POD_FEATURES), "next_mask": torch.ones(2, n, dtype=torch.bool),
              "action": torch.tensor([0, 2]), "ret": torch.tensor([1.0, -0.5]), "discount": torch.tensor([0.9, 0.0])}
-    loss = td_loss(online(batch["nodes"], batch["pod"], batch["mask"]), online, target, batch)
-    # targets: 1 + 0.9 x 5 = 5.5 (bootstrapped from the target network), -0.5 (terminal); Q = 2
-    expected = [abs(2.0 - 5.5) - 0.5, 0.5 * (2.0 + 0.5) ** 2 if abs(2.0 + 0.5) < 1 else abs(2.0 + 0.5) - 0.5]
-    np.testing.assert_allclose(loss.detach().numpy(), expected, atol=1e-6)
+    # 1 + 0.9 x 5 = 5.5 (bootstrapped from the target network's value of the online network's pick), -0.5 (terminal)
+    np.testing.assert_allclose(td_targets(online, target, batch).numpy(), [5.5, -0.5], atol=1e-6)
+    q = online(batch["nodes"], batch["pod"], batch["mask"])
+    np.testing.assert_allclose(taken_values(q, batch).detach().numpy(), [2.0, 2.0], atol=1e-6)
 
 
 def test_an_anchored_td_target_values_the_next_state_with_the_anchors_term():
@@ -113,10 +114,8 @@ def test_an_anchored_td_target_values_the_next_state_with_the_anchors_term():
              "next_pod": torch.zeros(2, NUM_POD_FEATURES), "next_mask": torch.ones(2, 3, dtype=torch.bool),
              "action": torch.tensor([0, 0]), "ret": torch.tensor([1.0, 1.0]), "discount": torch.tensor([1.0, 1.0]),
              "anchor": torch.tensor([-1, -1]), "next_anchor": torch.tensor([column, -1])}
-    q = torch.full((2, 3), 2.0)
-    loss = td_loss(q, online, target, batch, anchor=anchor)
-    # targets: 1 + (5 + 2 x 1) = 8 where the next state has the anchor's column, 1 + 5 = 6 where it has none
-    np.testing.assert_allclose(loss.numpy(), [8.0 - 2.0 - 0.5, 6.0 - 2.0 - 0.5], atol=1e-6)
+    # 1 + (5 + 2 x 1) = 8 where the next state has the anchor's column, 1 + 5 = 6 where it has none
+    np.testing.assert_allclose(td_targets(online, target, batch, anchor=anchor).numpy(), [8.0, 6.0], atol=1e-6)
 
 
 def test_bootstrapping_on_the_teacher_takes_the_mean_target_value_over_the_teachers_best_nodes():
@@ -140,10 +139,8 @@ def test_bootstrapping_on_the_teacher_takes_the_mean_target_value_over_the_teach
              "action": torch.zeros(3, dtype=torch.long), "ret": torch.zeros(3), "discount": torch.ones(3)}
     has, mean = teacher_value(Indexed()(next_nodes, None, mask), batch)
     assert has.tolist() == [True, False, False] and mean[0] == pytest.approx(1.5)
-    q = torch.zeros(3, 4)  # the taken action's value 0: the Huber loss of the target alone
-    loss = td_loss(q, Indexed(), Indexed(), batch, bootstrap="teacher")
-    np.testing.assert_allclose(loss.numpy(), [1.5 - 0.5, 3.0 - 0.5, 3.0 - 0.5])
-    assert td_loss(q, Indexed(), Indexed(), batch)[0] == pytest.approx(2.5)  # max: node 2's 3
+    np.testing.assert_allclose(td_targets(Indexed(), Indexed(), batch, bootstrap="teacher").numpy(), [1.5, 3.0, 3.0])
+    assert td_targets(Indexed(), Indexed(), batch)[0] == pytest.approx(3.0)  # max: node 2's 3
     assert teacher_column("latency-greedy") == -1 and teacher_column("latency-fit") >= 0
 
 
@@ -162,17 +159,60 @@ def test_advantage_learning_lowers_the_target_of_a_node_by_its_gap_to_the_states
              "next_nodes": torch.zeros(2, 3, NUM_NODE_FEATURES), "next_pod": torch.zeros(2, NUM_POD_FEATURES),
              "next_mask": mask, "action": torch.tensor([0, 2]), "ret": torch.tensor([10.0, 10.0]),
              "discount": torch.tensor([0.5, 0.5])}
-    q = torch.zeros(2, 3)  # the taken node's value 0: the Huber loss of the target alone
-    plain = td_loss(q, Indexed(), Indexed(), batch)
-    gapped = td_loss(q, Indexed(), Indexed(), batch, action_gap=0.5)
-    np.testing.assert_allclose(plain.numpy(), [11.5 - 0.5, 11.5 - 0.5])  # 10 + 0.5 x 3
-    np.testing.assert_allclose(gapped.numpy(), [10.5 - 0.5, 11.5 - 0.5])  # node 0: 11.5 - 0.5 x (3 - 1)
+    plain = td_targets(Indexed(), Indexed(), batch)
+    gapped = td_targets(Indexed(), Indexed(), batch, action_gap=0.5)
+    np.testing.assert_allclose(plain.numpy(), [11.5, 11.5])  # 10 + 0.5 x 3
+    np.testing.assert_allclose(gapped.numpy(), [10.5, 11.5])  # node 0: 11.5 - 0.5 x (3 - 1)
     # the caller's own target values of these states (the Q-filter's) give the same targets
     here = Indexed()(batch["nodes"], batch["pod"], mask)
-    shared = td_loss(q, Indexed(), Indexed(), batch, action_gap=0.5, target_here=here)
+    shared = td_targets(Indexed(), Indexed(), batch, action_gap=0.5, target_here=here)
     np.testing.assert_allclose(shared.numpy(), gapped.numpy())
-    lowered = td_loss(q, Indexed(), Indexed(), batch, action_gap=0.5, target_here=here * 2)
-    np.testing.assert_allclose(lowered.numpy(), [11.5 - 0.5 * 4 - 0.5, 11.5 - 0.5])  # node 0's gap is 4 now
+    lowered = td_targets(Indexed(), Indexed(), batch, action_gap=0.5, target_here=here * 2)
+    np.testing.assert_allclose(lowered.numpy(), [11.5 - 0.5 * 4, 11.5])  # node 0's gap is 4 now
+
+
+ONE_NODE = {"nodes": np.zeros((1, NUM_NODE_FEATURES), np.float32), "pod": np.zeros(NUM_POD_FEATURES, np.float32),
+            "action_mask": np.ones(1, np.int8)}
+
+
+def _replay(count: int, alpha: float) -> dqn.Replay:
+    """A replay of `count` one-node transitions whose return is their index."""
+    replay = dqn.Replay(count, 1, alpha=alpha, floor=0.01)
+    for i in range(count):
+        replay.add(ONE_NODE, 0, float(i), 0.9, ONE_NODE)
+    return replay
+
+
+def test_prioritized_replay_draws_in_proportion_to_the_td_error_and_weighs_the_draws_back():
+    rng = np.random.default_rng(0)
+    replay = _replay(4, alpha=1.0)
+    first = replay.sample(4000, rng)  # every new transition has the same (highest) priority
+    assert abs(np.bincount(first["index"].numpy(), minlength=4) / 4000 - 0.25).max() < 0.03
+    assert torch.all(first["weight"] == 1)
+    # errors 0.99, 0.09, 0.09, 0.09 (+ floor 0.01): priorities 1, 0.1, 0.1, 0.1 -> shares 10/13, 1/13 each
+    replay.reprioritize(torch.arange(4), torch.tensor([0.99, -0.09, 0.09, 0.09]))
+    drawn = replay.sample(13_000, rng, beta=1.0)
+    np.testing.assert_allclose(np.bincount(drawn["index"].numpy(), minlength=4) / 13_000, [10 / 13] + [1 / 13] * 3,
+                               atol=0.01)
+    assert torch.all(drawn["ret"] == drawn["index"].float())  # each row is the transition drawn
+    # importance weights (N P(i))^-beta over the largest: the rare ones 1, the frequent one 1/10 at beta 1
+    weight = dict(zip(drawn["index"].tolist(), drawn["weight"].tolist()))
+    assert weight[0] == pytest.approx(0.1) and weight[1] == pytest.approx(1.0)
+    assert replay.sample(64, rng, beta=0.5)["weight"].min() == pytest.approx(0.1 ** 0.5)
+    # a transition added later comes in at the highest priority given so far: the ring wraps onto slot 1
+    replay.reprioritize(torch.tensor([0]), torch.tensor([3.99]))
+    replay.add(ONE_NODE, 0, 0.0, 0.9, ONE_NODE)
+    replay.add(ONE_NODE, 0, 0.0, 0.9, ONE_NODE)
+    assert replay.priority[1] == pytest.approx(4.0) and replay.priority[0] == pytest.approx(4.0)
+
+
+def test_a_uniform_replay_ignores_td_errors_and_draws_as_before():
+    """alpha 0: the draws are the generator's integers, as a replay without priorities drew them."""
+    replay = _replay(8, alpha=0.0)
+    replay.reprioritize(torch.arange(8), torch.arange(8.0) * 100)
+    drawn = replay.sample(16, np.random.default_rng(5))
+    assert drawn["index"].tolist() == np.random.default_rng(5).integers(0, 8, 16).tolist()
+    assert torch.all(drawn["weight"] == 1)
 
 
 @pytest.mark.parametrize("values, valid, expert, margin, kept", [
@@ -487,6 +527,10 @@ def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
     (["--anchor", "models/ee.safetensors", "--actors", "2"], "--anchor is played here only: not with --actors"),
     (["--anchor", "models/ee.safetensors", "--anchor-weight", "-1"], "--anchor-weight must be >= 0"),
     (["--anchor", "models/ee.safetensors", "--anchor-on", "rank"], "--anchor-on must be one of standing, best"),
+    (["--prioritized", "1.5"], "--prioritized must be within 0..1"),
+    (["--priority-beta", "-0.1"], "--priority-beta must be within 0..1"),
+    (["--priority-floor", "0"], "--priority-floor must be > 0"),
+    (["--margin-floor", "-1"], "--margin-floor must be >= 0"),
 ])
 def test_rlscore_train_refuses_bad_options_by_name(tmp_path, capsys, extra, message):
     assert train_main(["--policy", "EE", "--out", str(tmp_path), *TINY, *extra]) == 2
@@ -693,8 +737,8 @@ def test_an_anchored_run_records_its_anchor_and_its_replay_carries_the_picks(tmp
     seen = []
     real = dqn.Replay.sample
 
-    def sample(self, count, rng):
-        batch = real(self, count, rng)
+    def sample(self, count, rng, beta=1.0):
+        batch = real(self, count, rng, beta)
         seen.append((batch["anchor"], batch["next_anchor"]))
         return batch
 

@@ -131,7 +131,7 @@ class WorldBound:
     seed: int
     nodes: int
     rule_objectives: dict
-    best_rule: str
+    base_rule: str
     rollout_objective: float
     ratio: float
     departures: float  # share of measured decisions where the rollout left the base rule's choice
@@ -145,14 +145,15 @@ def run_world(job: tuple) -> WorldBound:
     keep costing after it). Every branch runs to the window's end, and the base rule breaks ties by
     the decision's index, so on the world's own future (`futures` 0) the rollout is never worse than
     its base (a deterministic world with one known future): what it gains is the room there is. On
-    futures drawn afresh it can be worse: it does not know the one that comes."""
-    policy, seed, decisions, tail, family_name, futures, z = job
+    futures drawn afresh it can be worse: it does not know the one that comes. `base` names the rule to
+    improve on instead of the world's best (a trainer's teacher, say); "" takes the best."""
+    policy, seed, decisions, tail, family_name, futures, z, base = job
     started = time.time()
-    rules = CANDIDATES[policy]
+    rules = tuple(dict.fromkeys((*CANDIDATES[policy], *([base] if base else []))))
 
     costs, spread = rule_costs_and_spread(family_name, seed, policy, rules, decisions + tail)
     objectives = {rule: float(c.mean()) for rule, c in costs.items()}
-    base = min(objectives, key=objectives.get)
+    base = base or min(objectives, key=objectives.get)
 
     sim = filled(family_name, seed, policy, base)
     end = sim.decisions + decisions + tail
@@ -170,7 +171,7 @@ def run_world(job: tuple) -> WorldBound:
     finish(sim, base, policy, seed, end)
     rollout = cost(policy, sim.ledger.minus(start), sim.units) / (decisions + tail)
     return WorldBound(seed=seed, nodes=len(sim.cluster), rule_objectives={k: round(v, 6) for k, v in objectives.items()},
-                      best_rule=base, rollout_objective=round(rollout, 6),
+                      base_rule=base, rollout_objective=round(rollout, 6),
                       ratio=round(rollout / max(objectives[base], 1e-12), 4), departures=round(departed / decisions, 3),
                       mean_gain=round(float(np.mean(gains)), 4), seconds=round(time.time() - started, 1))
 
@@ -190,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confidence", type=float, default=0.0, metavar="Z",
                         help="with --futures: depart from the base rule only where the mean paired gain over the "
                              "futures is more than Z standard errors above zero (0: wherever it is positive)")
+    parser.add_argument("--base", default="", choices=["", *sorted(RULES)], metavar="RULE",
+                        help="improve on this rule instead of each world's best one (default: the best)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", default="", help="also write the per-world records here")
     args = parser.parse_args(argv)
@@ -201,18 +204,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.confidence < 0 or (args.confidence > 0 and args.futures < 2):
         parser.error("--confidence must be >= 0, and needs --futures >= 2")
     base = HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE
-    jobs = [(args.policy, base + k, args.decisions, args.tail, args.family, args.futures, args.confidence)
+    jobs = [(args.policy, base + k, args.decisions, args.tail, args.family, args.futures, args.confidence, args.base)
             for k in range(args.worlds)]
     with worker_pool(args.workers) as pool:
         results = list(pool.map(run_world, jobs))
     for r in results:
-        print(f"seed {r.seed - base:3d} nodes {r.nodes:3d} best {r.best_rule:30s} {r.rule_objectives[r.best_rule]:.5f} "
+        print(f"seed {r.seed - base:3d} nodes {r.nodes:3d} base {r.base_rule:30s} {r.rule_objectives[r.base_rule]:.5f} "
               f"rollout {r.rollout_objective:.5f} x{r.ratio:.3f} departs {r.departures:.2f} "
               f"gain {r.mean_gain:.4f} ({r.seconds:.0f} s)")
     ratios = np.array([r.ratio for r in results])
-    print(f"{args.policy} on {args.family}: rollout / best rule x{ratios.mean():.3f} (geometric "
-          f"x{np.exp(np.log(ratios).mean()):.3f}, min {ratios.min():.3f}, max {ratios.max():.3f}); departs from the best "
-          f"rule on {np.mean([r.departures for r in results]):.0%} of decisions; mean paired gain "
+    print(f"{args.policy} on {args.family}: rollout / {args.base or 'best rule'} x{ratios.mean():.3f} (geometric "
+          f"x{np.exp(np.log(ratios).mean()):.3f}, min {ratios.min():.3f}, max {ratios.max():.3f}); departs from "
+          f"{args.base or 'the best rule'} on {np.mean([r.departures for r in results]):.0%} of decisions; mean paired gain "
           f"{np.mean([r.mean_gain for r in results]):.4f} spreads of the per-decision cost")
     if args.json:
         with open(args.json, "w") as f:

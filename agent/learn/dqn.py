@@ -15,7 +15,8 @@ DQNConfig; `rlscore-train --help` lists them.
    can follow any teacher exactly and learn where to depart from it.
 5. Interaction. `num_envs` environments placed by the network (epsilon-greedy) add their own
    transitions; batches mix them with demonstrations (`demo_share`), the margin loss applied to the
-   demonstrations only, TD to all. The demonstrations stay in the replay for good.
+   demonstrations only, TD to all. The demonstrations stay in the replay for good. With `prioritized`,
+   each buffer replays its transitions in proportion to their last TD error (Schaul et al., 2016).
 
 The served scores are the network's Q-values. With `anchor` (a rule selector's file), every value above,
 in the losses, the targets and the network's own play, is the network's plus the anchor's term
@@ -31,7 +32,7 @@ import itertools
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -235,6 +236,15 @@ class DQNConfig(TrainConfig):
     them paired"""
     buffer_size: int = 100_000
     """transitions the interaction replay keeps (the demonstrations are kept apart, all of them)"""
+    prioritized: float = 0.0
+    """prioritized replay's exponent alpha (Schaul et al., 2016): each buffer (the demonstrations, the
+    interaction) draws a transition in proportion to (|its last TD error| + priority_floor)^alpha, and TD's
+    loss weighs it back by importance weights whose exponent rises from priority_beta to 1 over the run; 0
+    draws uniformly. Aimed at gains carried by rare events, which a uniform draw replays rarely"""
+    priority_beta: float = 0.4
+    """the importance weights' exponent when training starts (1: fully corrected)"""
+    priority_floor: float = 0.01
+    """added to every |TD error| (in reward spreads), so no transition is never replayed"""
     num_envs: int = 8
     """environments placed side by side in the interaction phase"""
     start_e: float = 0.05
@@ -291,17 +301,19 @@ class DQNConfig(TrainConfig):
             problems.append(f"--candidates must be one of {', '.join(CANDIDATE_SETS)}, not {self.candidates!r}")
         if not 0.0 <= self.ema_decay < 1.0:
             problems.append("--ema-decay must be within [0, 1)")
-        for name in ("mixed_share", "demo_share", "margin_decay", "average_start"):
+        for name in ("mixed_share", "demo_share", "margin_decay", "average_start", "prioritized", "priority_beta"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 problems.append(f"--{name.replace('_', '-')} must be within 0..1")
         if not (self.shaping_gamma == -1.0 or 0.0 <= self.shaping_gamma <= 1.0):
             problems.append("--shaping-gamma must be -1 (the discount) or within 0..1")
         if not 0.0 < self.gamma <= 1.0:
             problems.append("--gamma must be within (0, 1]")
-        for name in ("margin", "margin_weight", "td_weight", "weight_decay", "reward_clip", "advantage_weight",
-                     "anchor_weight", "reward_noise"):
+        for name in ("margin", "margin_weight", "margin_floor", "td_weight", "weight_decay", "reward_clip",
+                     "advantage_weight", "anchor_weight", "reward_noise"):
             if not getattr(self, name) >= 0:
                 problems.append(f"--{name.replace('_', '-')} must be >= 0")
+        if not self.priority_floor > 0:
+            problems.append("--priority-floor must be > 0")
         if not self.rollout_confidence >= 0:
             problems.append("--rollout-confidence must be >= 0")
         elif self.rollout_confidence > 0 and self.rollout_futures < 2:
@@ -429,11 +441,18 @@ def assign_teachers(cfg: DQNConfig, plan: list[tuple[str, int, int]]) -> list[st
 
 class Replay:
     """Transitions (s, a, n-step return, discount, s') with observations padded to `slots` nodes, and
-    for demonstrations the teacher's choices (every tied best node). A ring of `size` entries."""
+    for demonstrations the teacher's choices (every tied best node). A ring of `size` entries. With
+    `alpha` > 0 it is prioritized (DQNConfig.prioritized): a new transition gets the highest priority
+    given so far, so it is replayed at least once soon, and `reprioritize` sets the others' from their TD
+    errors."""
 
-    def __init__(self, size: int, slots: int, anchor: SelectorAnchor | None = None):
+    def __init__(self, size: int, slots: int, anchor: SelectorAnchor | None = None, alpha: float = 0.0,
+                 floor: float = 0.01):
         self.size, self.pos, self.full = size, 0, False
         self.anchor_of = anchor
+        self.alpha, self.floor = alpha, floor
+        self.priority = np.zeros(size)  # (|TD error| + floor)^alpha
+        self.top = 1.0
         self.nodes = np.zeros((size, slots, NUM_NODE_FEATURES), np.float32)
         self.pod = np.zeros((size, NUM_POD_FEATURES), np.float32)
         self.width = np.zeros(size, np.int32)
@@ -465,12 +484,23 @@ class Replay:
         self.teacher[i] = teacher
         if self.anchor_of is not None:
             self.anchor[i], self.next_anchor[i] = self.anchor_of.column(obs), self.anchor_of.column(next_obs)
+        self.priority[i] = self.top
         self.pos = (i + 1) % self.size
         self.full = self.full or self.pos == 0
 
-    def sample(self, count: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        """`count` transitions, trimmed to the widest candidate set among them."""
-        idx = rng.integers(0, len(self), count)
+    def sample(self, count: int, rng: np.random.Generator, beta: float = 1.0) -> dict[str, torch.Tensor]:
+        """`count` transitions, trimmed to the widest candidate set among them, with their indices and
+        importance weights (1 when drawn uniformly; prioritized: (N P(i))^-beta over the largest any
+        transition could get, so none exceeds 1)."""
+        n = len(self)
+        if self.alpha > 0:
+            cumulative = np.cumsum(self.priority[:n])
+            idx = np.minimum(np.searchsorted(cumulative, rng.random(count) * cumulative[-1], side="right"), n - 1)
+            share = self.priority[:n] / cumulative[-1]
+            weight = (share[idx] / share.min()) ** -beta
+        else:
+            idx = rng.integers(0, n, count)
+            weight = np.ones(count)
         width = int(max(self.width[idx].max(), self.next_width[idx].max()))
         slots = np.arange(width)
         return {"nodes": torch.from_numpy(self.nodes[idx, :width]), "pod": torch.from_numpy(self.pod[idx]),
@@ -483,7 +513,15 @@ class Replay:
                 "expert": torch.from_numpy(self.expert[idx, :width]),
                 "advantage": torch.from_numpy(self.advantage[idx, :width]),
                 "teacher": torch.from_numpy(self.teacher[idx]),
-                "anchor": torch.from_numpy(self.anchor[idx]), "next_anchor": torch.from_numpy(self.next_anchor[idx])}
+                "anchor": torch.from_numpy(self.anchor[idx]), "next_anchor": torch.from_numpy(self.next_anchor[idx]),
+                "index": torch.from_numpy(idx), "weight": torch.from_numpy(weight.astype(np.float32))}
+
+    def reprioritize(self, index: torch.Tensor, error: torch.Tensor) -> None:
+        """The drawn transitions' priorities from their latest |TD error|; nothing when drawn uniformly."""
+        if self.alpha > 0:
+            priority = (error.abs().numpy().astype(np.float64) + self.floor) ** self.alpha
+            self.priority[index.numpy()] = priority
+            self.top = max(self.top, float(priority.max()))
 
 
 def _cat(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -537,17 +575,16 @@ def anchored(values: torch.Tensor, nodes: torch.Tensor, columns: torch.Tensor | 
     return values if anchor is None else values + anchor.values(nodes, columns)
 
 
-def td_loss(q: torch.Tensor, q_network: NodeScorer, target_network: NodeScorer,
-            batch: dict[str, torch.Tensor], bootstrap: str = "max", action_gap: float = 0.0,
-            target_here: torch.Tensor | None = None, anchor: SelectorAnchor | None = None) -> torch.Tensor:
-    """n-step double DQN, per transition: the online network picks the next action, the target
-    network values it (Huber loss); with `bootstrap` "teacher", the target network's mean value over the
-    teacher's choices there (max where the transition's teacher has no standing column); with `action_gap`
-    alpha, minus alpha x (the target network's best value of the state minus its value of the taken node),
-    the advantage learning operator. `q` is the online network's values of the batch's states, which the
-    margin loss shares: one forward pass and one backward pass through it, not two; `target_here`, the
-    target network's, when the caller has them already (the Q-filter reads them too). With an `anchor`,
-    every value is the network's plus the anchor's term, as `q` is."""
+def td_targets(q_network: NodeScorer, target_network: NodeScorer,
+               batch: dict[str, torch.Tensor], bootstrap: str = "max", action_gap: float = 0.0,
+               target_here: torch.Tensor | None = None, anchor: SelectorAnchor | None = None) -> torch.Tensor:
+    """n-step double DQN's target per transition: the online network picks the next action, the target
+    network values it; with `bootstrap` "teacher", the target network's mean value over the teacher's
+    choices there (max where the transition's teacher has no standing column); with `action_gap` alpha,
+    minus alpha x (the target network's best value of the state minus its value of the taken node), the
+    advantage learning operator. `target_here`: the target network's values of the batch's own states,
+    when the caller has them already (the Q-filter reads them too). With an `anchor`, every value is the
+    network's plus the anchor's term."""
     with torch.no_grad():
         next_state = batch["next_nodes"], batch["next_pod"], batch["next_mask"]
         next_anchor = batch["next_nodes"], batch.get("next_anchor"), anchor
@@ -562,8 +599,12 @@ def td_loss(q: torch.Tensor, q_network: NodeScorer, target_network: NodeScorer,
             here = target_here if target_here is not None else target_values_here(target_network, batch, anchor=anchor)
             gap = here.max(dim=1).values - here.gather(1, batch["action"].unsqueeze(1)).squeeze(1)
             target = target - action_gap * torch.nan_to_num(gap, nan=0.0, posinf=0.0, neginf=0.0)
-    taken = q.gather(1, batch["action"].unsqueeze(1)).squeeze(1)
-    return F.smooth_l1_loss(taken, target, reduction="none")
+    return target
+
+
+def taken_values(q: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """[B]: each transition's value of the node it took."""
+    return q.gather(1, batch["action"].unsqueeze(1)).squeeze(1)
 
 
 def target_values_here(target_network: NodeScorer, batch: dict[str, torch.Tensor],
@@ -667,7 +708,7 @@ def record_demonstrations(cfg: DQNConfig, plan, teachers, progress: bool,
     rewards = [step[2] for steps in episodes for step in steps]
     labelled, departed, outside = (sum(r[k] for r in recorded) for k in (1, 2, 3))
     scale = 1.0 / max(float(np.std(rewards)), 1e-6)
-    demos = Replay(sum(map(len, episodes)), cfg.max_nodes, anchor)
+    demos = Replay(sum(map(len, episodes)), cfg.max_nodes, anchor, cfg.prioritized, cfg.priority_floor)
     training_reward = TrainingReward(cfg, scale, stream=0)
     for steps, teacher in zip(episodes, teachers):
         nstep = NStep(cfg.n_step, cfg.gamma, teacher)
@@ -799,7 +840,14 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     averaging = cfg.weight_average != "last" or bool(cfg.snapshot_dir)  # ~0.6 ms per step otherwise spent
     checkpoints: dict[str, dict] = {}
 
-    def learn(batch: dict[str, torch.Tensor], demo_rows: int, margin_weight: float) -> None:
+    def beta() -> float:
+        """Prioritized replay's importance exponent: from priority_beta to 1 over the gradient steps."""
+        return cfg.priority_beta + (1.0 - cfg.priority_beta) * min(1.0, gradient_steps / max(pretrain + interaction_steps, 1))
+
+    def learn(batch: dict[str, torch.Tensor], demo_rows: int, margin_weight: float,
+              replay: Replay | None = None) -> None:
+        """One gradient step on a batch whose first `demo_rows` come from the demonstrations and the rest
+        from `replay` (whose priorities, and the demonstrations', it updates when prioritized)."""
         nonlocal gradient_steps
         budget.check()
         q = anchored(values_by_extent(q_network, batch["nodes"], batch["pod"], batch["mask"]), batch["nodes"],
@@ -809,6 +857,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         target_here = (target_values_here(target_network, batch, anchor=anchor)
                        if cfg.td_weight > 0 and cfg.action_gap > 0 else None)
         loss = torch.zeros(())
+        weight = batch["weight"]  # prioritized replay's importance weights (all 1 when drawn uniformly)
         if demo_rows and margin_weight > 0:
             mask, expert = batch["mask"][:demo_rows], batch["expert"][:demo_rows]
             m = margin_loss(q[:demo_rows], mask, expert, cfg.margin)
@@ -816,23 +865,30 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 rated = (target_here if target_here is not None
                          else target_values_here(target_network, batch, demo_rows, anchor))
                 m = m * q_filtered(rated[:demo_rows], mask, expert, cfg.margin).float()
-            loss = loss + margin_weight * m.mean()
+            loss = loss + margin_weight * (weight[:demo_rows] * m).mean()
             losses["margin"].append(float(m.detach().mean()))
         if demo_rows and cfg.advantage_weight > 0:
             advantage = batch["advantage"][:demo_rows]
             labelled = int((~torch.isnan(advantage)).sum(dim=1).ge(2).sum())
             if labelled:
-                a = advantage_loss(q[:demo_rows], advantage).sum() / labelled
+                a = (weight[:demo_rows] * advantage_loss(q[:demo_rows], advantage)).sum() / labelled
                 loss = loss + cfg.advantage_weight * a
                 losses["advantage"].append(float(a.detach()))
         if cfg.td_weight > 0:
-            td = td_loss(q, q_network, target_network, batch, cfg.bootstrap, cfg.action_gap, target_here, anchor)
-            loss = loss + cfg.td_weight * td.mean()
+            # the margin loss shares the online network's pass `q`: one forward and one backward, not two
+            target = td_targets(q_network, target_network, batch, cfg.bootstrap, cfg.action_gap, target_here, anchor)
+            taken = taken_values(q, batch)
+            td = F.smooth_l1_loss(taken, target, reduction="none")
+            loss = loss + cfg.td_weight * (weight * td).mean()
             losses["td"].append(float(td.detach().mean()))
+            error = (taken.detach() - target).abs()
+            demos.reprioritize(batch["index"][:demo_rows], error[:demo_rows])
+            if replay is not None:
+                replay.reprioritize(batch["index"][demo_rows:], error[demo_rows:])
             rows = conservative_rows(cfg.conservative_rows, demo_rows, len(q))
             if cfg.conservative_weight > 0 and rows.start < rows.stop:
                 c = conservative_loss(q[rows], batch["mask"][rows], batch["action"][rows])
-                loss = loss + cfg.conservative_weight * c.mean()
+                loss = loss + cfg.conservative_weight * (weight[rows] * c).mean()
                 losses["conservative"].append(float(c.detach().mean()))
         optimizer.zero_grad()
         loss.backward()
@@ -853,7 +909,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     bar = tqdm(range(pretrain), desc=f"pre-training {cfg.policy}", disable=not cfg.progress, mininterval=1.0,
                file=sys.stderr)
     for step in bar:
-        learn(demos.sample(cfg.batch_size, rng), cfg.batch_size, cfg.margin_weight)
+        learn(demos.sample(cfg.batch_size, rng, beta()), cfg.batch_size, cfg.margin_weight)
         if step % 500 == 0:
             bar.set_postfix(margin=f"{np.mean(losses['margin'] or [0]):.3f}", td=f"{np.mean(losses['td'] or [0]):.3f}")
     bar.close()
@@ -863,9 +919,9 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     env_seconds = 0.0
     on_ray = cfg.total_timesteps > 0 and cfg.actors > 0 and ray_address() is not None
     if on_ray:
-        episode_returns, env_seconds = interact_on_ray(cfg, q_network, learn, demos, scale, rng, losses, log)
+        episode_returns, env_seconds = interact_on_ray(cfg, q_network, learn, demos, scale, rng, losses, log, beta)
     elif cfg.total_timesteps > 0:
-        replay = Replay(cfg.buffer_size, cfg.max_nodes, anchor)
+        replay = Replay(cfg.buffer_size, cfg.max_nodes, anchor, cfg.prioritized, cfg.priority_floor)
         envs = [make_env(cfg) for _ in range(cfg.num_envs)]
         upcoming = worlds(cfg, cfg.seed + 1)
 
@@ -916,8 +972,9 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                     env_seconds += time.time() - t0
                     pull = linear_schedule(cfg.margin_weight, min(cfg.margin_floor, cfg.margin_weight),
                                            int(cfg.margin_decay * cfg.total_timesteps), step)
-                    learn(_cat(demos.sample(demo_rows, rng), replay.sample(cfg.batch_size - demo_rows, rng)), demo_rows,
-                          pull)
+                    batch = _cat(demos.sample(demo_rows, rng, beta()),
+                                 replay.sample(cfg.batch_size - demo_rows, rng, beta()))
+                    learn(batch, demo_rows, pull, replay)
                     t0 = time.time()
             env_seconds += time.time() - t0
             if step % 2000 < cfg.num_envs:
@@ -1052,7 +1109,8 @@ def _pad(obs: dict, slots: int) -> dict:
 
 
 def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Replay, scale: float,
-                    rng: np.random.Generator, losses: dict, log: TrainingLog) -> tuple[list[float], float]:
+                    rng: np.random.Generator, losses: dict, log: TrainingLog,
+                    beta: Callable[[], float]) -> tuple[list[float], float]:
     """The interaction phase with `cfg.actors` EnvironmentActors on the Ray cluster feeding the replay:
     as each actor hands in its steps, it is sent off again with the newest weights there are, and the
     learner takes the gradient steps those steps are worth (one per `train_frequency`) meanwhile. An
@@ -1067,7 +1125,7 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Re
     remote = ray.remote(num_cpus=1, max_restarts=RAY_TASK_RETRIES, max_task_retries=RAY_TASK_RETRIES)(
         EnvironmentActor)
     actors = [remote.remote(cfg, k, scale, carried_state()) for k in range(cfg.actors)]
-    replay = Replay(cfg.buffer_size, cfg.max_nodes)
+    replay = Replay(cfg.buffer_size, cfg.max_nodes, alpha=cfg.prioritized, floor=cfg.priority_floor)
     demo_rows = int(round(cfg.demo_share * cfg.batch_size))
     decay = int(cfg.margin_decay * cfg.total_timesteps)
 
@@ -1110,7 +1168,8 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Re
             submitted += ACTOR_STEPS
         while learned < step // cfg.train_frequency and len(replay) >= cfg.batch_size:
             pull = linear_schedule(cfg.margin_weight, min(cfg.margin_floor, cfg.margin_weight), decay, step)
-            learn(_cat(demos.sample(demo_rows, rng), replay.sample(cfg.batch_size - demo_rows, rng)), demo_rows, pull)
+            learn(_cat(demos.sample(demo_rows, rng, beta()), replay.sample(cfg.batch_size - demo_rows, rng, beta())),
+                  demo_rows, pull, replay)
             learned += 1
         bar.set_postfix(margin=f"{np.mean(losses['margin'] or [0]):.3f}", td=f"{np.mean(losses['td'] or [0]):.3f}",
                         ret=f"{np.mean(episode_returns[-10:]) if episode_returns else 0:.1f}", refresh=False)

@@ -17,6 +17,9 @@ over the teacher per decision, measured after one fill), then each DQN's objecti
 paired by seed, beside the demonstrations-only twin of its share.
 
     python -m agent.learn.faint_signal --cells 0.5:0,0.5:2,0.5:5,0.5:15,0.5:40,0.1:0 --steps 9000,36000 --seeds 1,2
+
+`--margin-floors 0.02,0` trains each DQN of the grid with each floor of the margin loss's weight, and
+`--prioritized 0,0.6` with uniform and with prioritized replay.
 """
 
 from __future__ import annotations
@@ -107,10 +110,16 @@ class Run:
     steps: int
     seed: int
     demonstrations_only: bool = False
+    margin_floor: float = DQNConfig.margin_floor
+    prioritized: float = 0.0
 
     @property
     def label(self) -> str:
-        return f"twin {self.steps}" if self.demonstrations_only else f"dqn {self.steps} s{self.seed}"
+        if self.demonstrations_only:
+            return f"twin {self.steps}"
+        floor = f" floor {self.margin_floor:g}" if self.margin_floor != DQNConfig.margin_floor else ""
+        replay = f" per {self.prioritized:g}" if self.prioritized else ""
+        return f"dqn {self.steps} s{self.seed}{floor}{replay}"
 
     @property
     def name(self) -> str:
@@ -131,7 +140,8 @@ def train_job(job: tuple[Run, str]) -> tuple[Run, str, float]:
     started = time.time()
     with registered(family):
         net, record = train(tiny_config(family.name, total_timesteps=run.steps, seed=run.seed,
-                                        reward_noise=run.noise, demonstrations_only=run.demonstrations_only))
+                                        reward_noise=run.noise, demonstrations_only=run.demonstrations_only,
+                                        margin_floor=run.margin_floor, prioritized=run.prioritized))
     path = save_model(Path(out) / f"{family.name}-{run.name.replace(' ', '-')}.safetensors", net, "EL",
                       {"training": record["training"]})
     return run, str(path), time.time() - started
@@ -158,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
                              "and the Gaussian noise added to TD's rewards, in spreads (DQNConfig.reward_noise)")
     parser.add_argument("--steps", default="9000,36000", help="comma-separated interaction steps per DQN run")
     parser.add_argument("--seeds", default="1,2", help="comma-separated training seeds of each DQN")
+    parser.add_argument("--margin-floors", default=f"{DQNConfig.margin_floor:g}",
+                        help="comma-separated margin floors of each DQN (DQNConfig.margin_floor: the margin loss's "
+                             "weight once it has decayed)")
+    parser.add_argument("--prioritized", default="0",
+                        help="comma-separated prioritized replay exponents of each DQN (DQNConfig.prioritized; 0: uniform)")
     parser.add_argument("--eval-seeds", type=int, default=32, help="evaluation worlds per share (300 arrivals each)")
     parser.add_argument("--gain-decisions", type=int, default=300, help="decisions per world for the gain")
     parser.add_argument("--workers", type=int, default=2, help="training runs side by side")
@@ -167,13 +182,20 @@ def main(argv: list[str] | None = None) -> int:
         cells = parse_cells(args.cells)
         steps = [int(x) for x in args.steps.split(",")]
         seeds = [int(x) for x in args.seeds.split(",")]
+        alphas = [float(x) for x in args.prioritized.split(",")]
+        if not all(0.0 <= a <= 1.0 for a in alphas):
+            raise ValueError(f"each --prioritized must be within 0..1, not {args.prioritized}")
+        floors = [float(x) for x in args.margin_floors.split(",")]
+        if not all(0.0 <= f <= 1.0 for f in floors):
+            raise ValueError(f"each --margin-floors must be within 0..1, not {args.margin_floors}")
     except ValueError as e:
         parser.error(str(e))
     if min(steps) < 1 or args.eval_seeds < 2 or args.gain_decisions < 1 or args.workers < 1:
         parser.error("--steps must be >= 1, --eval-seeds >= 2, --gain-decisions >= 1 and --workers >= 1")
 
     # per cell a DQN per budget and seed; per share one twin at the largest budget (it never sees a reward)
-    runs = [Run(share, noise, n, seed) for share, noise in cells for n in steps for seed in seeds]
+    runs = [Run(share, noise, n, seed, margin_floor=floor, prioritized=alpha)
+            for share, noise in cells for n in steps for floor in floors for alpha in alphas for seed in seeds]
     runs += [Run(share, 0.0, max(steps), seeds[0], True) for share in dict.fromkeys(share for share, _ in cells)]
     with tempfile.TemporaryDirectory() as scratch:
         out = args.out or scratch
