@@ -215,6 +215,26 @@ def test_a_uniform_replay_ignores_td_errors_and_draws_as_before():
     assert torch.all(drawn["weight"] == 1)
 
 
+def test_a_prioritized_run_reprioritizes_both_buffers_from_its_td_errors(tiny_family, monkeypatch):
+    """Pre-training sets the demonstrations' priorities, interaction the demonstrations' and its own
+    replay's, each from the rows of the batch that came from it."""
+    calls = []
+    real = dqn.Replay.reprioritize
+
+    def reprioritize(self, index, error):
+        calls.append((self.size, len(index), bool(torch.isfinite(error).all())))
+        real(self, index, error)
+
+    monkeypatch.setattr(dqn.Replay, "reprioritize", reprioritize)
+    short = {"total_timesteps": 256, "pretrain_steps": 8, "demo_worlds": 1, "demo_decisions": 32, "buffer_size": 5000}
+    _, record = train(tiny_config(tiny_family, prioritized=0.6, **short))
+    assert record["training"]["hyperparameters"]["prioritized"] == 0.6
+    demo_share = round(DQNConfig.demo_share * 64)  # tiny_config's batch: 64 rows
+    assert (32, 64, True) in calls  # pre-training: the whole batch from the demonstrations
+    assert (32, demo_share, True) in calls and (5000, 64 - demo_share, True) in calls  # interaction
+    assert {size for size, _, _ in calls} == {32, 5000}
+
+
 @pytest.mark.parametrize("values, valid, expert, margin, kept", [
     ([1.0, 2.0, 3.0], [True, True, True], [False, False, True], 0.5, True),    # the teacher's choice is the best
     ([1.0, 2.0, 3.0], [True, True, True], [False, True, False], 0.5, False),   # 1 below the best, beyond the margin
