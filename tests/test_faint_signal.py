@@ -5,7 +5,8 @@ import pytest
 
 from agent.evaluate.compare import evaluate, summarize
 from agent.learn.dqn import DQNConfig, train
-from agent.learn.faint_signal import TEACHER, main, registered, teacher_gain, tiny_config, tiny_scarce_near
+from agent.learn.faint_signal import (TEACHER, main, one_step_room, registered, teacher_gain, tiny_config,
+                                      tiny_scarce_near)
 from agent.learn.model_io import save_model
 from agent.sim import families
 from rlscore.core.model import load_model
@@ -45,9 +46,18 @@ def test_latency_fit_gains_over_the_teacher_at_either_share():
     assert gains[0.5] > gains[0.1] > 0.05, gains
 
 
+def test_one_step_over_the_teacher_on_futures_drawn_afresh_finds_the_room_in_the_state():
+    """Rollouts that do not know the world's future still leave the near node to the strict pods: the
+    room is in the state, one step deep (one world, two futures)."""
+    with registered(tiny_scarce_near(0.5)) as name:
+        ratio, departed, gain = one_step_room(name, worlds=1, futures=2, workers=1)
+    assert ratio < 0.8 and departed > 0.1 and gain > 0.1, (ratio, departed, gain)
+
+
 @pytest.mark.parametrize("argv", [["--cells", "0.5:0,1:0"], ["--cells", "0.5:-1"], ["--cells", "0.5:x"],
                                   ["--steps", "0"], ["--eval-seeds", "1"], ["--seeds", "one"],
-                                  ["--prioritized", "0,2"], ["--prioritized", "x"], ["--margin-floors", "-1"]])
+                                  ["--prioritized", "0,2"], ["--prioritized", "x"], ["--margin-floors", "-1"],
+                                  ["--rollout-futures", "-1"]])
 def test_the_command_refuses_a_bad_grid_before_training(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)

@@ -38,7 +38,7 @@ import numpy as np
 from agent.evaluate.cli import paired_text
 from agent.evaluate.compare import EVAL_SEED_BASE, evaluate, summarize, values_by_seed
 from agent.evaluate.goals import paired_ratio
-from agent.evaluate.rollout_bound import rule_costs_and_spread
+from agent.evaluate.rollout_bound import rule_costs_and_spread, run_world
 from agent.learn.dqn import DQNConfig, train
 from agent.learn.model_io import save_model
 from agent.parallel import worker_pool
@@ -100,6 +100,18 @@ def teacher_gain(family: str, seeds: int, decisions: int) -> float:
         costs, spread = rule_costs_and_spread(family, EVAL_SEED_BASE + k, "EL", (TEACHER, RIGHT), decisions)
         gains.append(float(costs[TEACHER].mean() - costs[RIGHT].mean()) / spread)
     return float(np.mean(gains))
+
+
+def one_step_room(family: str, worlds: int, futures: int, workers: int) -> tuple[float, float, float]:
+    """One step of policy improvement over the teacher by rollouts on `futures` futures drawn afresh
+    (rollout_bound with the teacher as its base): what the first step of policy iteration from the
+    teacher can find in the state. -> (its objective over the teacher's, share of decisions departed,
+    mean gain per decision in spreads), over `worlds` evaluation worlds of 100 decisions and 30 more."""
+    jobs = [("EL", EVAL_SEED_BASE + k, 100, 30, family, futures, 0.0, TEACHER) for k in range(worlds)]
+    with worker_pool(workers) as pool:
+        bounds = list(pool.map(run_world, jobs))
+    return (float(np.mean([b.ratio for b in bounds])), float(np.mean([b.departures for b in bounds])),
+            float(np.mean([b.mean_gain for b in bounds])))
 
 
 @dataclass(frozen=True)
@@ -176,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-seeds", type=int, default=32, help="evaluation worlds per share (300 arrivals each)")
     parser.add_argument("--gain-decisions", type=int, default=300, help="decisions per world for the gain")
     parser.add_argument("--workers", type=int, default=2, help="training runs side by side")
+    parser.add_argument("--rollout-futures", type=int, default=0,
+                        help="also measure one step of policy improvement over the teacher by rollouts on this many "
+                             "futures drawn afresh, per share (0: not)")
     parser.add_argument("--out", default="", help="keep the trained models here (default: a temporary folder)")
     args = parser.parse_args(argv)
     try:
@@ -190,8 +205,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"each --margin-floors must be within 0..1, not {args.margin_floors}")
     except ValueError as e:
         parser.error(str(e))
-    if min(steps) < 1 or args.eval_seeds < 2 or args.gain_decisions < 1 or args.workers < 1:
-        parser.error("--steps must be >= 1, --eval-seeds >= 2, --gain-decisions >= 1 and --workers >= 1")
+    if min(steps) < 1 or args.eval_seeds < 2 or args.gain_decisions < 1 or args.workers < 1 or args.rollout_futures < 0:
+        parser.error("--steps must be >= 1, --eval-seeds >= 2, --gain-decisions >= 1, --workers >= 1 and "
+                     "--rollout-futures >= 0")
 
     # per cell a DQN per budget and seed; per share one twin at the largest budget (it never sees a reward)
     runs = [Run(share, noise, n, seed, margin_floor=floor, prioritized=alpha)
@@ -225,6 +241,14 @@ def main(argv: list[str] | None = None) -> int:
                 reading = paired_text(paired_ratio(objectives[who], objectives[TEACHER]))
                 print(f"| {share:g} | {noise} | {seen} | {shown} | {reading} | "
                       f"{rows[who]['hard_violation_rate']:.3f} ({teacher_rate:.3f}) |")
+    if args.rollout_futures:
+        print()
+        for share in dict.fromkeys(share for share, _ in cells):
+            with registered(tiny_scarce_near(share)) as name:
+                ratio, departed, gain = one_step_room(name, 4, args.rollout_futures, args.workers)
+            print(f"share {share:g}: one step of policy improvement over {TEACHER} by rollouts on "
+                  f"{args.rollout_futures} futures drawn afresh: x{ratio:.3f} of the teacher, departing on "
+                  f"{departed:.0%} of decisions, {gain:.3f} spreads per decision", flush=True)
     return 0
 
 
