@@ -9,7 +9,8 @@ rollout policy knows the future arrivals of its world: what it gains is an upper
 scorer could gain over the base rule by departing from it among these rules' choices, not a
 policy to ship. With `--futures K` it compares the branches on K futures drawn afresh at each
 decision instead (agent.sim.futures.redraw_future) and knows only what a scheduler could: what it
-gains there is room a scorer can learn from the state.
+gains there is room a scorer can learn from the state. With `--base RULE` the rollout improves on
+that rule (a trainer's teacher, say) instead of each world's best.
 
 It also says how faint the signal is that TD learning must find. Per decision it records the paired
 gain of the best branch over the base rule's branch, in units of the spread of the per-decision
