@@ -150,7 +150,7 @@ def run_world(job: tuple) -> WorldBound:
     improve on instead of the world's best (a trainer's teacher, say); "" takes the best."""
     policy, seed, decisions, tail, family_name, futures, z, base = job
     started = time.time()
-    rules = tuple(dict.fromkeys((*CANDIDATES[policy], *([base] if base else []))))
+    rules = CANDIDATES[policy] + ((base,) if base and base not in CANDIDATES[policy] else ())
 
     costs, spread = rule_costs_and_spread(family_name, seed, policy, rules, decisions + tail)
     objectives = {rule: float(c.mean()) for rule, c in costs.items()}
