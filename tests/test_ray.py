@@ -65,12 +65,15 @@ def test_an_evaluation_on_ray_gives_the_same_table_as_on_this_machine(cluster, t
 
 
 def test_the_dqn_learner_takes_its_interaction_from_environment_actors_on_ray(cluster, tmp_path):
+    """With prioritized replay: the actors' transitions feed a prioritized replay on the learner (the
+    profile test below plays on a uniform one)."""
     run = rlscore("agent.learn.train", "--policy", "LB", "--families", "poisson", "--total-timesteps", "1024",
                   "--demo-worlds", "2", "--demo-decisions", "32", "--pretrain-steps", "10", "--batch-size", "32",
                   "--burn-in", "10", "--max-nodes", "8", "--actors", "2", "--no-eval", "--log-dir", "",
-                  "--no-progress", "--out", str(tmp_path), "--ray-address", cluster.address)
+                  "--prioritized", "0.6", "--no-progress", "--out", str(tmp_path), "--ray-address", cluster.address)
     assert run.returncode == 0, run.stderr[-2000:]
     training = json.loads((tmp_path / "lb.json").read_text())["training"]
+    assert training["hyperparameters"]["prioritized"] == 0.6
     assert training["environment_actors"] == 2
     assert training["interaction_steps"] == 1024
     # one gradient step per train_frequency (4) environment steps, once the replay holds a batch
