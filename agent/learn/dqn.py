@@ -907,6 +907,13 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         if cfg.snapshot_dir and gradient_steps in quarters:
             checkpoints[quarters[gradient_steps]] = copy.deepcopy(q_network.state_dict())
 
+    demo_rows = int(round(cfg.demo_share * cfg.batch_size))
+
+    def learn_from(replay: Replay, margin_weight: float) -> None:
+        """One gradient step on a batch of `demo_share` demonstrations and the rest from `replay`."""
+        batch = _cat(demos.sample(demo_rows, rng, beta()), replay.sample(cfg.batch_size - demo_rows, rng, beta()))
+        learn(batch, demo_rows, margin_weight, replay)
+
     # 4: pre-training on the demonstrations (the ablation: as many steps as the whole run takes)
     bar = tqdm(range(pretrain), desc=f"pre-training {cfg.policy}", disable=not cfg.progress, mininterval=1.0,
                file=sys.stderr)
@@ -921,7 +928,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     env_seconds = 0.0
     on_ray = cfg.total_timesteps > 0 and cfg.actors > 0 and ray_address() is not None
     if on_ray:
-        episode_returns, env_seconds = interact_on_ray(cfg, q_network, learn, demos, scale, rng, losses, log, beta)
+        episode_returns, env_seconds = interact_on_ray(cfg, q_network, learn_from, scale, losses, log)
     elif cfg.total_timesteps > 0:
         replay = Replay(cfg.buffer_size, cfg.max_nodes, anchor, cfg.prioritized, cfg.priority_floor)
         envs = [make_env(cfg) for _ in range(cfg.num_envs)]
@@ -939,7 +946,6 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         nsteps = [NStep(cfg.n_step, cfg.gamma, teacher_of[i]) for i in range(len(envs))]
         returns = np.zeros(cfg.num_envs)
         training_reward = TrainingReward(cfg, scale, stream=1)
-        demo_rows = int(round(cfg.demo_share * cfg.batch_size))
         bar = tqdm(total=cfg.total_timesteps, desc=f"dqn {cfg.policy}", disable=not cfg.progress, mininterval=1.0,
                    file=sys.stderr)
         step = 0
@@ -974,9 +980,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                     env_seconds += time.time() - t0
                     pull = linear_schedule(cfg.margin_weight, min(cfg.margin_floor, cfg.margin_weight),
                                            int(cfg.margin_decay * cfg.total_timesteps), step)
-                    batch = _cat(demos.sample(demo_rows, rng, beta()),
-                                 replay.sample(cfg.batch_size - demo_rows, rng, beta()))
-                    learn(batch, demo_rows, pull, replay)
+                    learn_from(replay, pull)
                     t0 = time.time()
             env_seconds += time.time() - t0
             if step % 2000 < cfg.num_envs:
@@ -1110,9 +1114,8 @@ def _pad(obs: dict, slots: int) -> dict:
     return {"nodes": nodes, "pod": obs["pod"], "action_mask": mask}
 
 
-def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Replay, scale: float,
-                    rng: np.random.Generator, losses: dict, log: TrainingLog,
-                    beta: Callable[[], float]) -> tuple[list[float], float]:
+def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn_from: Callable[[Replay, float], None],
+                    scale: float, losses: dict, log: TrainingLog) -> tuple[list[float], float]:
     """The interaction phase with `cfg.actors` EnvironmentActors on the Ray cluster feeding the replay:
     as each actor hands in its steps, it is sent off again with the newest weights there are, and the
     learner takes the gradient steps those steps are worth (one per `train_frequency`) meanwhile. An
@@ -1128,7 +1131,6 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Re
         EnvironmentActor)
     actors = [remote.remote(cfg, k, scale, carried_state()) for k in range(cfg.actors)]
     replay = Replay(cfg.buffer_size, cfg.max_nodes, alpha=cfg.prioritized, floor=cfg.priority_floor)
-    demo_rows = int(round(cfg.demo_share * cfg.batch_size))
     decay = int(cfg.margin_decay * cfg.total_timesteps)
 
     def epsilon(step: int) -> float:
@@ -1170,8 +1172,7 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn, demos: Re
             submitted += ACTOR_STEPS
         while learned < step // cfg.train_frequency and len(replay) >= cfg.batch_size:
             pull = linear_schedule(cfg.margin_weight, min(cfg.margin_floor, cfg.margin_weight), decay, step)
-            learn(_cat(demos.sample(demo_rows, rng, beta()), replay.sample(cfg.batch_size - demo_rows, rng, beta())),
-                  demo_rows, pull, replay)
+            learn_from(replay, pull)
             learned += 1
         bar.set_postfix(margin=f"{np.mean(losses['margin'] or [0]):.3f}", td=f"{np.mean(losses['td'] or [0]):.3f}",
                         ret=f"{np.mean(episode_returns[-10:]) if episode_returns else 0:.1f}", refresh=False)

@@ -172,6 +172,14 @@ def parse_cells(text: str) -> list[tuple[float, float]]:
     return cells
 
 
+def parse_fractions(text: str, option: str) -> list[float]:
+    """"a,b,..." -> [a, b, ...], each within 0..1."""
+    values = [float(x) for x in text.split(",")]
+    if not all(0.0 <= v <= 1.0 for v in values):
+        raise ValueError(f"each {option} must be within 0..1, not {text}")
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -197,12 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         cells = parse_cells(args.cells)
         steps = [int(x) for x in args.steps.split(",")]
         seeds = [int(x) for x in args.seeds.split(",")]
-        alphas = [float(x) for x in args.prioritized.split(",")]
-        if not all(0.0 <= a <= 1.0 for a in alphas):
-            raise ValueError(f"each --prioritized must be within 0..1, not {args.prioritized}")
-        floors = [float(x) for x in args.margin_floors.split(",")]
-        if not all(0.0 <= f <= 1.0 for f in floors):
-            raise ValueError(f"each --margin-floors must be within 0..1, not {args.margin_floors}")
+        alphas = parse_fractions(args.prioritized, "--prioritized")
+        floors = parse_fractions(args.margin_floors, "--margin-floors")
     except ValueError as e:
         parser.error(str(e))
     if min(steps) < 1 or args.eval_seeds < 2 or args.gain_decisions < 1 or args.workers < 1 or args.rollout_futures < 0:
