@@ -123,14 +123,19 @@ def test_the_gate_judges_a_cluster_profile_on_ray_as_on_this_machine(cluster, tm
 
 
 def test_fine_tuning_on_a_profile_plays_on_ray_actors(cluster, tmp_path):
+    """With trusted heads: every head starts from the shipped model, the actors play the heads' mean,
+    and the served model has one head again."""
     run = rlscore("agent.learn.train", "--policy", "LB", "--profile", str(PROFILE), "--init",
                   str(ROOT / "models" / "lb.safetensors"), "--total-timesteps", "256", "--demo-worlds", "2",
                   "--demo-decisions", "16", "--pretrain-steps", "5", "--batch-size", "16", "--burn-in", "10",
-                  "--actors", "2", "--no-eval", "--log-dir", "", "--no-progress", "--out", str(tmp_path),
-                  "--ray-address", cluster.address)
+                  "--trust-heads", "2", "--actors", "2", "--no-eval", "--log-dir", "", "--no-progress",
+                  "--out", str(tmp_path), "--ray-address", cluster.address)
     assert run.returncode == 0, run.stderr[-2000:]
     training = json.loads((tmp_path / "lb.json").read_text())["training"]
     assert training["environment_actors"] == 2 and training["interaction_steps"] == 256
+    assert training["hyperparameters"]["trust_heads"] == 2
+    from rlscore.core.model import load_model
+    assert load_model(tmp_path / "lb.safetensors", expected_policy="LB") is not None
 
 
 def test_a_worker_node_killed_mid_evaluation_costs_time_not_results(cluster, tmp_path):

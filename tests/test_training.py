@@ -10,10 +10,10 @@ import torch
 from agent.evaluate.compare import evaluate, summarize
 from agent.learn import dqn
 from agent.learn.dqn import (CONSERVATIVE_ROWS, DQNConfig, TrainingReward, advantage_loss, conservative_loss,
-                             conservative_rows, margin_loss, taken_values, td_targets, teacher_column, teacher_value,
-                             train)
+                             conservative_rows, head_td_targets, margin_loss, taken_values, td_targets, teacher_column,
+                             teacher_value, train, trusted_departures)
 from agent.learn.faint_signal import registered, tiny_config, tiny_scarce_near
-from agent.learn.model_io import save_model
+from agent.learn.model_io import save_model, torch_network
 from agent.learn.network import NodeScorer
 from agent.learn.train import main as train_main
 from agent.sim import families
@@ -233,6 +233,79 @@ def test_a_prioritized_run_reprioritizes_both_buffers_from_its_td_errors(tiny_fa
     assert (32, 64, True) in calls  # pre-training: the whole batch from the demonstrations
     assert (32, demo_share, True) in calls and (5000, 64 - demo_share, True) in calls  # interaction
     assert {size for size, _, _ in calls} == {32, 5000}
+
+
+def _heads(values: list[list[float]]) -> NodeScorer:
+    """A network of len(values[0]) heads whose values on any node are each head's constant."""
+    network = NodeScorer((4,), heads=len(values[0]))
+    with torch.no_grad():
+        for p in network.parameters():
+            p.zero_()
+        network.layers[-1].Lambda.bias.copy_(torch.tensor(values[0]))
+    return network
+
+
+def test_each_heads_td_target_is_its_own_double_dqn_target():
+    """Head k of the online network picks the next node, head k of the target network values it; the
+    served mean of the heads is what a one-head network of their mean weights gives."""
+    online, target = _heads([[2.0, -1.0, 0.5]]), _heads([[5.0, 1.0, -3.0]])
+    n = 3
+    batch = {"next_nodes": torch.rand(2, n, NUM_NODE_FEATURES), "next_pod": torch.rand(2, NUM_POD_FEATURES),
+             "next_mask": torch.tensor([[True, True, True], [True, False, False]]),
+             "ret": torch.tensor([1.0, -0.5]), "discount": torch.tensor([0.5, 0.0])}
+    # 1 + 0.5 x (5, 1, -3); the terminal row is its return in every head
+    np.testing.assert_allclose(head_td_targets(online, target, batch).numpy(),
+                               [[3.5, 1.5, -0.5], [-0.5, -0.5, -0.5]], atol=1e-6)
+    nodes, pod, mask = batch["next_nodes"], batch["next_pod"], batch["next_mask"]
+    heads = online.head_values(nodes, pod, mask)
+    batch["action"] = torch.tensor([2, 0])
+    np.testing.assert_allclose(taken_values(heads, batch).detach().numpy(), [[2.0, -1.0, 0.5]] * 2, atol=1e-6)
+    served = online.folded()
+    assert served.heads == 1
+    torch.testing.assert_close(served(nodes, pod, mask), online(nodes, pod, mask))
+    torch.testing.assert_close(online(nodes, pod, mask)[0], torch.full((n,), 0.5))
+
+
+@pytest.mark.parametrize("heads, valid, expert, z, trusted", [
+    # three heads' values of three nodes, the teacher's choice node 0
+    ([[1.0, 1.0, 1.0], [2.0, 2.5, 3.0], [0.0, 0.0, 0.0]], [True] * 3, [True, False, False], 1.0, True),  # all agree
+    ([[1.0, 1.0, 1.0], [2.0, 0.5, 3.0], [0.0, 0.0, 0.0]], [True] * 3, [True, False, False], 1.0, False),  # one says no
+    ([[1.0, 1.0, 1.0], [2.0, 1.1, 3.0], [0.0, 0.0, 0.0]], [True] * 3, [True, False, False], 0.0, True),  # mean > 0 at z 0
+    ([[1.0, 1.0, 1.0], [2.0, 2.5, 3.0], [0.0, 0.0, 0.0]], [True, False, True], [True, False, False], 1.0, False),  # off the mask
+    ([[1.0, 1.0, 1.0], [2.0, 2.5, 3.0], [0.0, 0.0, 0.0]], [True] * 3, [True, True, False], 1.0, False),  # node 1 taught too
+    ([[3.0, 3.0, 3.0], [2.0, 2.5, 3.0], [0.0, 0.0, 0.0]], [True] * 3, [True, False, False], 0.0, False),  # the teacher leads
+])
+def test_the_margin_is_lifted_only_where_the_heads_agree_another_node_beats_the_teacher(heads, valid, expert, z,
+                                                                                       trusted):
+    q = torch.tensor([heads])  # [1, nodes, heads]
+    assert bool(trusted_departures(q, torch.tensor([valid]), torch.tensor([expert]), z)[0]) is trusted
+
+
+def test_each_replayed_transition_teaches_a_fixed_random_share_of_the_heads():
+    replay = dqn.Replay(2000, 1, heads=4, head_share=0.25, seed=3)
+    for i in range(2000):
+        replay.add(ONE_NODE, 0, float(i), 0.9, ONE_NODE)
+    assert abs(replay.learns.mean() - 0.25) < 0.02
+    rng = np.random.default_rng(0)
+    drawn = replay.sample(64, rng)
+    assert torch.equal(drawn["learns"], torch.from_numpy(replay.learns[drawn["index"].numpy()]))
+    assert _replay(4, alpha=0.0).sample(8, rng)["learns"].all()  # one head learns from every transition
+
+
+def test_a_run_with_trusted_heads_serves_one_head_and_records_how_often_the_margin_was_lifted(tiny_family, tmp_path):
+    short = {"total_timesteps": 256, "pretrain_steps": 8, "demo_worlds": 1, "demo_decisions": 32}
+    net, record = train(tiny_config(tiny_family, trust_heads=3, **short))
+    assert net.heads == 1 and net.layers[-1].Lambda.out_features == 1
+    final = record["training"]["final_losses"]
+    assert record["training"]["hyperparameters"]["trust_heads"] == 3
+    assert np.isfinite(final["td"]) and 0.0 <= final["trusted"] <= 1.0, final
+    assert dqn.margin_pull(DQNConfig(policy="EL", trust_heads=3), 10_000) == DQNConfig.margin_weight
+    assert dqn.margin_pull(DQNConfig(policy="EL"), 10_000) == DQNConfig.margin_floor
+    # the served network loads back as any model does, and fine-tuning starts every head from it
+    served = torch_network(load_model(save_model(tmp_path / "trust.safetensors", net, "EL", {})))
+    again = dqn.make_actor(tiny_config(tiny_family, trust_heads=3), served, heads=3)
+    nodes, pod, mask = torch.rand(2, 3, NUM_NODE_FEATURES), torch.rand(2, NUM_POD_FEATURES), torch.ones(2, 3, dtype=torch.bool)
+    torch.testing.assert_close(again.head_values(nodes, pod, mask), served(nodes, pod, mask).unsqueeze(-1).expand(-1, -1, 3))
 
 
 @pytest.mark.parametrize("values, valid, expert, margin, kept", [
@@ -551,6 +624,11 @@ def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
     (["--priority-beta", "-0.1"], "--priority-beta must be within 0..1"),
     (["--priority-floor", "0"], "--priority-floor must be > 0"),
     (["--margin-floor", "-1"], "--margin-floor must be >= 0"),
+    (["--trust-heads", "0"], "--trust-heads must be >= 1"),
+    (["--trust-z", "-1"], "--trust-z must be >= 0"),
+    (["--head-share", "0"], "--head-share must be within (0, 1]"),
+    (["--trust-heads", "4", "--bootstrap", "teacher", "--action-gap", "0.5"],
+     "--trust-heads does not combine with --bootstrap teacher, --action-gap"),
 ])
 def test_rlscore_train_refuses_bad_options_by_name(tmp_path, capsys, extra, message):
     assert train_main(["--policy", "EE", "--out", str(tmp_path), *TINY, *extra]) == 2

@@ -200,6 +200,17 @@ class DQNConfig(TrainConfig):
     """apply the margin loss only on decisions where the target network does not rate another node above
     the teacher's choice by more than the margin (Nair et al. 2018's Q-filter): a teacher's mistake,
     once TD has found it, stops being taught"""
+    trust_heads: int = 1
+    """advantage heads on one shared trunk, each learning TD from its own random share of the transitions
+    (bootstrapped DQN, Osband et al. 2016). With more than one, the margin loss keeps margin_weight for good
+    (margin_floor and margin_decay are not used) and is lifted decision by decision where the heads agree
+    that another node beats the teacher's choice: the mean of their gaps more than trust_z of their spread
+    above zero. TD then departs where it has resolved a departure beyond its own noise, not wherever a
+    global floor lets it. The heads' mean is served, folded into one head. 1: one head, no trust"""
+    trust_z: float = 1.0
+    """with trust_heads: how many spreads of the heads' gaps their mean must clear to lift the margin"""
+    head_share: float = 0.5
+    """with trust_heads: the chance that a head learns TD from a given transition (fixed per transition)"""
     td_weight: float = 1.0
     """weight of the TD loss (0 with demonstrations_only)"""
     demonstrations_only: bool = False
@@ -279,7 +290,8 @@ class DQNConfig(TrainConfig):
         problems = []
         for name in ("total_timesteps", "demo_worlds", "demo_decisions", "pretrain_steps", "batch_size", "buffer_size",
                      "num_envs", "n_step", "train_frequency", "target_network_frequency", "episode_decisions",
-                     "teacher_futures", "workers", "burn_in", "actors", "rollout_every", "rollout_horizon", "rollout_futures"):
+                     "teacher_futures", "workers", "burn_in", "actors", "rollout_every", "rollout_horizon", "rollout_futures",
+                     "trust_heads"):
             minimum = 0 if name in ("total_timesteps", "pretrain_steps", "burn_in", "actors", "rollout_every",
                                     "rollout_futures") else 1
             if getattr(self, name) < minimum:
@@ -315,6 +327,17 @@ class DQNConfig(TrainConfig):
                 problems.append(f"--{name.replace('_', '-')} must be >= 0")
         if not self.priority_floor > 0:
             problems.append("--priority-floor must be > 0")
+        if not self.trust_z >= 0:
+            problems.append("--trust-z must be >= 0")
+        if not 0.0 < self.head_share <= 1.0:
+            problems.append("--head-share must be within (0, 1]")
+        if self.trust_heads > 1:
+            clashes = [name for name, on in (("--bootstrap teacher", self.bootstrap == "teacher"),
+                                             ("--action-gap", self.action_gap > 0), ("--q-filter", self.q_filter))
+                       if on]
+            if clashes:
+                problems.append(f"--trust-heads does not combine with {', '.join(clashes)} (each head has its own "
+                                "double-DQN target; the trust is a per-decision Q-filter of its own)")
         if not self.rollout_confidence >= 0:
             problems.append("--rollout-confidence must be >= 0")
         elif self.rollout_confidence > 0 and self.rollout_futures < 2:
@@ -445,11 +468,14 @@ class Replay:
     for demonstrations the teacher's choices (every tied best node). A ring of `size` entries. With
     `alpha` > 0 it is prioritized (DQNConfig.prioritized): a new transition gets the highest priority
     given so far, so it is replayed at least once soon, and `reprioritize` sets the others' from their TD
-    errors."""
+    errors. With `heads` > 1, each entry says which heads learn TD from it (DQNConfig.trust_heads), drawn
+    once per entry with chance `head_share` from `seed`'s stream."""
 
     def __init__(self, size: int, slots: int, anchor: SelectorAnchor | None = None, alpha: float = 0.0,
-                 floor: float = 0.01):
+                 floor: float = 0.01, heads: int = 1, head_share: float = 1.0, seed: int = 0):
         self.size, self.pos, self.full = size, 0, False
+        self.learns = (np.random.default_rng(seed).random((size, heads)) < head_share if heads > 1
+                       else np.ones((size, 1), bool))
         self.anchor_of = anchor
         self.alpha, self.floor = alpha, floor
         self.priority = np.zeros(size)  # (|TD error| + floor)^alpha
@@ -515,7 +541,8 @@ class Replay:
                 "advantage": torch.from_numpy(self.advantage[idx, :width]),
                 "teacher": torch.from_numpy(self.teacher[idx]),
                 "anchor": torch.from_numpy(self.anchor[idx]), "next_anchor": torch.from_numpy(self.next_anchor[idx]),
-                "index": torch.from_numpy(idx), "weight": torch.from_numpy(weight.astype(np.float32))}
+                "index": torch.from_numpy(idx), "weight": torch.from_numpy(weight.astype(np.float32)),
+                "learns": torch.from_numpy(self.learns[idx])}
 
     def reprioritize(self, index: torch.Tensor, error: torch.Tensor) -> None:
         """The drawn transitions' priorities from their latest |TD error|; nothing when drawn uniformly."""
@@ -572,8 +599,12 @@ class NStep:
 
 def anchored(values: torch.Tensor, nodes: torch.Tensor, columns: torch.Tensor | None,
              anchor: SelectorAnchor | None) -> torch.Tensor:
-    """The values plus the anchor's standing term (DQNConfig.anchor); the values alone without one."""
-    return values if anchor is None else values + anchor.values(nodes, columns)
+    """The values ([B, N], or [B, N, heads]) plus the anchor's standing term (DQNConfig.anchor); the values
+    alone without one."""
+    if anchor is None:
+        return values
+    term = anchor.values(nodes, columns)
+    return values + (term.unsqueeze(-1) if values.dim() == 3 else term)
 
 
 def td_targets(q_network: NodeScorer, target_network: NodeScorer,
@@ -603,9 +634,23 @@ def td_targets(q_network: NodeScorer, target_network: NodeScorer,
     return target
 
 
+def head_td_targets(q_network: NodeScorer, target_network: NodeScorer, batch: dict[str, torch.Tensor],
+                    anchor: SelectorAnchor | None = None) -> torch.Tensor:
+    """[B, heads]: each head's n-step double-DQN target (DQNConfig.trust_heads): head k of the online network
+    picks the next node, head k of the target network values it."""
+    with torch.no_grad():
+        next_state = batch["next_nodes"], batch["next_pod"], batch["next_mask"]
+        next_anchor = batch["next_nodes"], batch.get("next_anchor"), anchor
+        target_values = anchored(values_by_extent(target_network, *next_state, heads=True), *next_anchor)
+        picked = anchored(values_by_extent(q_network, *next_state, heads=True), *next_anchor).argmax(dim=1, keepdim=True)
+        next_value = torch.nan_to_num(target_values.gather(1, picked).squeeze(1), nan=0.0, posinf=0.0, neginf=0.0)
+        return batch["ret"].unsqueeze(1) + batch["discount"].unsqueeze(1) * next_value
+
+
 def taken_values(q: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """[B]: each transition's value of the node it took."""
-    return q.gather(1, batch["action"].unsqueeze(1)).squeeze(1)
+    """Each transition's value of the node it took: [B] from [B, N] values, [B, heads] from [B, N, heads]."""
+    action = batch["action"].view(-1, 1, *[1] * (q.dim() - 2)).expand(-1, 1, *q.shape[2:])
+    return q.gather(1, action).squeeze(1)
 
 
 def target_values_here(target_network: NodeScorer, batch: dict[str, torch.Tensor],
@@ -634,6 +679,19 @@ def q_filtered(q_target: torch.Tensor, mask: torch.Tensor, expert: torch.Tensor,
     best = q_target.max(dim=1).values
     best_expert = q_target.masked_fill(~expert, float("-inf")).max(dim=1).values
     return best_expert >= best - margin
+
+
+def trusted_departures(q_heads: torch.Tensor, mask: torch.Tensor, expert: torch.Tensor, z: float) -> torch.Tensor:
+    """Per decision ([B] bool, from each head's values [B, N, heads]): whether the heads agree that a node
+    outside the teacher's choices is worth more than the best of them: each head's gap (its best other
+    node minus its best teacher's choice) has a mean more than `z` spreads (over the heads) above zero."""
+    q = q_heads.masked_fill(~mask.unsqueeze(-1), float("-inf"))
+    other = q.masked_fill(expert.unsqueeze(-1), float("-inf")).max(dim=1).values
+    taught = q.masked_fill(~expert.unsqueeze(-1), float("-inf")).max(dim=1).values
+    gap = other - taught
+    resolved = torch.isfinite(gap).all(dim=1)
+    gap = torch.where(torch.isfinite(gap), gap, torch.zeros_like(gap))
+    return resolved & (gap.mean(dim=1) - z * gap.std(dim=1) > 0)
 
 
 def margin_loss(q: torch.Tensor, mask: torch.Tensor, expert: torch.Tensor, margin: float) -> torch.Tensor:
@@ -677,6 +735,16 @@ def advantage_loss(q: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
 
 # --- training -------------------------------------------------------------------------------------
 
+def margin_pull(cfg: DQNConfig, step: int) -> float:
+    """The margin loss's weight at interaction step `step`: from margin_weight down to margin_floor over
+    margin_decay of the interaction; with trusted heads, margin_weight throughout (the trust lifts it per
+    decision)."""
+    if cfg.trust_heads > 1:
+        return cfg.margin_weight
+    return linear_schedule(cfg.margin_weight, min(cfg.margin_floor, cfg.margin_weight),
+                           int(cfg.margin_decay * cfg.total_timesteps), step)
+
+
 def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
     return max(end, start + (end - start) * t / max(duration, 1))
 
@@ -709,7 +777,8 @@ def record_demonstrations(cfg: DQNConfig, plan, teachers, progress: bool,
     rewards = [step[2] for steps in episodes for step in steps]
     labelled, departed, outside = (sum(r[k] for r in recorded) for k in (1, 2, 3))
     scale = 1.0 / max(float(np.std(rewards)), 1e-6)
-    demos = Replay(sum(map(len, episodes)), cfg.max_nodes, anchor, cfg.prioritized, cfg.priority_floor)
+    demos = Replay(sum(map(len, episodes)), cfg.max_nodes, anchor, cfg.prioritized, cfg.priority_floor,
+                   cfg.trust_heads, cfg.head_share, seed=cfg.seed)
     training_reward = TrainingReward(cfg, scale, stream=0)
     for steps, teacher in zip(episodes, teachers):
         nstep = NStep(cfg.n_step, cfg.gamma, teacher)
@@ -826,12 +895,12 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     demos, scale, demo_record = record_demonstrations(cfg, plan, teachers, cfg.progress, anchor)
     teacher_seconds = time.time() - started
 
-    actor = make_actor(cfg, init)  # the served network
+    actor = make_actor(cfg, init, cfg.trust_heads)  # the served network (its heads folded into one)
     q_network = DuelingQ(actor) if cfg.dueling else actor
     target_network = copy.deepcopy(q_network)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     gradient_steps = 0
-    losses = {name: deque(maxlen=500) for name in ("td", "margin", "advantage", "conservative")}
+    losses = {name: deque(maxlen=500) for name in ("td", "margin", "advantage", "conservative", "trusted")}
     # the ablation takes its extra steps where the full run interacts: both average the same steps
     pretrain = cfg.pretrain_steps + (interaction_steps if cfg.demonstrations_only else 0)
     average_from = cfg.pretrain_steps + int(cfg.average_start * interaction_steps)
@@ -852,8 +921,10 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         from `replay` (whose priorities, and the demonstrations', it updates when prioritized)."""
         nonlocal gradient_steps
         budget.check()
-        q = anchored(values_by_extent(q_network, batch["nodes"], batch["pod"], batch["mask"]), batch["nodes"],
-                     batch["anchor"], anchor)
+        # [B, N, heads]; q, their mean, is what is served and what the other losses read
+        q_heads = anchored(values_by_extent(q_network, batch["nodes"], batch["pod"], batch["mask"], heads=True),
+                           batch["nodes"], batch["anchor"], anchor)
+        q = q_heads.mean(dim=-1)
         # the target network's values of these states: advantage learning reads every row, the Q-filter
         # the demonstrations only, so it takes them from advantage learning's pass when there is one
         target_here = (target_values_here(target_network, batch, anchor=anchor)
@@ -862,7 +933,12 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         weight = batch["weight"]  # prioritized replay's importance weights (all 1 when drawn uniformly)
         if demo_rows and margin_weight > 0:
             mask, expert = batch["mask"][:demo_rows], batch["expert"][:demo_rows]
-            m = margin_loss(q[:demo_rows], mask, expert, cfg.margin)
+            m = torch.stack([margin_loss(q_heads[:demo_rows, :, k], mask, expert, cfg.margin)
+                             for k in range(cfg.trust_heads)], dim=1).mean(dim=1)
+            if cfg.trust_heads > 1:
+                trusted = trusted_departures(q_heads[:demo_rows].detach(), mask, expert, cfg.trust_z)
+                m = m * (~trusted).float()
+                losses["trusted"].append(float(trusted.float().mean()))
             if cfg.q_filter:
                 rated = (target_here if target_here is not None
                          else target_values_here(target_network, batch, demo_rows, anchor))
@@ -878,12 +954,19 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 losses["advantage"].append(float(a.detach()))
         if cfg.td_weight > 0:
             # the margin loss shares the online network's pass `q`: one forward and one backward, not two
-            target = td_targets(q_network, target_network, batch, cfg.bootstrap, cfg.action_gap, target_here, anchor)
-            taken = taken_values(q, batch)
-            td = F.smooth_l1_loss(taken, target, reduction="none")
+            if cfg.trust_heads > 1:  # each head on its own share of the rows
+                target = head_td_targets(q_network, target_network, batch, anchor)
+                taken = taken_values(q_heads, batch)
+                learns = batch["learns"].float()
+                td = (F.smooth_l1_loss(taken, target, reduction="none") * learns).sum(dim=1) / learns.sum(dim=1).clamp(min=1)
+                error = (taken.detach() - target).abs().mean(dim=1)
+            else:
+                target = td_targets(q_network, target_network, batch, cfg.bootstrap, cfg.action_gap, target_here, anchor)
+                taken = taken_values(q, batch)
+                td = F.smooth_l1_loss(taken, target, reduction="none")
+                error = (taken.detach() - target).abs()
             loss = loss + cfg.td_weight * (weight * td).mean()
             losses["td"].append(float(td.detach().mean()))
-            error = (taken.detach() - target).abs()
             demos.reprioritize(batch["index"][:demo_rows], error[:demo_rows])
             if replay is not None:
                 replay.reprioritize(batch["index"][demo_rows:], error[demo_rows:])
@@ -930,7 +1013,8 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     if on_ray:
         episode_returns, env_seconds = interact_on_ray(cfg, q_network, learn_from, scale, losses, log)
     elif cfg.total_timesteps > 0:
-        replay = Replay(cfg.buffer_size, cfg.max_nodes, anchor, cfg.prioritized, cfg.priority_floor)
+        replay = Replay(cfg.buffer_size, cfg.max_nodes, anchor, cfg.prioritized, cfg.priority_floor,
+                        cfg.trust_heads, cfg.head_share, seed=cfg.seed + 1)
         envs = [make_env(cfg) for _ in range(cfg.num_envs)]
         upcoming = worlds(cfg, cfg.seed + 1)
 
@@ -978,9 +1062,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 bar.update()
                 if step % cfg.train_frequency == 0 and len(replay) >= cfg.batch_size:
                     env_seconds += time.time() - t0
-                    pull = linear_schedule(cfg.margin_weight, min(cfg.margin_floor, cfg.margin_weight),
-                                           int(cfg.margin_decay * cfg.total_timesteps), step)
-                    learn_from(replay, pull)
+                    learn_from(replay, margin_pull(cfg, step))
                     t0 = time.time()
             env_seconds += time.time() - t0
             if step % 2000 < cfg.num_envs:
@@ -1017,7 +1099,8 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
 
 
 def _served_actor(q_network: torch.nn.Module, dueling: bool) -> NodeScorer:
-    return q_network.advantage if dueling else q_network
+    actor = q_network.advantage if dueling else q_network
+    return actor.folded() if actor.heads > 1 else actor
 
 
 def write_snapshots(cfg: DQNConfig, states: dict[str, dict], like: torch.nn.Module, record: dict) -> None:
@@ -1048,7 +1131,7 @@ class EnvironmentActor:
         torch.set_num_threads(1)
         self.cfg, self.training_reward = cfg, TrainingReward(cfg, scale, stream=2 + index)
         self.rng = np.random.default_rng([cfg.seed, 1 + index])
-        actor = make_actor(cfg)
+        actor = make_actor(cfg, heads=cfg.trust_heads)
         self.network = DuelingQ(actor) if cfg.dueling else actor
         self.worlds = worlds(cfg, cfg.seed + 1 + 7919 * (index + 1))
         self.envs = [make_env(cfg) for _ in range(ACTOR_ENVS)]
@@ -1130,8 +1213,8 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn_from: Call
     remote = ray.remote(num_cpus=1, max_restarts=RAY_TASK_RETRIES, max_task_retries=RAY_TASK_RETRIES)(
         EnvironmentActor)
     actors = [remote.remote(cfg, k, scale, carried_state()) for k in range(cfg.actors)]
-    replay = Replay(cfg.buffer_size, cfg.max_nodes, alpha=cfg.prioritized, floor=cfg.priority_floor)
-    decay = int(cfg.margin_decay * cfg.total_timesteps)
+    replay = Replay(cfg.buffer_size, cfg.max_nodes, alpha=cfg.prioritized, floor=cfg.priority_floor,
+                    heads=cfg.trust_heads, head_share=cfg.head_share, seed=cfg.seed + 1)
 
     def epsilon(step: int) -> float:
         return linear_schedule(cfg.start_e, cfg.end_e, int(cfg.exploration_fraction * cfg.total_timesteps), step)
@@ -1171,8 +1254,7 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn_from: Call
             running[actor.play.remote(current, epsilon(step), ACTOR_STEPS)] = actor
             submitted += ACTOR_STEPS
         while learned < step // cfg.train_frequency and len(replay) >= cfg.batch_size:
-            pull = linear_schedule(cfg.margin_weight, min(cfg.margin_floor, cfg.margin_weight), decay, step)
-            learn_from(replay, pull)
+            learn_from(replay, margin_pull(cfg, step))
             learned += 1
         bar.set_postfix(margin=f"{np.mean(losses['margin'] or [0]):.3f}", td=f"{np.mean(losses['td'] or [0]):.3f}",
                         ret=f"{np.mean(episode_returns[-10:]) if episode_returns else 0:.1f}", refresh=False)

@@ -60,25 +60,42 @@ class NodeScorer(nn.Module):
 
     def __init__(self, hidden: tuple[int, ...] = (64, 64),
                  node_features: int = NUM_NODE_FEATURES, pod_features: int = NUM_POD_FEATURES,
-                 candidates: str = "all"):
+                 candidates: str = "all", heads: int = 1):
         super().__init__()
         if candidates not in CANDIDATE_SETS:
             raise ValueError(f"unknown candidates {candidates!r}: expected one of {', '.join(CANDIDATE_SETS)}")
+        if heads < 1:
+            raise ValueError(f"a NodeScorer needs at least one head, not {heads}")
         self.candidates = candidates
         self.hidden = tuple(hidden)
+        self.heads = heads
         self.node_features, self.pod_features = node_features, pod_features
-        sizes = (node_features + pod_features, *self.hidden, 1)
+        sizes = (node_features + pod_features, *self.hidden, heads)
         self.layers = nn.ModuleList(EquivariantLayer(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
 
     def forward(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """nodes [B, N, F], pod [B, P], mask [B, N] bool -> [B, N], -inf where mask is False."""
+        """nodes [B, N, F], pod [B, P], mask [B, N] bool -> [B, N], -inf where mask is False (with several
+        heads, their mean: what the folded network serves)."""
+        return self.head_values(nodes, pod, mask).mean(dim=-1)
+
+    def head_values(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """[B, N, heads]: each head's values, -inf where mask is False."""
         x = _inputs(nodes, pod)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask)
             if i < len(self.layers) - 1:
                 x = torch.relu(x)
         ranked = best_latency_tier(nodes, mask) if self.candidates == "best-latency-tier" else mask
-        return x.squeeze(-1).masked_fill(~ranked, float("-inf"))
+        return x.masked_fill(~ranked.unsqueeze(-1), float("-inf"))
+
+    def folded(self) -> NodeScorer:
+        """One head whose values are the mean of this network's heads, exactly: the last layer is linear, so
+        the mean of its heads is the layer whose weights are their mean. The served model has one head."""
+        one = NodeScorer(self.hidden, self.node_features, self.pod_features, self.candidates)
+        state = {k: v.mean(dim=0, keepdim=True) if k.startswith(f"layers.{len(self.layers) - 1}.") else v
+                 for k, v in self.state_dict().items()}
+        one.load_state_dict(state)
+        return one
 
     def blind_to(self, columns: list[int]) -> None:
         """Hold the first layer's weights on these input columns at zero, for good: the network
@@ -168,20 +185,25 @@ class DuelingQ(nn.Module):
 
     def forward(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """nodes [B, N, F], pod [B, P], mask [B, N] bool -> [B, N], -inf where the advantage is (off the
-        mask, or outside the nodes it ranks); the mean is over the nodes it ranks."""
-        a = self.advantage(nodes, pod, mask)
+        mask, or outside the nodes it ranks); the mean is over the nodes it ranks (and over the heads)."""
+        return self.head_values(nodes, pod, mask).mean(dim=-1)
+
+    def head_values(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """[B, N, heads]: each advantage head centred on its own mean, plus the one shared state value."""
+        a = self.advantage.head_values(nodes, pod, mask)
         ranked = torch.isfinite(a)
         finite = torch.where(ranked, a, torch.zeros_like(a))
         mean = finite.sum(dim=1, keepdim=True) / ranked.sum(dim=1, keepdim=True).clamp(min=1)
-        return a - mean + self.value(nodes, pod, mask).unsqueeze(1)
+        return a - mean + self.value(nodes, pod, mask)[:, None, None]
 
 
 def values_by_extent(network: nn.Module, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor,
-                     groups: int = 3) -> torch.Tensor:
+                     groups: int = 3, heads: bool = False) -> torch.Tensor:
     """`network(nodes, pod, mask)` ([B, N] values, -inf off the mask) computed on `groups` groups of rows of
     similar extent (last candidate slot), each cut to its own widest: a replay batch mixes clusters of
     2 to 48 nodes padded to the largest, and the padding is most of a forward pass's cost. Each row's
-    values depend on that row alone, so the result is the whole batch's (up to float rounding)."""
+    values depend on that row alone, so the result is the whole batch's (up to float rounding). With
+    `heads`, `network.head_values` ([B, N, heads])."""
     slots = mask.shape[1]
     extent = (mask * torch.arange(1, slots + 1)).amax(dim=1)
     order = torch.argsort(extent, stable=True)
@@ -189,6 +211,8 @@ def values_by_extent(network: nn.Module, nodes: torch.Tensor, pod: torch.Tensor,
     for rows in torch.tensor_split(order, groups):
         if len(rows):
             width = max(int(extent[rows].max()), 1)
-            values = network(nodes[rows, :width], pod[rows], mask[rows, :width])
-            parts.append(F.pad(values, (0, slots - width), value=float("-inf")))
+            forward = network.head_values if heads else network
+            values = forward(nodes[rows, :width], pod[rows], mask[rows, :width])
+            pad = (0, 0, 0, slots - width) if heads else (0, slots - width)
+            parts.append(F.pad(values, pad, value=float("-inf")))
     return torch.cat(parts)[torch.argsort(order)]
