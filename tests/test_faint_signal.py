@@ -57,7 +57,7 @@ def test_one_step_over_the_teacher_on_futures_drawn_afresh_finds_the_room_in_the
 @pytest.mark.parametrize("argv", [["--cells", "0.5:0,1:0"], ["--cells", "0.5:-1"], ["--cells", "0.5:x"],
                                   ["--steps", "0"], ["--eval-seeds", "1"], ["--seeds", "one"],
                                   ["--prioritized", "0,2"], ["--prioritized", "x"], ["--margin-floors", "-1"],
-                                  ["--rollout-futures", "-1"], ["--trust-heads", "0"], ["--trust-heads", "two"]])
+                                  ["--rollout-futures", "-1"], ["--trust-heads", "1"], ["--trust-heads", "two"]])
 def test_the_command_refuses_a_bad_grid_before_training(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)

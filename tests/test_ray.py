@@ -123,8 +123,8 @@ def test_the_gate_judges_a_cluster_profile_on_ray_as_on_this_machine(cluster, tm
 
 
 def test_fine_tuning_on_a_profile_plays_on_ray_actors(cluster, tmp_path):
-    """With trusted heads: every head starts from the shipped model, the actors play the heads' mean,
-    and the served model has one head again."""
+    """With two critics (--trust-heads): the actors play the served network and the critics, whose
+    weights go with it, and the model written is the served network."""
     run = rlscore("agent.learn.train", "--policy", "LB", "--profile", str(PROFILE), "--init",
                   str(ROOT / "models" / "lb.safetensors"), "--total-timesteps", "256", "--demo-worlds", "2",
                   "--demo-decisions", "16", "--pretrain-steps", "5", "--batch-size", "16", "--burn-in", "10",

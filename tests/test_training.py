@@ -13,8 +13,8 @@ from agent.learn.dqn import (CONSERVATIVE_ROWS, DQNConfig, TrainingReward, advan
                              conservative_rows, head_td_targets, margin_loss, taken_values, td_targets, teacher_column,
                              teacher_value, train, trusted_departures)
 from agent.learn.faint_signal import registered, tiny_config, tiny_scarce_near
-from agent.learn.model_io import save_model, torch_network
-from agent.learn.network import NodeScorer
+from agent.learn.model_io import save_model
+from agent.learn.network import Critics, NodeScorer
 from agent.learn.train import main as train_main
 from agent.sim import families
 from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES, NUM_STATE_FEATURES, RULE_FEATURES, latency_tier_of
@@ -235,20 +235,19 @@ def test_a_prioritized_run_reprioritizes_both_buffers_from_its_td_errors(tiny_fa
     assert {size for size, _, _ in calls} == {32, 5000}
 
 
-def _heads(values: list[list[float]]) -> NodeScorer:
-    """A network of len(values[0]) heads whose values on any node are each head's constant."""
-    network = NodeScorer((4,), heads=len(values[0]))
+def _critics(values: list[float], prior_scale: float = 0.0) -> Critics:
+    """Critics whose trained heads' values on any node are each head's constant."""
+    critics = Critics(len(values), (4,), prior_scale=prior_scale)
     with torch.no_grad():
-        for p in network.parameters():
+        for p in critics.trained.parameters():
             p.zero_()
-        network.layers[-1].Lambda.bias.copy_(torch.tensor(values[0]))
-    return network
+        critics.trained.layers[-1].Lambda.bias.copy_(torch.tensor(values))
+    return critics
 
 
-def test_each_heads_td_target_is_its_own_double_dqn_target():
-    """Head k of the online network picks the next node, head k of the target network values it; the
-    served mean of the heads is what a one-head network of their mean weights gives."""
-    online, target = _heads([[2.0, -1.0, 0.5]]), _heads([[5.0, 1.0, -3.0]])
+def test_each_critics_td_target_is_its_own_double_dqn_target():
+    """Head k of the online critics picks the next node, head k of the target critics values it."""
+    online, target = _critics([2.0, -1.0, 0.5]), _critics([5.0, 1.0, -3.0])
     n = 3
     batch = {"next_nodes": torch.rand(2, n, NUM_NODE_FEATURES), "next_pod": torch.rand(2, NUM_POD_FEATURES),
              "next_mask": torch.tensor([[True, True, True], [True, False, False]]),
@@ -256,14 +255,21 @@ def test_each_heads_td_target_is_its_own_double_dqn_target():
     # 1 + 0.5 x (5, 1, -3); the terminal row is its return in every head
     np.testing.assert_allclose(head_td_targets(online, target, batch).numpy(),
                                [[3.5, 1.5, -0.5], [-0.5, -0.5, -0.5]], atol=1e-6)
-    nodes, pod, mask = batch["next_nodes"], batch["next_pod"], batch["next_mask"]
-    heads = online.head_values(nodes, pod, mask)
+    heads = online.head_values(batch["next_nodes"], batch["next_pod"], batch["next_mask"])
     batch["action"] = torch.tensor([2, 0])
     np.testing.assert_allclose(taken_values(heads, batch).detach().numpy(), [[2.0, -1.0, 0.5]] * 2, atol=1e-6)
-    served = online.folded()
-    assert served.heads == 1
-    torch.testing.assert_close(served(nodes, pod, mask), online(nodes, pod, mask))
-    torch.testing.assert_close(online(nodes, pod, mask)[0], torch.full((n,), 0.5))
+
+
+def test_each_critic_adds_a_fixed_random_prior_that_keeps_the_heads_apart_where_nothing_was_learned():
+    nodes, pod, mask = torch.rand(2, 5, NUM_NODE_FEATURES), torch.rand(2, NUM_POD_FEATURES), torch.ones(2, 5, dtype=torch.bool)
+    bare, with_prior = _critics([1.0] * 4), _critics([1.0] * 4, prior_scale=2.0)
+    assert torch.all(bare.head_values(nodes, pod, mask) == 1.0)
+    prior = with_prior.head_values(nodes, pod, mask) - 1.0
+    torch.testing.assert_close(prior, 2.0 * with_prior.prior.head_values(nodes, pod, mask))
+    assert prior.std(dim=-1).min() > 0  # the heads disagree on every node
+    assert not any(p.requires_grad for p in with_prior.prior.parameters())
+    mask[1, 3:] = False
+    assert torch.isneginf(with_prior.head_values(nodes, pod, mask)[1, 3:]).all()
 
 
 @pytest.mark.parametrize("heads, valid, expert, z, trusted", [
@@ -281,31 +287,33 @@ def test_the_margin_is_lifted_only_where_the_heads_agree_another_node_beats_the_
     assert bool(trusted_departures(q, torch.tensor([valid]), torch.tensor([expert]), z)[0]) is trusted
 
 
-def test_each_replayed_transition_teaches_a_fixed_random_share_of_the_heads():
-    replay = dqn.Replay(2000, 1, heads=4, head_share=0.25, seed=3)
+def test_each_replayed_transition_teaches_a_fixed_random_share_of_the_critics():
+    replay = dqn.Replay(2000, 1, critics=4, head_share=0.25, seed=3)
     for i in range(2000):
         replay.add(ONE_NODE, 0, float(i), 0.9, ONE_NODE)
     assert abs(replay.learns.mean() - 0.25) < 0.02
     rng = np.random.default_rng(0)
     drawn = replay.sample(64, rng)
     assert torch.equal(drawn["learns"], torch.from_numpy(replay.learns[drawn["index"].numpy()]))
-    assert _replay(4, alpha=0.0).sample(8, rng)["learns"].all()  # one head learns from every transition
+    assert _replay(4, alpha=0.0).sample(8, rng)["learns"].shape == (8, 0)  # no critics
 
 
-def test_a_run_with_trusted_heads_serves_one_head_and_records_how_often_the_margin_was_lifted(tiny_family, tmp_path):
+def test_a_run_with_critics_records_how_often_they_lifted_the_margin_and_writes_the_served_network(tiny_family,
+                                                                                                   tmp_path):
     short = {"total_timesteps": 256, "pretrain_steps": 8, "demo_worlds": 1, "demo_decisions": 32}
     net, record = train(tiny_config(tiny_family, trust_heads=3, **short))
-    assert net.heads == 1 and net.layers[-1].Lambda.out_features == 1
+    assert isinstance(net, NodeScorer) and net.heads == 1
     final = record["training"]["final_losses"]
     assert record["training"]["hyperparameters"]["trust_heads"] == 3
-    assert np.isfinite(final["td"]) and 0.0 <= final["trusted"] <= 1.0, final
+    assert np.isfinite(final["td"]) and np.isfinite(final["critics"]) and 0.0 <= final["trusted"] <= 1.0, final
     assert dqn.margin_pull(DQNConfig(policy="EL", trust_heads=3), 10_000) == DQNConfig.margin_weight
     assert dqn.margin_pull(DQNConfig(policy="EL"), 10_000) == DQNConfig.margin_floor
-    # the served network loads back as any model does, and fine-tuning starts every head from it
-    served = torch_network(load_model(save_model(tmp_path / "trust.safetensors", net, "EL", {})))
-    again = dqn.make_actor(tiny_config(tiny_family, trust_heads=3), served, heads=3)
-    nodes, pod, mask = torch.rand(2, 3, NUM_NODE_FEATURES), torch.rand(2, NUM_POD_FEATURES), torch.ones(2, 3, dtype=torch.bool)
-    torch.testing.assert_close(again.head_values(nodes, pod, mask), served(nodes, pod, mask).unsqueeze(-1).expand(-1, -1, 3))
+    assert load_model(save_model(tmp_path / "trust.safetensors", net, "EL", {})) is not None
+    # who plays: the served network's values, or a critic's for the environments it plays
+    critics = _critics([7.0, 9.0])
+    nodes, pod, mask = torch.rand(3, 2, NUM_NODE_FEATURES), torch.rand(3, NUM_POD_FEATURES), torch.ones(3, 2, dtype=torch.bool)
+    played = dqn.played_values(torch.zeros(3, 2), critics, nodes, pod, mask, np.array([0, 2, 1]))
+    np.testing.assert_allclose(played.detach().numpy(), [[0.0, 0.0], [9.0, 9.0], [7.0, 7.0]])
 
 
 @pytest.mark.parametrize("values, valid, expert, margin, kept", [
@@ -624,11 +632,12 @@ def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
     (["--priority-beta", "-0.1"], "--priority-beta must be within 0..1"),
     (["--priority-floor", "0"], "--priority-floor must be > 0"),
     (["--margin-floor", "-1"], "--margin-floor must be >= 0"),
-    (["--trust-heads", "0"], "--trust-heads must be >= 1"),
+    (["--trust-heads", "1"], "--trust-heads must be 0 (none) or at least 2"),
+    (["--trust-heads", "-2"], "--trust-heads must be 0 (none) or at least 2"),
     (["--trust-z", "-1"], "--trust-z must be >= 0"),
     (["--head-share", "0"], "--head-share must be within (0, 1]"),
-    (["--trust-heads", "4", "--bootstrap", "teacher", "--action-gap", "0.5"],
-     "--trust-heads does not combine with --bootstrap teacher, --action-gap"),
+    (["--prior-scale", "-1"], "--prior-scale must be >= 0"),
+    (["--trust-heads", "4", "--q-filter"], "--trust-heads does not combine with --q-filter"),
 ])
 def test_rlscore_train_refuses_bad_options_by_name(tmp_path, capsys, extra, message):
     assert train_main(["--policy", "EE", "--out", str(tmp_path), *TINY, *extra]) == 2

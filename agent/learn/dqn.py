@@ -49,7 +49,7 @@ from agent.learn.common import (TrainConfig, TrainingLog, git_commit, make_actor
                                 training_record)
 from agent.learn.env import MAX_EPISODE_DECISIONS, SchedulingEnv
 from agent.learn.model_io import save_model
-from agent.learn.network import DuelingQ, NodeScorer, values_by_extent
+from agent.learn.network import Critics, DuelingQ, NodeScorer, values_by_extent
 from agent.learn.teachers import mixed_world_teacher, teacher_for, teacher_targets
 from agent.learn.threads import ThreadBudget
 from agent.parallel import (RAY_TASK_RETRIES, ClusterLost, carried_state, connect_ray, ray_address, restore_carried,
@@ -200,17 +200,22 @@ class DQNConfig(TrainConfig):
     """apply the margin loss only on decisions where the target network does not rate another node above
     the teacher's choice by more than the margin (Nair et al. 2018's Q-filter): a teacher's mistake,
     once TD has found it, stops being taught"""
-    trust_heads: int = 1
-    """advantage heads on one shared trunk, each learning TD from its own random share of the transitions
-    (bootstrapped DQN, Osband et al. 2016). With more than one, the margin loss keeps margin_weight for good
-    (margin_floor and margin_decay are not used) and is lifted decision by decision where the heads agree
-    that another node beats the teacher's choice: the mean of their gaps more than trust_z of their spread
-    above zero. TD then departs where it has resolved a departure beyond its own noise, not wherever a
-    global floor lets it. The heads' mean is served, folded into one head. 1: one head, no trust"""
+    trust_heads: int = 0
+    """critics: Q-value heads on a trunk of their own (agent.learn.network.Critics) that learn TD alone, no
+    margin loss, each from its own random share of the transitions and each with a fixed random prior
+    (bootstrapped DQN with randomized priors, Osband et al. 2016 and 2018); each plays its share of the
+    interaction episodes, as the served network does. With them the served network's margin loss keeps
+    margin_weight for good (margin_floor and margin_decay are not used) and is lifted decision by decision
+    where the critics agree that a node outside the teacher's choices is worth more: the mean of their
+    gaps more than trust_z of their spread above zero. TD then moves the served network where it has
+    resolved a departure beyond its own noise, not wherever a global floor lets it. The critics are not
+    written. 0: none; else at least 2 (their spread is the noise)"""
     trust_z: float = 1.0
-    """with trust_heads: how many spreads of the heads' gaps their mean must clear to lift the margin"""
+    """with trust_heads: how many spreads of the critics' gaps their mean must clear to lift the margin"""
     head_share: float = 0.5
-    """with trust_heads: the chance that a head learns TD from a given transition (fixed per transition)"""
+    """with trust_heads: the chance that a critic learns TD from a given transition (fixed per transition)"""
+    prior_scale: float = 1.0
+    """with trust_heads: the weight of each critic's random prior (normalized reward units); 0: none"""
     td_weight: float = 1.0
     """weight of the TD loss (0 with demonstrations_only)"""
     demonstrations_only: bool = False
@@ -290,8 +295,7 @@ class DQNConfig(TrainConfig):
         problems = []
         for name in ("total_timesteps", "demo_worlds", "demo_decisions", "pretrain_steps", "batch_size", "buffer_size",
                      "num_envs", "n_step", "train_frequency", "target_network_frequency", "episode_decisions",
-                     "teacher_futures", "workers", "burn_in", "actors", "rollout_every", "rollout_horizon", "rollout_futures",
-                     "trust_heads"):
+                     "teacher_futures", "workers", "burn_in", "actors", "rollout_every", "rollout_horizon", "rollout_futures"):
             minimum = 0 if name in ("total_timesteps", "pretrain_steps", "burn_in", "actors", "rollout_every",
                                     "rollout_futures") else 1
             if getattr(self, name) < minimum:
@@ -329,15 +333,15 @@ class DQNConfig(TrainConfig):
             problems.append("--priority-floor must be > 0")
         if not self.trust_z >= 0:
             problems.append("--trust-z must be >= 0")
+        if not self.prior_scale >= 0:
+            problems.append("--prior-scale must be >= 0")
         if not 0.0 < self.head_share <= 1.0:
             problems.append("--head-share must be within (0, 1]")
-        if self.trust_heads > 1:
-            clashes = [name for name, on in (("--bootstrap teacher", self.bootstrap == "teacher"),
-                                             ("--action-gap", self.action_gap > 0), ("--q-filter", self.q_filter))
-                       if on]
-            if clashes:
-                problems.append(f"--trust-heads does not combine with {', '.join(clashes)} (each head has its own "
-                                "double-DQN target; the trust is a per-decision Q-filter of its own)")
+        if self.trust_heads == 1 or self.trust_heads < 0:
+            problems.append("--trust-heads must be 0 (none) or at least 2 (their spread is the noise)")
+        elif self.trust_heads and self.q_filter:
+            problems.append("--trust-heads does not combine with --q-filter (the trust is a per-decision filter of "
+                            "the margin loss of its own)")
         if not self.rollout_confidence >= 0:
             problems.append("--rollout-confidence must be >= 0")
         elif self.rollout_confidence > 0 and self.rollout_futures < 2:
@@ -468,14 +472,13 @@ class Replay:
     for demonstrations the teacher's choices (every tied best node). A ring of `size` entries. With
     `alpha` > 0 it is prioritized (DQNConfig.prioritized): a new transition gets the highest priority
     given so far, so it is replayed at least once soon, and `reprioritize` sets the others' from their TD
-    errors. With `heads` > 1, each entry says which heads learn TD from it (DQNConfig.trust_heads), drawn
-    once per entry with chance `head_share` from `seed`'s stream."""
+    errors. With `critics`, each entry says which critic heads learn TD from it (DQNConfig.trust_heads),
+    drawn once per entry with chance `head_share` from `seed`'s stream."""
 
     def __init__(self, size: int, slots: int, anchor: SelectorAnchor | None = None, alpha: float = 0.0,
-                 floor: float = 0.01, heads: int = 1, head_share: float = 1.0, seed: int = 0):
+                 floor: float = 0.01, critics: int = 0, head_share: float = 1.0, seed: int = 0):
         self.size, self.pos, self.full = size, 0, False
-        self.learns = (np.random.default_rng(seed).random((size, heads)) < head_share if heads > 1
-                       else np.ones((size, 1), bool))
+        self.learns = np.random.default_rng(seed).random((size, critics)) < head_share
         self.anchor_of = anchor
         self.alpha, self.floor = alpha, floor
         self.priority = np.zeros(size)  # (|TD error| + floor)^alpha
@@ -634,15 +637,13 @@ def td_targets(q_network: NodeScorer, target_network: NodeScorer,
     return target
 
 
-def head_td_targets(q_network: NodeScorer, target_network: NodeScorer, batch: dict[str, torch.Tensor],
-                    anchor: SelectorAnchor | None = None) -> torch.Tensor:
-    """[B, heads]: each head's n-step double-DQN target (DQNConfig.trust_heads): head k of the online network
-    picks the next node, head k of the target network values it."""
+def head_td_targets(online: Critics, target: Critics, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """[B, heads]: each head's n-step double-DQN target (the critics of DQNConfig.trust_heads): head k of the
+    online critics picks the next node, head k of the target critics values it."""
     with torch.no_grad():
         next_state = batch["next_nodes"], batch["next_pod"], batch["next_mask"]
-        next_anchor = batch["next_nodes"], batch.get("next_anchor"), anchor
-        target_values = anchored(values_by_extent(target_network, *next_state, heads=True), *next_anchor)
-        picked = anchored(values_by_extent(q_network, *next_state, heads=True), *next_anchor).argmax(dim=1, keepdim=True)
+        target_values = values_by_extent(target, *next_state, heads=True)
+        picked = values_by_extent(online, *next_state, heads=True).argmax(dim=1, keepdim=True)
         next_value = torch.nan_to_num(target_values.gather(1, picked).squeeze(1), nan=0.0, posinf=0.0, neginf=0.0)
         return batch["ret"].unsqueeze(1) + batch["discount"].unsqueeze(1) * next_value
 
@@ -737,12 +738,31 @@ def advantage_loss(q: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
 
 def margin_pull(cfg: DQNConfig, step: int) -> float:
     """The margin loss's weight at interaction step `step`: from margin_weight down to margin_floor over
-    margin_decay of the interaction; with trusted heads, margin_weight throughout (the trust lifts it per
-    decision)."""
-    if cfg.trust_heads > 1:
+    margin_decay of the interaction; with critics (trust_heads), margin_weight throughout (their trust
+    lifts it per decision)."""
+    if cfg.trust_heads:
         return cfg.margin_weight
     return linear_schedule(cfg.margin_weight, min(cfg.margin_floor, cfg.margin_weight),
                            int(cfg.margin_decay * cfg.total_timesteps), step)
+
+
+def acting_head(cfg: DQNConfig, rng: np.random.Generator) -> int:
+    """Who plays an interaction episode: the served network (0), or with critics (trust_heads) any critic
+    k (k = 1..) as likely, as bootstrapped DQN's episodes are (Osband et al. 2016). A critic that plays its
+    own departures sees where they lead; one that only watched the served network follow its teacher would
+    value them off the states that network visits."""
+    return int(rng.integers(0, 1 + cfg.trust_heads)) if cfg.trust_heads else 0
+
+
+def played_values(values: torch.Tensor, critics: Critics | None, nodes: torch.Tensor, pod: torch.Tensor,
+                  mask: torch.Tensor, acting: np.ndarray) -> torch.Tensor:
+    """[E, N]: each environment's values under whoever plays its episode (acting_head): the served
+    network's `values`, or critic k's."""
+    if critics is None or not acting.any():
+        return values
+    pick = torch.from_numpy(acting)
+    by_critic = critics.head_values(nodes, pod, mask)[torch.arange(len(pick)), :, (pick - 1).clamp(min=0)]
+    return torch.where((pick > 0).unsqueeze(1), by_critic, values)
 
 
 def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
@@ -895,12 +915,16 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     demos, scale, demo_record = record_demonstrations(cfg, plan, teachers, cfg.progress, anchor)
     teacher_seconds = time.time() - started
 
-    actor = make_actor(cfg, init, cfg.trust_heads)  # the served network (its heads folded into one)
+    actor = make_actor(cfg, init)  # the served network
     q_network = DuelingQ(actor) if cfg.dueling else actor
     target_network = copy.deepcopy(q_network)
-    optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    critics = make_critics(cfg)
+    target_critics = copy.deepcopy(critics)
+    trained = [*q_network.parameters(), *(critics.trained.parameters() if critics is not None else ())]
+    optimizer = torch.optim.Adam(trained, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     gradient_steps = 0
-    losses = {name: deque(maxlen=500) for name in ("td", "margin", "advantage", "conservative", "trusted")}
+    losses = {name: deque(maxlen=500) for name in ("td", "margin", "advantage", "conservative", "critics",
+                                                          "trusted")}
     # the ablation takes its extra steps where the full run interacts: both average the same steps
     pretrain = cfg.pretrain_steps + (interaction_steps if cfg.demonstrations_only else 0)
     average_from = cfg.pretrain_steps + int(cfg.average_start * interaction_steps)
@@ -921,10 +945,10 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         from `replay` (whose priorities, and the demonstrations', it updates when prioritized)."""
         nonlocal gradient_steps
         budget.check()
-        # [B, N, heads]; q, their mean, is what is served and what the other losses read
-        q_heads = anchored(values_by_extent(q_network, batch["nodes"], batch["pod"], batch["mask"], heads=True),
-                           batch["nodes"], batch["anchor"], anchor)
-        q = q_heads.mean(dim=-1)
+        q = anchored(values_by_extent(q_network, batch["nodes"], batch["pod"], batch["mask"]), batch["nodes"],
+                     batch["anchor"], anchor)
+        judged = (values_by_extent(critics, batch["nodes"], batch["pod"], batch["mask"], heads=True)
+                  if critics is not None else None)  # [B, N, critics]
         # the target network's values of these states: advantage learning reads every row, the Q-filter
         # the demonstrations only, so it takes them from advantage learning's pass when there is one
         target_here = (target_values_here(target_network, batch, anchor=anchor)
@@ -933,10 +957,9 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         weight = batch["weight"]  # prioritized replay's importance weights (all 1 when drawn uniformly)
         if demo_rows and margin_weight > 0:
             mask, expert = batch["mask"][:demo_rows], batch["expert"][:demo_rows]
-            m = torch.stack([margin_loss(q_heads[:demo_rows, :, k], mask, expert, cfg.margin)
-                             for k in range(cfg.trust_heads)], dim=1).mean(dim=1)
-            if cfg.trust_heads > 1:
-                trusted = trusted_departures(q_heads[:demo_rows].detach(), mask, expert, cfg.trust_z)
+            m = margin_loss(q[:demo_rows], mask, expert, cfg.margin)
+            if judged is not None:
+                trusted = trusted_departures(judged[:demo_rows].detach(), mask, expert, cfg.trust_z)
                 m = m * (~trusted).float()
                 losses["trusted"].append(float(trusted.float().mean()))
             if cfg.q_filter:
@@ -954,19 +977,19 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
                 losses["advantage"].append(float(a.detach()))
         if cfg.td_weight > 0:
             # the margin loss shares the online network's pass `q`: one forward and one backward, not two
-            if cfg.trust_heads > 1:  # each head on its own share of the rows
-                target = head_td_targets(q_network, target_network, batch, anchor)
-                taken = taken_values(q_heads, batch)
-                learns = batch["learns"].float()
-                td = (F.smooth_l1_loss(taken, target, reduction="none") * learns).sum(dim=1) / learns.sum(dim=1).clamp(min=1)
-                error = (taken.detach() - target).abs().mean(dim=1)
-            else:
-                target = td_targets(q_network, target_network, batch, cfg.bootstrap, cfg.action_gap, target_here, anchor)
-                taken = taken_values(q, batch)
-                td = F.smooth_l1_loss(taken, target, reduction="none")
-                error = (taken.detach() - target).abs()
+            target = td_targets(q_network, target_network, batch, cfg.bootstrap, cfg.action_gap, target_here, anchor)
+            taken = taken_values(q, batch)
+            td = F.smooth_l1_loss(taken, target, reduction="none")
+            error = (taken.detach() - target).abs()
             loss = loss + cfg.td_weight * (weight * td).mean()
             losses["td"].append(float(td.detach().mean()))
+            if judged is not None:  # each critic on its own share of the rows
+                learns = batch["learns"].float()
+                critic_td = F.smooth_l1_loss(taken_values(judged, batch), head_td_targets(critics, target_critics, batch),
+                                             reduction="none")
+                critic_td = (critic_td * learns).sum(dim=1) / learns.sum(dim=1).clamp(min=1)
+                loss = loss + cfg.td_weight * (weight * critic_td).mean()
+                losses["critics"].append(float(critic_td.detach().mean()))
             demos.reprioritize(batch["index"][:demo_rows], error[:demo_rows])
             if replay is not None:
                 replay.reprioritize(batch["index"][demo_rows:], error[demo_rows:])
@@ -978,11 +1001,15 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(q_network.parameters(), cfg.max_grad_norm)
+        if critics is not None:
+            torch.nn.utils.clip_grad_norm_(critics.trained.parameters(), cfg.max_grad_norm)
         optimizer.step()
         gradient_steps += 1
         log.gradient_step(gradient_steps, losses, margin_weight)
         if gradient_steps % cfg.target_network_frequency == 0:
             target_network.load_state_dict(q_network.state_dict())
+            if critics is not None:
+                target_critics.load_state_dict(critics.state_dict())
         if averaging:
             ema.update_parameters(q_network)
             if gradient_steps > average_from:
@@ -1011,7 +1038,7 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     env_seconds = 0.0
     on_ray = cfg.total_timesteps > 0 and cfg.actors > 0 and ray_address() is not None
     if on_ray:
-        episode_returns, env_seconds = interact_on_ray(cfg, q_network, learn_from, scale, losses, log)
+        episode_returns, env_seconds = interact_on_ray(cfg, q_network, critics, learn_from, scale, losses, log)
     elif cfg.total_timesteps > 0:
         replay = Replay(cfg.buffer_size, cfg.max_nodes, anchor, cfg.prioritized, cfg.priority_floor,
                         cfg.trust_heads, cfg.head_share, seed=cfg.seed + 1)
@@ -1019,10 +1046,12 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
         upcoming = worlds(cfg, cfg.seed + 1)
 
         teacher_of = [""] * len(envs)
+        acting = np.zeros(len(envs), dtype=int)  # the head each environment's episode is played by
 
         def begin(i: int) -> dict:
             world = next(upcoming)
             teacher_of[i] = burn_in_teacher(cfg, world)
+            acting[i] = acting_head(cfg, rng)
             return warm_start(envs[i], world, teacher_of[i], cfg.burn_in, rng)
 
         obs = [begin(i) for i in range(len(envs))]
@@ -1037,10 +1066,12 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
             epsilon = linear_schedule(cfg.start_e, cfg.end_e, int(cfg.exploration_fraction * cfg.total_timesteps), step)
             stacked = {k: torch.from_numpy(np.stack([o[k] for o in obs])) for k in ("nodes", "pod", "action_mask")}
             with torch.no_grad():
-                values = q_network(stacked["nodes"], stacked["pod"], stacked["action_mask"].bool())
+                state = stacked["nodes"], stacked["pod"], stacked["action_mask"].bool()
+                values = q_network(*state)
                 if anchor is not None:
                     columns = torch.tensor([anchor.column(o) for o in obs])
                     values = anchored(values, stacked["nodes"], columns, anchor)
+                values = played_values(values, critics, *state, acting)
                 greedy = values.argmax(dim=1).numpy()
             t0 = time.time()
             for i, env in enumerate(envs):
@@ -1098,9 +1129,15 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     return actor.eval(), record
 
 
+def make_critics(cfg: DQNConfig) -> Critics | None:
+    """DQNConfig.trust_heads' critics (None without them), the served network's shape and candidates."""
+    if not cfg.trust_heads:
+        return None
+    return Critics(cfg.trust_heads, cfg.hidden, cfg.candidates or "all", cfg.prior_scale)
+
+
 def _served_actor(q_network: torch.nn.Module, dueling: bool) -> NodeScorer:
-    actor = q_network.advantage if dueling else q_network
-    return actor.folded() if actor.heads > 1 else actor
+    return q_network.advantage if dueling else q_network
 
 
 def write_snapshots(cfg: DQNConfig, states: dict[str, dict], like: torch.nn.Module, record: dict) -> None:
@@ -1131,11 +1168,13 @@ class EnvironmentActor:
         torch.set_num_threads(1)
         self.cfg, self.training_reward = cfg, TrainingReward(cfg, scale, stream=2 + index)
         self.rng = np.random.default_rng([cfg.seed, 1 + index])
-        actor = make_actor(cfg, heads=cfg.trust_heads)
+        actor = make_actor(cfg)
         self.network = DuelingQ(actor) if cfg.dueling else actor
+        self.critics = make_critics(cfg)
         self.worlds = worlds(cfg, cfg.seed + 1 + 7919 * (index + 1))
         self.envs = [make_env(cfg) for _ in range(ACTOR_ENVS)]
         self.teachers = [""] * ACTOR_ENVS
+        self.acting = np.zeros(ACTOR_ENVS, dtype=int)
         self.obs = [self._begin(i) for i in range(ACTOR_ENVS)]
         self.nsteps = [NStep(cfg.n_step, cfg.gamma, self.teachers[i]) for i in range(ACTOR_ENVS)]
         self.played = np.zeros(len(self.envs), dtype=int)
@@ -1144,17 +1183,20 @@ class EnvironmentActor:
     def _begin(self, i: int) -> dict:
         world = next(self.worlds)
         self.teachers[i] = burn_in_teacher(self.cfg, world)
+        self.acting[i] = acting_head(self.cfg, self.rng)
         return warm_start(self.envs[i], world, self.teachers[i], self.cfg.burn_in, self.rng)
 
     def play(self, weights: dict, epsilon: float, steps: int) -> tuple[list, list[float], float]:
         cfg, started = self.cfg, time.time()
-        self.network.load_state_dict(weights)
+        self.network.load_state_dict(weights["network"])
+        if self.critics is not None:
+            self.critics.load_state_dict(weights["critics"])
         out, finished = _Transitions(), []
         for _ in range(max(1, steps // len(self.envs))):
             stacked = {k: torch.from_numpy(np.stack([o[k] for o in self.obs])) for k in ("nodes", "pod", "action_mask")}
             with torch.no_grad():
-                greedy = self.network(stacked["nodes"], stacked["pod"],
-                                      stacked["action_mask"].bool()).argmax(dim=1).numpy()
+                state = stacked["nodes"], stacked["pod"], stacked["action_mask"].bool()
+                greedy = played_values(self.network(*state), self.critics, *state, self.acting).argmax(dim=1).numpy()
             for i, env in enumerate(self.envs):
                 valid = explorable(self.obs[i], cfg.candidates)
                 action = int(self.rng.choice(valid)) if self.rng.random() < epsilon else int(greedy[i])
@@ -1197,8 +1239,9 @@ def _pad(obs: dict, slots: int) -> dict:
     return {"nodes": nodes, "pod": obs["pod"], "action_mask": mask}
 
 
-def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn_from: Callable[[Replay, float], None],
-                    scale: float, losses: dict, log: TrainingLog) -> tuple[list[float], float]:
+def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, critics: Critics | None,
+                    learn_from: Callable[[Replay, float], None], scale: float, losses: dict,
+                    log: TrainingLog) -> tuple[list[float], float]:
     """The interaction phase with `cfg.actors` EnvironmentActors on the Ray cluster feeding the replay:
     as each actor hands in its steps, it is sent off again with the newest weights there are, and the
     learner takes the gradient steps those steps are worth (one per `train_frequency`) meanwhile. An
@@ -1214,13 +1257,15 @@ def interact_on_ray(cfg: DQNConfig, q_network: torch.nn.Module, learn_from: Call
         EnvironmentActor)
     actors = [remote.remote(cfg, k, scale, carried_state()) for k in range(cfg.actors)]
     replay = Replay(cfg.buffer_size, cfg.max_nodes, alpha=cfg.prioritized, floor=cfg.priority_floor,
-                    heads=cfg.trust_heads, head_share=cfg.head_share, seed=cfg.seed + 1)
+                    critics=cfg.trust_heads, head_share=cfg.head_share, seed=cfg.seed + 1)
 
     def epsilon(step: int) -> float:
         return linear_schedule(cfg.start_e, cfg.end_e, int(cfg.exploration_fraction * cfg.total_timesteps), step)
 
     def weights():
-        return ray.put({k: v.detach().clone() for k, v in q_network.state_dict().items()})
+        def state(module: torch.nn.Module) -> dict:
+            return {k: v.detach().clone() for k, v in module.state_dict().items()}
+        return ray.put({"network": state(q_network), "critics": state(critics) if critics is not None else None})
 
     submitted, step, learned, env_seconds, episode_returns = 0, 0, 0, 0.0, []
     current = weights()

@@ -19,8 +19,8 @@ paired by seed, beside the demonstrations-only twin of its share.
     python -m agent.learn.faint_signal --cells 0.5:0,0.5:2,0.5:5,0.5:15,0.5:40,0.1:0 --steps 9000,36000 --seeds 1,2
 
 `--margin-floors 0.02,0` trains each DQN of the grid with each floor of the margin loss's weight, and
-`--prioritized 0,0.6` with uniform and with prioritized replay, and `--trust-heads 1,4` with one head and
-with four bootstrapped heads that lift the margin per decision where they agree (DQNConfig.trust_heads).
+`--prioritized 0,0.6` with uniform and with prioritized replay, and `--trust-heads 0,4` without and with
+four critic heads that lift the margin per decision where they agree (DQNConfig.trust_heads).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class Run:
     demonstrations_only: bool = False
     margin_floor: float = DQNConfig.margin_floor
     prioritized: float = 0.0
-    trust_heads: int = 1
+    trust_heads: int = 0
 
     @property
     def label(self) -> str:
@@ -133,7 +133,7 @@ class Run:
             return f"twin {self.steps}"
         floor = f" floor {self.margin_floor:g}" if self.margin_floor != DQNConfig.margin_floor else ""
         replay = f" per {self.prioritized:g}" if self.prioritized else ""
-        trust = f" trust {self.trust_heads}" if self.trust_heads > 1 else ""
+        trust = f" trust {self.trust_heads}" if self.trust_heads else ""
         return f"dqn {self.steps} s{self.seed}{floor}{replay}{trust}"
 
     @property
@@ -197,9 +197,9 @@ def main(argv: list[str] | None = None) -> int:
                              "weight once it has decayed)")
     parser.add_argument("--prioritized", default="0",
                         help="comma-separated prioritized replay exponents of each DQN (DQNConfig.prioritized; 0: uniform)")
-    parser.add_argument("--trust-heads", default="1",
-                        help="comma-separated head counts of each DQN (DQNConfig.trust_heads: the margin is lifted "
-                             "per decision where the heads agree; 1: one head, the margin floor)")
+    parser.add_argument("--trust-heads", default="0",
+                        help="comma-separated critic head counts of each DQN (DQNConfig.trust_heads: the margin is "
+                             "lifted per decision where the critics agree; 0: none, the margin floor)")
     parser.add_argument("--eval-seeds", type=int, default=32, help="evaluation worlds per share (300 arrivals each)")
     parser.add_argument("--gain-decisions", type=int, default=300, help="decisions per world for the gain")
     parser.add_argument("--workers", type=int, default=2, help="training runs side by side")
@@ -217,8 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         heads = [int(x) for x in args.trust_heads.split(",")]
     except ValueError as e:
         parser.error(str(e))
-    if min(heads) < 1:
-        parser.error(f"each --trust-heads must be >= 1, not {args.trust_heads}")
+    if any(k == 1 or k < 0 for k in heads):
+        parser.error(f"each --trust-heads must be 0 or at least 2, not {args.trust_heads}")
     if min(steps) < 1 or args.eval_seeds < 2 or args.gain_decisions < 1 or args.workers < 1 or args.rollout_futures < 0:
         parser.error("--steps must be >= 1, --eval-seeds >= 2, --gain-decisions >= 1, --workers >= 1 and "
                      "--rollout-futures >= 0")

@@ -74,9 +74,9 @@ class NodeScorer(nn.Module):
         self.layers = nn.ModuleList(EquivariantLayer(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
 
     def forward(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """nodes [B, N, F], pod [B, P], mask [B, N] bool -> [B, N], -inf where mask is False (with several
-        heads, their mean: what the folded network serves)."""
-        return self.head_values(nodes, pod, mask).mean(dim=-1)
+        """nodes [B, N, F], pod [B, P], mask [B, N] bool -> [B, N], -inf where mask is False (the first
+        head's values: a served network has one)."""
+        return self.head_values(nodes, pod, mask)[..., 0]
 
     def head_values(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """[B, N, heads]: each head's values, -inf where mask is False."""
@@ -88,14 +88,6 @@ class NodeScorer(nn.Module):
         ranked = best_latency_tier(nodes, mask) if self.candidates == "best-latency-tier" else mask
         return x.masked_fill(~ranked.unsqueeze(-1), float("-inf"))
 
-    def folded(self) -> NodeScorer:
-        """One head whose values are the mean of this network's heads, exactly: the last layer is linear, so
-        the mean of its heads is the layer whose weights are their mean. The served model has one head."""
-        one = NodeScorer(self.hidden, self.node_features, self.pod_features, self.candidates)
-        state = {k: v.mean(dim=0, keepdim=True) if k.startswith(f"layers.{len(self.layers) - 1}.") else v
-                 for k, v in self.state_dict().items()}
-        one.load_state_dict(state)
-        return one
 
     def blind_to(self, columns: list[int]) -> None:
         """Hold the first layer's weights on these input columns at zero, for good: the network
@@ -185,16 +177,35 @@ class DuelingQ(nn.Module):
 
     def forward(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """nodes [B, N, F], pod [B, P], mask [B, N] bool -> [B, N], -inf where the advantage is (off the
-        mask, or outside the nodes it ranks); the mean is over the nodes it ranks (and over the heads)."""
-        return self.head_values(nodes, pod, mask).mean(dim=-1)
-
-    def head_values(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """[B, N, heads]: each advantage head centred on its own mean, plus the one shared state value."""
-        a = self.advantage.head_values(nodes, pod, mask)
+        mask, or outside the nodes it ranks); the mean is over the nodes it ranks."""
+        a = self.advantage(nodes, pod, mask)
         ranked = torch.isfinite(a)
         finite = torch.where(ranked, a, torch.zeros_like(a))
         mean = finite.sum(dim=1, keepdim=True) / ranked.sum(dim=1, keepdim=True).clamp(min=1)
-        return a - mean + self.value(nodes, pod, mask)[:, None, None]
+        return a - mean + self.value(nodes, pod, mask).unsqueeze(1)
+
+
+class Critics(nn.Module):
+    """Q-value heads on a trunk of their own, each plus a fixed random prior function of the same shape
+    (Osband et al. 2018, "Randomized prior functions"): where the replay has no evidence the heads keep
+    their priors' disagreement, so their spread says what TD has not resolved. A trainer's instrument
+    (DQNConfig.trust_heads), never served."""
+
+    def __init__(self, heads: int, hidden: tuple[int, ...] = (64, 64), candidates: str = "all",
+                 prior_scale: float = 1.0):
+        super().__init__()
+        self.trained = NodeScorer(hidden, candidates=candidates, heads=heads)
+        self.prior = NodeScorer(hidden, candidates=candidates, heads=heads).requires_grad_(False)
+        self.prior_scale = prior_scale
+
+    def head_values(self, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """[B, N, heads], -inf where the trained heads are."""
+        values = self.trained.head_values(nodes, pod, mask)
+        if self.prior_scale == 0:
+            return values
+        with torch.no_grad():
+            prior = self.prior.head_values(nodes, pod, mask)
+        return values + self.prior_scale * torch.where(torch.isfinite(prior), prior, torch.zeros_like(prior))
 
 
 def values_by_extent(network: nn.Module, nodes: torch.Tensor, pod: torch.Tensor, mask: torch.Tensor,
