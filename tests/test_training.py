@@ -280,6 +280,9 @@ def test_each_critic_adds_a_fixed_random_prior_that_keeps_the_heads_apart_where_
     ([[1.0, 1.0, 1.0], [2.0, 2.5, 3.0], [0.0, 0.0, 0.0]], [True, False, True], [True, False, False], 1.0, False),  # off the mask
     ([[1.0, 1.0, 1.0], [2.0, 2.5, 3.0], [0.0, 0.0, 0.0]], [True] * 3, [True, True, False], 1.0, False),  # node 1 taught too
     ([[3.0, 3.0, 3.0], [2.0, 2.5, 3.0], [0.0, 0.0, 0.0]], [True] * 3, [True, False, False], 0.0, False),  # the teacher leads
+    # each head rates another node best: no one node beats the teacher in every head
+    ([[1.0, 1.0, 1.0], [3.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, 3.0]], [True] * 4, [True, False, False, False], 0.0,
+     False),
 ])
 def test_the_margin_is_lifted_only_where_the_heads_agree_another_node_beats_the_teacher(heads, valid, expert, z,
                                                                                        trusted):

@@ -683,13 +683,15 @@ def q_filtered(q_target: torch.Tensor, mask: torch.Tensor, expert: torch.Tensor,
 
 
 def trusted_departures(q_heads: torch.Tensor, mask: torch.Tensor, expert: torch.Tensor, z: float) -> torch.Tensor:
-    """Per decision ([B] bool, from each head's values [B, N, heads]): whether the heads agree that a node
-    outside the teacher's choices is worth more than the best of them: each head's gap (its best other
-    node minus its best teacher's choice) has a mean more than `z` spreads (over the heads) above zero."""
+    """Per decision ([B] bool, from each critic's values [B, N, heads]): whether the critics agree that the
+    node outside the teacher's choices they rate best on average is worth more than the best of those
+    choices: its gap in each head has a mean more than `z` spreads (over the heads) above zero. One node for
+    every head: a head's own best among many others would beat the teacher by its noise alone."""
     q = q_heads.masked_fill(~mask.unsqueeze(-1), float("-inf"))
-    other = q.masked_fill(expert.unsqueeze(-1), float("-inf")).max(dim=1).values
-    taught = q.masked_fill(~expert.unsqueeze(-1), float("-inf")).max(dim=1).values
-    gap = other - taught
+    other = q.masked_fill(expert.unsqueeze(-1), float("-inf"))
+    departure = other.mean(dim=-1).argmax(dim=1)  # -inf (no such node) stays -inf in the mean
+    rows = torch.arange(len(q))
+    gap = other[rows, departure] - q.masked_fill(~expert.unsqueeze(-1), float("-inf")).max(dim=1).values
     resolved = torch.isfinite(gap).all(dim=1)
     gap = torch.where(torch.isfinite(gap), gap, torch.zeros_like(gap))
     return resolved & (gap.mean(dim=1) - z * gap.std(dim=1) > 0)
