@@ -102,8 +102,8 @@ def test_without_the_margin_floor_td_finds_the_gain_from_rare_events(tmp_path):
 def test_critics_that_agree_lift_the_margin_where_the_gain_from_rare_events_lies(tmp_path):
     """The same run with four critics (--trust-heads 4) in place of the decaying margin: the margin keeps
     its full weight except where the critics agree that the teacher's choice is beaten, and the DQN
-    keeps the near node for the strict pods often enough to break about half of its teacher's hard
-    limits (docs/training.md: seed 1 x0.597 of the teacher's objective, seed 2 x0.264)."""
+    keeps the near node for the strict pods (docs/training.md: seed 1 x0.219 of the teacher's objective,
+    0.005 hard violations per limited pod against the teacher's 0.035)."""
     dqn, teacher = _hard_violations(0.1, 0.0, DQNConfig.margin_floor, tmp_path, trust_heads=4)
     assert teacher > 0.02
-    assert dqn < 0.75 * teacher, (dqn, teacher)
+    assert dqn < 0.5 * teacher, (dqn, teacher)
