@@ -82,15 +82,12 @@ def seed_everything(cfg: TrainConfig) -> np.random.Generator:
     return np.random.default_rng(cfg.seed)
 
 
-def make_actor(cfg: TrainConfig, init: NodeScorer | None = None, heads: int = 1) -> NodeScorer:
-    """The served network, from `init`'s weights when fine-tuning (each of `heads` heads starts as its
-    one), blind to `cfg.blind_to`; it ranks `cfg.candidates`, which the trainer resolved (an empty
-    setting keeps `init`'s)."""
-    actor = NodeScorer(cfg.hidden, candidates=cfg.candidates or "all", heads=heads)
+def make_actor(cfg: TrainConfig, init: NodeScorer | None = None) -> NodeScorer:
+    """The served network, from `init`'s weights when fine-tuning, blind to `cfg.blind_to`; it ranks
+    `cfg.candidates`, which the trainer resolved (an empty setting keeps `init`'s)."""
+    actor = NodeScorer(cfg.hidden, candidates=cfg.candidates or "all")
     if init is not None:
-        last = f"layers.{len(actor.layers) - 1}."
-        actor.load_state_dict({k: v.repeat(heads, *[1] * (v.dim() - 1)) if k.startswith(last) else v
-                               for k, v in init.state_dict().items()})
+        actor.load_state_dict(init.state_dict())
     actor.blind_to(input_columns(cfg.blind_to))
     return actor
 

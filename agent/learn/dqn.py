@@ -602,12 +602,8 @@ class NStep:
 
 def anchored(values: torch.Tensor, nodes: torch.Tensor, columns: torch.Tensor | None,
              anchor: SelectorAnchor | None) -> torch.Tensor:
-    """The values ([B, N], or [B, N, heads]) plus the anchor's standing term (DQNConfig.anchor); the values
-    alone without one."""
-    if anchor is None:
-        return values
-    term = anchor.values(nodes, columns)
-    return values + (term.unsqueeze(-1) if values.dim() == 3 else term)
+    """The values plus the anchor's standing term (DQNConfig.anchor); the values alone without one."""
+    return values if anchor is None else values + anchor.values(nodes, columns)
 
 
 def td_targets(q_network: NodeScorer, target_network: NodeScorer,
@@ -925,8 +921,8 @@ def train(cfg: DQNConfig, init: NodeScorer | None = None) -> tuple[NodeScorer, d
     trained = [*q_network.parameters(), *(critics.trained.parameters() if critics is not None else ())]
     optimizer = torch.optim.Adam(trained, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     gradient_steps = 0
-    losses = {name: deque(maxlen=500) for name in ("td", "margin", "advantage", "conservative", "critics",
-                                                          "trusted")}
+    losses = {name: deque(maxlen=500)
+              for name in ("td", "margin", "advantage", "conservative", "critics", "trusted")}
     # the ablation takes its extra steps where the full run interacts: both average the same steps
     pretrain = cfg.pretrain_steps + (interaction_steps if cfg.demonstrations_only else 0)
     average_from = cfg.pretrain_steps + int(cfg.average_start * interaction_steps)

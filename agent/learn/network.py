@@ -88,7 +88,6 @@ class NodeScorer(nn.Module):
         ranked = best_latency_tier(nodes, mask) if self.candidates == "best-latency-tier" else mask
         return x.masked_fill(~ranked.unsqueeze(-1), float("-inf"))
 
-
     def blind_to(self, columns: list[int]) -> None:
         """Hold the first layer's weights on these input columns at zero, for good: the network
         cannot read those inputs, and the served model keeps the same shape and format."""
