@@ -135,7 +135,9 @@ def test_fine_tuning_on_a_profile_plays_on_ray_actors(cluster, tmp_path):
     assert training["environment_actors"] == 2 and training["interaction_steps"] == 256
     assert training["hyperparameters"]["trust_heads"] == 2
     from rlscore.core.model import load_model
-    assert load_model(tmp_path / "lb.safetensors", expected_policy="LB") is not None
+    weights = load_model(tmp_path / "lb.safetensors", expected_policy="LB").weights
+    last = max(int(k.split(".")[1]) for k in weights)
+    assert weights[f"layers.{last}.Lambda.bias"].shape == (1,)  # one value per node: no critic was written
 
 
 def test_a_worker_node_killed_mid_evaluation_costs_time_not_results(cluster, tmp_path):

@@ -13,7 +13,7 @@ from agent.learn.dqn import (CONSERVATIVE_ROWS, DQNConfig, TrainingReward, advan
                              conservative_rows, head_td_targets, margin_loss, taken_values, td_targets, teacher_column,
                              teacher_value, train, trusted_departures)
 from agent.learn.faint_signal import registered, tiny_config, tiny_scarce_near
-from agent.learn.model_io import save_model
+from agent.learn.model_io import save_model, torch_network
 from agent.learn.network import Critics, NodeScorer
 from agent.learn.train import main as train_main
 from agent.sim import families
@@ -311,7 +311,10 @@ def test_a_run_with_critics_records_how_often_they_lifted_the_margin_and_writes_
     assert np.isfinite(final["td"]) and np.isfinite(final["critics"]) and 0.0 <= final["trusted"] <= 1.0, final
     assert dqn.margin_pull(DQNConfig(policy="EL", trust_heads=3), 10_000) == DQNConfig.margin_weight
     assert dqn.margin_pull(DQNConfig(policy="EL"), 10_000) == DQNConfig.margin_floor
-    assert load_model(save_model(tmp_path / "trust.safetensors", net, "EL", {})) is not None
+    # the file holds the served network alone, and serves what it served in training
+    written = torch_network(load_model(save_model(tmp_path / "trust.safetensors", net, "EL", {})))
+    state = torch.rand(2, 3, NUM_NODE_FEATURES), torch.rand(2, NUM_POD_FEATURES), torch.ones(2, 3, dtype=torch.bool)
+    torch.testing.assert_close(written(*state), net(*state))
     # who plays: the served network's values, or a critic's for the environments it plays
     critics = _critics([7.0, 9.0])
     nodes, pod, mask = torch.rand(3, 2, NUM_NODE_FEATURES), torch.rand(3, NUM_POD_FEATURES), torch.ones(3, 2, dtype=torch.bool)

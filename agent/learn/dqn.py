@@ -670,11 +670,18 @@ def teacher_value(values: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple
     return count > 0, mean
 
 
+def best_of_teachers(q: torch.Tensor, expert: torch.Tensor) -> torch.Tensor:
+    """The best value among the teacher's choices `expert` [B, N]: [B] from [B, N] values, [B, heads] from
+    [B, N, heads]; -inf where the teacher has none."""
+    chosen = expert if q.dim() == 2 else expert.unsqueeze(-1)
+    return q.masked_fill(~chosen, float("-inf")).max(dim=1).values
+
+
 def q_filtered(q_target: torch.Tensor, mask: torch.Tensor, expert: torch.Tensor, margin: float) -> torch.Tensor:
     """Per decision: whether the teacher's best choice is within `margin` of the best node by `q_target`."""
     q_target = q_target.masked_fill(~mask, float("-inf"))
     best = q_target.max(dim=1).values
-    best_expert = q_target.masked_fill(~expert, float("-inf")).max(dim=1).values
+    best_expert = best_of_teachers(q_target, expert)
     return best_expert >= best - margin
 
 
@@ -687,7 +694,7 @@ def trusted_departures(q_heads: torch.Tensor, mask: torch.Tensor, expert: torch.
     other = q.masked_fill(expert.unsqueeze(-1), float("-inf"))
     departure = other.mean(dim=-1).argmax(dim=1)  # -inf (no such node) stays -inf in the mean
     rows = torch.arange(len(q))
-    gap = other[rows, departure] - q.masked_fill(~expert.unsqueeze(-1), float("-inf")).max(dim=1).values
+    gap = other[rows, departure] - best_of_teachers(q, expert)
     resolved = torch.isfinite(gap).all(dim=1)
     gap = torch.where(torch.isfinite(gap), gap, torch.zeros_like(gap))
     return resolved & (gap.mean(dim=1) - z * gap.std(dim=1) > 0)
@@ -699,7 +706,7 @@ def margin_loss(q: torch.Tensor, mask: torch.Tensor, expert: torch.Tensor, margi
     more than every other node; the teacher's tied choices are all right."""
     q = q.masked_fill(~mask, float("-inf"))
     augmented = (q + margin * (~expert).float()).max(dim=1).values
-    best_expert = q.masked_fill(~expert, float("-inf")).max(dim=1).values
+    best_expert = best_of_teachers(q, expert)
     return augmented - best_expert
 
 
