@@ -37,6 +37,8 @@ MUTATIONS = [
     ("model.go", "const scoreTie = 1e-9", "const scoreTie = 1e-3", "the score tie"),
     ("model.go", "values[i] = low - gap*(best-t)", "values[i] = low - (best - t)", "the gap below the best latency tier"),
     ("model.go", "if tier(i) >= best {", "if tier(i) >= best-1 {", "the best latency tier taken one tier wide"),
+    ("model.go", "return f.Nodes[i*F+colActive] }", "return f.Nodes[i*F+colActive+1] }",
+     "running-first reads the wrong column"),
 ]
 
 

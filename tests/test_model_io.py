@@ -63,6 +63,34 @@ def test_a_best_tier_scorer_serves_the_networks_values_inside_the_tier_and_ranks
     assert torch_network(model).candidates == "best-latency-tier"
 
 
+def test_a_running_first_scorer_serves_the_networks_values_on_the_running_nodes_and_ranks_the_empty_below(tmp_path):
+    torch.manual_seed(0)
+    net = NodeScorer((16, 16), candidates="running-first")
+    path = save_model(tmp_path / "ee.safetensors", net, "EE", {})
+    model = load_model(path, expected_policy="EE")
+    assert model.architecture.candidates == "running-first" and model.export()["candidates"] == "running-first"
+    nodes = make_nodes([4000, 8000, 16000, 4000], cpu_req=[1000, 0, 500, 0])  # nodes 0 and 2 run a pod
+    pod = PodRequest(250, 64 * 2**20)
+    torch_values = _torch_values(net, nodes, pod)
+    served = model.q_values(nodes, pod)
+    np.testing.assert_allclose(served[[0, 2]], torch_values[[0, 2]], rtol=1e-5, atol=1e-7)
+    assert not np.isfinite(torch_values[[1, 3]]).any()
+    spread = abs(served[0] - served[2])
+    np.testing.assert_allclose(served[[1, 3]], min(served[[0, 2]]) - spread)
+    # nothing runs yet: every node is ranked, with the network's own values
+    empty = make_nodes([4000, 8000, 16000, 4000])
+    np.testing.assert_allclose(model.q_values(empty, pod), _torch_values(net, empty, pod), rtol=1e-5, atol=1e-7)
+    assert torch_network(model).candidates == "running-first"
+
+
+def test_a_model_naming_unknown_candidates_is_refused(tmp_path):
+    torch.manual_seed(0)
+    path = save_model(tmp_path / "ee.safetensors", NodeScorer((16, 16)), "EE", {})
+    _rewrite(path, lambda h, t: h["architecture"].update(candidates="nearest"))
+    with pytest.raises(ModelValidationError, match="candidates"):
+        load_model(path)
+
+
 def test_a_selector_naming_candidates_is_refused(tmp_path):
     from agent.learn.network import RuleSelector
     torch.manual_seed(0)

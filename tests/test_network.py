@@ -138,6 +138,22 @@ def test_a_best_tier_scorer_ranks_only_the_best_latency_tier_and_pools_over_ever
     assert torch.equal(every(x, p, mask)[0, 1], q[0, 1])  # the values inside are the unrestricted network's
 
 
+def test_a_running_first_scorer_ranks_only_the_running_candidates_while_one_runs():
+    """`active` (column 11) marks a running node: while a candidate runs, only the running candidates get a
+    value; a row where none of the candidates runs (the running node off the mask) ranks them all."""
+    torch.manual_seed(0)
+    net = NodeScorer((16, 16), candidates="running-first")
+    x, p = _inputs(2, 4)
+    x[..., 11] = 0.0
+    x[0, [1, 3], 11] = 1.0
+    x[1, 2, 11] = 1.0
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    mask[1, 2] = False
+    q = net(x, p, mask)
+    assert torch.isfinite(q[0]).tolist() == [False, True, False, True]
+    assert torch.isfinite(q[1]).tolist() == [True, True, False, True]
+
+
 def test_a_pod_without_limits_or_one_tier_leaves_every_candidate_ranked():
     torch.manual_seed(0)
     net = NodeScorer((16, 16), candidates="best-latency-tier")

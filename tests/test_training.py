@@ -17,7 +17,7 @@ from agent.learn.model_io import save_model, torch_network
 from agent.learn.network import Critics, NodeScorer
 from agent.learn.train import main as train_main
 from agent.sim import families
-from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES, NUM_STATE_FEATURES, RULE_FEATURES, latency_tier_of
+from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES, NUM_STATE_FEATURES, RULE_FEATURES, candidate_level
 from rlscore.core.model import load_model
 from rlscore.core.scoring import ModelScorer
 
@@ -477,26 +477,31 @@ def test_cqls_regulariser_keeps_the_network_on_its_teacher_even_where_td_pays(ti
     assert cql["hard_violation_rate"] > 0.9 * teacher["hard_violation_rate"], (cql, teacher)
 
 
-def test_a_best_tier_run_neither_acts_nor_is_taught_outside_the_pods_best_latency_tier(tiny_family, monkeypatch):
-    """With --candidates best-latency-tier every action the run takes (exploring at random throughout)
-    and every node its demonstrations mark right lies in the pod's best latency tier, and the network it
-    serves ranks only there."""
-    seen = []
+@pytest.mark.parametrize("candidates, outside_key", [("best-latency-tier", "teacher_outside_best_latency_tier"),
+                                                     ("running-first", "teacher_outside_ranked")])
+def test_a_run_ranking_a_candidate_set_neither_acts_nor_is_taught_outside_it(tiny_family, monkeypatch, candidates,
+                                                                             outside_key):
+    """With --candidates best-latency-tier (running-first) every action the run takes (exploring at random
+    throughout) and every node its demonstrations mark right lies in the pod's best latency tier (on a
+    running node while one is a candidate), and the network it serves ranks only there."""
+    seen, taught = [], []
     original = dqn.explorable
 
-    def watched(obs, candidates):
-        valid = original(obs, candidates)
-        tier = latency_tier_of(obs["nodes"][np.flatnonzero(obs["action_mask"])])
-        seen.append((tier.max(), latency_tier_of(obs["nodes"][valid]).min(), len(valid)))
+    def watched(obs, chosen):
+        valid = original(obs, chosen)
+        level = candidate_level(obs["nodes"][np.flatnonzero(obs["action_mask"])], candidates)
+        seen.append((level.max(), candidate_level(obs["nodes"][valid], candidates).min(), len(valid)))
         return valid
 
     monkeypatch.setattr(dqn, "explorable", watched)
-    net, record = train(tiny_config(tiny_family, candidates="best-latency-tier", total_timesteps=400,
+    net, record = train(tiny_config(tiny_family, candidates=candidates, total_timesteps=400,
                                      pretrain_steps=20, demo_worlds=2, demo_decisions=32, start_e=1.0, end_e=1.0))
-    assert net.candidates == "best-latency-tier" and len(seen) >= 400 + 2 * 32
+    assert net.candidates == candidates and len(seen) >= 400 + 2 * 32
     assert all(lowest == best for best, lowest, _ in seen)
-    assert any(count < 3 for _, _, count in seen)  # the tiny world's near node is often the only one in the tier
-    assert record["training"]["demonstrations"]["teacher_outside_best_latency_tier"] == 0  # latency-pack keeps to it
+    assert any(count < 3 for _, _, count in seen)  # the tiny world's near node is often the only one ranked
+    outside = record["training"]["demonstrations"][outside_key]  # how many teacher's choices lay outside
+    if candidates == "best-latency-tier":
+        assert outside == 0  # latency-pack keeps to it
 
 
 def test_fine_tuning_keeps_the_candidates_its_starting_network_ranks(tiny_family):
@@ -621,7 +626,7 @@ def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
     (["--profile", "/nonexistent.yaml"], "--profile"),
     (["--init", "/nonexistent.safetensors"], "--init"),
     (["--members", "0"], "--members must be >= 1"),
-    (["--candidates", "nearest"], "--candidates must be one of all, best-latency-tier, not 'nearest'"),
+    (["--candidates", "nearest"], "--candidates must be one of all, best-latency-tier, running-first, not 'nearest'"),
     (["--shaping-gamma", "1.5"], "--shaping-gamma must be -1 (the discount) or within 0..1"),
     (["--bootstrap", "mean"], "--bootstrap must be one of max, teacher, not 'mean'"),
     (["--action-gap", "1"], "--action-gap must be within [0, 1)"),

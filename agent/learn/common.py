@@ -53,8 +53,9 @@ class TrainConfig:
     hidden: tuple[int, ...] = (64, 64)
     """equivariant layer widths"""
     candidates: str = ""
-    """what the served network ranks: all, or best-latency-tier (only the candidates in the pod's best
-    latency tier; the rest rank below them); '': the --init model's, else all"""
+    """what the served network ranks: all; best-latency-tier, only the candidates in the pod's best latency
+    tier; running-first, only the running nodes when one is a candidate (the rest rank below them); '': the
+    --init model's, else all"""
     blind_to: tuple[str, ...] = ()
     """inputs (feature or group names of rlscore.core.features.INPUT_GROUPS) the served network may not
     read: its first layer's weights on them stay zero"""

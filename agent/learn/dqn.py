@@ -59,7 +59,7 @@ from agent.sim.futures import branchable
 from agent.sim.mixed import LEADING_RULES, MIXED
 from agent.sim.scenarios import can_draw_afresh
 from rlscore.core.features import (CANDIDATE_SETS, NUM_NODE_FEATURES, NUM_POD_FEATURES,
-                                   RULE_FEATURES, best_latency_tier, input_columns)
+                                   RULE_FEATURES, input_columns, ranked_candidates)
 from rlscore.core.state import normalize_policy
 
 # Each single-difficulty family's teacher: its best rule on training seeds
@@ -814,6 +814,8 @@ def record_demonstrations(cfg: DQNConfig, plan, teachers, progress: bool,
               "clipped_share": float(np.mean(np.abs(np.asarray(rewards) * scale) > cfg.reward_clip))}
     if cfg.candidates == "best-latency-tier":
         record["teacher_outside_best_latency_tier"] = outside
+    elif cfg.candidates != "all":
+        record["teacher_outside_ranked"] = outside
     if labelled:
         record["rollout_labels"] = {"decisions": labelled, "departed_from_teacher": departed / labelled}
     return demos, scale, record
@@ -843,11 +845,11 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
                 departed += 1
                 if cfg.rollout_relabel:
                     expert = cheapest
-        if cfg.candidates == "best-latency-tier":
+        if cfg.candidates != "all":
             ranked = np.zeros_like(expert)
             ranked[explorable(obs, cfg.candidates)] = True
-            # a teacher's choice outside the nodes the network ranks (a soft limit given up for energy)
-            # teaches nothing: every ranked node is marked right, which makes the margin loss zero there
+            # a teacher's choice outside the nodes the network ranks (a soft limit given up for energy, a
+            # node switched on where a running one had room) teaches nothing: every ranked node is marked right, which makes the margin loss zero there
             inside = expert & ranked
             outside += int(not inside.any())
             expert = inside if inside.any() else ranked
@@ -862,12 +864,9 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
 
 
 def explorable(obs: dict, candidates: str) -> np.ndarray:
-    """The slots an action may take: the candidates, or with "best-latency-tier" those in the pod's best
-    latency tier (the nodes the network ranks)."""
+    """The slots an action may take: the candidates the network ranks (rlscore.core.features.CANDIDATE_SETS)."""
     valid = np.flatnonzero(obs["action_mask"])
-    if candidates == "best-latency-tier":
-        valid = valid[best_latency_tier(obs["nodes"][valid])]
-    return valid
+    return valid[ranked_candidates(obs["nodes"][valid], candidates)]
 
 
 def rollout_advantages(cfg: DQNConfig, env: SchedulingEnv, teacher: str, seed: int,

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rlscore.core.features import CANDIDATE_SETS, NUM_NODE_FEATURES, NUM_POD_FEATURES, latency_tier_of
+from rlscore.core.features import CANDIDATE_SETS, NUM_NODE_FEATURES, NUM_POD_FEATURES, candidate_level
 
 
 class EquivariantLayer(nn.Module):
@@ -45,18 +45,21 @@ def _inputs(nodes: torch.Tensor, pod: torch.Tensor) -> torch.Tensor:
     return torch.cat([nodes, pod.unsqueeze(1).expand(-1, nodes.shape[1], -1)], dim=-1)
 
 
-def best_latency_tier(nodes: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """nodes [B, N, F], mask [B, N] -> [B, N] bool: the candidates in the best latency tier among each
-    row's candidates (rlscore.core.features.best_latency_tier, batched)."""
-    tier = latency_tier_of(nodes)
-    best = tier.masked_fill(~mask, -1.0).amax(dim=1, keepdim=True)
-    return mask & (tier >= best)
+def ranked_candidates(nodes: torch.Tensor, mask: torch.Tensor, candidates: str) -> torch.Tensor:
+    """nodes [B, N, F], mask [B, N] -> [B, N] bool: the candidates each row's network ranks, those at the
+    highest level of the candidate set among the row's candidates (rlscore.core.features.ranked_candidates,
+    batched)."""
+    if candidates == "all":
+        return mask
+    level = candidate_level(nodes, candidates)  # plain column arithmetic: works on tensors too
+    best = level.masked_fill(~mask, -1.0).amax(dim=1, keepdim=True)
+    return mask & (level >= best)
 
 
 class NodeScorer(nn.Module):
-    """Equivariant layers with ReLUs between them, ending in one value per node. With `candidates`
-    "best-latency-tier" only the candidates in the pod's best latency tier get a value (the others -inf,
-    as off the mask); every candidate still enters the pools."""
+    """Equivariant layers with ReLUs between them, ending in one value per node. With `candidates` other
+    than "all" only the candidates the set ranks (rlscore.core.features.CANDIDATE_SETS) get a value (the
+    others -inf, as off the mask); every candidate still enters the pools."""
 
     def __init__(self, hidden: tuple[int, ...] = (64, 64),
                  node_features: int = NUM_NODE_FEATURES, pod_features: int = NUM_POD_FEATURES,
@@ -85,7 +88,7 @@ class NodeScorer(nn.Module):
             x = layer(x, mask)
             if i < len(self.layers) - 1:
                 x = torch.relu(x)
-        ranked = best_latency_tier(nodes, mask) if self.candidates == "best-latency-tier" else mask
+        ranked = ranked_candidates(nodes, mask, self.candidates)
         return x.masked_fill(~ranked.unsqueeze(-1), float("-inf"))
 
     def blind_to(self, columns: list[int]) -> None:

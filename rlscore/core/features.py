@@ -118,12 +118,16 @@ def input_columns(names: tuple[str, ...] | list[str]) -> list[int]:
     return sorted(columns)
 
 
-# What a node scorer ranks (its model file's `candidates`): every candidate, or only those in the best latency
-# tier the pod can get (within its soft limit, else within its hard limit; every candidate for a pod without
-# limits). EL's networks rank inside that tier: a node outside it breaks a limit that a node inside keeps, a
-# mistake none of EL's rules makes and one that TD's noisy returns otherwise teach (docs/training.md).
-CANDIDATE_SETS = ("all", "best-latency-tier")
+# What a node scorer ranks (its model file's `candidates`): every candidate; "best-latency-tier", only those in
+# the best latency tier the pod can get (within its soft limit, else within its hard limit; every candidate
+# for a pod without limits); or "running-first", only the nodes already running a pod when one of them is
+# a candidate (every candidate otherwise). EL's networks rank inside the tier: a node outside it breaks a
+# limit that a node inside keeps, a mistake none of EL's rules makes and one that TD's noisy returns
+# otherwise teach (docs/training.md). "running-first" takes away the one departure TD's returns teach EE's
+# networks most, switching a node on where a running one has room; EE's rules lose nothing by it.
+CANDIDATE_SETS = ("all", "best-latency-tier", "running-first")
 _MEETS_SOFT, _MEETS_HARD = STATE_FEATURES.index("meets_soft"), STATE_FEATURES.index("meets_hard")
+_ACTIVE = STATE_FEATURES.index("active")
 
 
 def latency_tier_of(features: np.ndarray) -> np.ndarray:
@@ -132,15 +136,32 @@ def latency_tier_of(features: np.ndarray) -> np.ndarray:
     return features[..., _MEETS_SOFT] + features[..., _MEETS_HARD]
 
 
-def best_latency_tier(features: np.ndarray) -> np.ndarray:
-    """[nodes, F] -> [nodes] bool: the candidates in the best latency tier among them."""
-    tier = latency_tier_of(features)
-    return tier >= tier.max() if len(tier) else np.zeros(0, dtype=bool)
+def candidate_level(features: np.ndarray, candidates: str) -> np.ndarray:
+    """[..., nodes, F] -> [..., nodes]: each node's level in a candidate set; the network ranks the nodes at
+    the highest level among the candidates, and every other node below them, the higher level first."""
+    if candidates == "best-latency-tier":
+        return latency_tier_of(features)
+    if candidates == "running-first":
+        return features[..., _ACTIVE]
+    return np.zeros(features.shape[:-1])
+
+
+def ranked_candidates(features: np.ndarray, candidates: str) -> np.ndarray:
+    """[nodes, F] -> [nodes] bool: the candidates the network ranks (at the highest level among them)."""
+    level = candidate_level(features, candidates)
+    return level >= level.max() if len(level) else np.zeros(0, dtype=bool)
+
+
+def rank_ranked_first(values: np.ndarray, features: np.ndarray, candidates: str) -> np.ndarray:
+    """A scorer's values with every node its candidate set leaves out ranked below the ranked ones."""
+    if candidates in ("", "all"):
+        return values
+    return rank_outside_below(values, ranked_candidates(features, candidates), candidate_level(features, candidates))
 
 
 def rank_outside_below(values: np.ndarray, inside: np.ndarray, tier: np.ndarray) -> np.ndarray:
-    """Values that rank every node outside `inside` below every node inside it, the better tier first, and
-    keep the values inside as they are: the gap per tier is the spread inside (1 where it is 0), so a
+    """Values that rank every node outside `inside` below every node inside it, the higher level (`tier`)
+    first, and keep the values inside as they are: the gap per level is the spread inside (1 where it is 0), so a
     score plugin sharing the scheduler's sum keeps the inside nodes apart. Whatever the values outside
     were (-inf, NaN, finite) does not matter."""
     values, tier = np.asarray(values, dtype=np.float64), np.asarray(tier, dtype=np.float64)

@@ -39,8 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlscore.core import bounded_json
 from rlscore.core.features import FEATURE_SPEC_VERSION, NODE_FEATURES_OF_VERSION, NUM_NODE_FEATURES, \
-    NUM_POD_FEATURES, NUM_STATE_FEATURES, RULE_FEATURES, best_latency_tier, latency_tier_of, node_features, \
-    rank_outside_below
+    NUM_POD_FEATURES, NUM_STATE_FEATURES, RULE_FEATURES, node_features, rank_ranked_first
 from rlscore.core.kernels import equivariant_layer, relu_column_max_mean
 from rlscore.core.rules import RULES
 from rlscore.core.state import POLICIES, NodeState, PodRequest
@@ -107,7 +106,7 @@ class Architecture(BaseModel):
     pod_features: int = Field(ge=0, le=1024)
     rules: list[str] | None = Field(default=None, max_length=MAX_SELECTOR_RULES)
     # a node scorer's: what it ranks (rlscore.core.features.CANDIDATE_SETS; none: every candidate)
-    candidates: Literal["best-latency-tier"] | None = None
+    candidates: Literal["best-latency-tier", "running-first"] | None = None
     anchor: AnchorSpec | None = None  # a node scorer's: the rule selector it is anchored on
 
     def anchor_architecture(self) -> Architecture:
@@ -209,9 +208,7 @@ class LoadedModel:
         values = trunk(self.layers, features, pod_vec)[:, 0]
         if self.anchor is not None:
             values = values + self.anchor_term(features, pod_vec)
-        if self.architecture.candidates == "best-latency-tier":
-            values = rank_outside_below(values, best_latency_tier(features), latency_tier_of(features))
-        return values
+        return rank_ranked_first(values, features, self.architecture.candidates or "all")
 
     def anchor_term(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
         """weight x each node's standing under the rule the anchor's selector picks (1 on its best

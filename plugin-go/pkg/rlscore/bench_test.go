@@ -155,7 +155,7 @@ func BenchmarkInProcessPreScoreScore(b *testing.B) {
 			case "selector":
 				model = randomSelector(rng)
 			case "tier-scorer":
-				model.Policy, model.bestLatencyTier, policy = "EL", true, "EL"
+				model.Policy, model.candidates, policy = "EL", CandidatesBestLatencyTier, "EL"
 			}
 			args := &RLScoreArgs{SuggestionURL: "http://unused:8000/suggest", InProcess: true}
 			args.SetDefaults()

@@ -24,6 +24,7 @@ const (
 	numStateFeatures            = 32
 	numNodeFeatures             = numStateFeatures + len(ruleFeatures)
 	recentPeakToComeColumn      = 31
+	colActive                   = 11
 	colMeetsSoft                = 19
 	colMeetsHard                = 20
 	numPodFeatures              = 3
@@ -229,7 +230,7 @@ func NodeFeatures(s *NodeState, pod PodRequest, f *Features) {
 			row[8] = memShare
 		}
 		row[9] = b2f(utilKnown)
-		row[11] = b2f(s.Pods[i] > 0)
+		row[colActive] = b2f(s.Pods[i] > 0)
 		row[12], row[13] = cpuCap/topCPU, memCap/topMem
 		row[14] = (cpuCap - s.CPURequested[i] - pod.CPUMillicores) / topCPU
 		row[15] = (memCap - s.MemoryRequested[i] - pod.MemoryBytes) / topMem

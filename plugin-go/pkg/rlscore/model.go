@@ -45,9 +45,9 @@ type Model struct {
 	// readsRules: some first-layer weight on a rule-standing column is not zero (false for a model
 	// of an earlier feature version, whose weights on those columns are 0).
 	readsRules bool
-	// bestLatencyTier: the network ranks only the candidates in the pod's best latency tier and every
-	// other node ranks below them (the model's "candidates": "best-latency-tier").
-	bestLatencyTier bool
+	// candidates: what the network ranks ("" every candidate, else one of CandidatesBestLatencyTier and
+	// CandidatesRunningFirst); every other node ranks below the ranked ones.
+	candidates string
 	// anchor: the rule selector an anchored node scorer adds weight x its pick's standing from (nil: none);
 	// anchorColumns[k] is the standing column of the selector's k-th rule; anchorBest: the weight goes to
 	// the rule's best nodes only (standing 1), not to every node in proportion to its standing.
@@ -63,9 +63,12 @@ const anchorBestTolerance = 1e-6
 // maxAnchorWeight bounds an anchor's weight (rlscore.core.model.MAX_ANCHOR_WEIGHT).
 const maxAnchorWeight = 1000.0
 
-// CandidatesBestLatencyTier is the one restriction of what a node scorer ranks (rlscore.core.features.
-// CANDIDATE_SETS): only the candidates in the pod's best latency tier.
-const CandidatesBestLatencyTier = "best-latency-tier"
+// The restrictions of what a node scorer ranks (rlscore.core.features.CANDIDATE_SETS): only the candidates
+// in the pod's best latency tier; only the running nodes while one of them is a candidate.
+const (
+	CandidatesBestLatencyTier = "best-latency-tier"
+	CandidatesRunningFirst    = "running-first"
+)
 
 // readsInput says whether any first-layer weight on input column c is not zero.
 func (m *Model) readsInput(c int) bool {
@@ -148,7 +151,7 @@ func ParseModel(data []byte) (*Model, error) {
 		return nil, err
 	}
 	switch {
-	case m.bestLatencyTier:
+	case m.candidates != "":
 		return nil, fmt.Errorf("model %s: an anchored scorer ranks every candidate", e.Version)
 	case a.Format != SelectorWeightsFormat || a.Anchor != nil:
 		return nil, fmt.Errorf("model %s: its anchor's format is %q, expected %q", e.Version, a.Format,
@@ -200,13 +203,13 @@ func parseExported(e exportedModel) (*Model, error) {
 		return nil, fmt.Errorf("model %s: %d layers, expected 2..9", e.Version, len(e.Layers))
 	case isGate && (len(e.Layers) < 1 || len(e.Layers) > 8):
 		return nil, fmt.Errorf("selector %s: %d trunk layers, expected 1..8", e.Version, len(e.Layers))
-	case e.Candidates != "" && e.Candidates != CandidatesBestLatencyTier:
-		return nil, fmt.Errorf("model %s: candidates is %.40q, expected %q or none", e.Version, e.Candidates,
-			CandidatesBestLatencyTier)
+	case e.Candidates != "" && e.Candidates != CandidatesBestLatencyTier && e.Candidates != CandidatesRunningFirst:
+		return nil, fmt.Errorf("model %s: candidates is %.40q, expected %q, %q or none", e.Version, e.Candidates,
+			CandidatesBestLatencyTier, CandidatesRunningFirst)
 	case isGate && e.Candidates != "":
 		return nil, fmt.Errorf("selector %s: names candidates, a selector's are its rules' own", e.Version)
 	}
-	m := &Model{Policy: e.Policy, Version: e.Version, bestLatencyTier: e.Candidates == CandidatesBestLatencyTier}
+	m := &Model{Policy: e.Policy, Version: e.Version, candidates: e.Candidates}
 	in := numNodeFeatures + numPodFeatures
 	for k, l := range e.Layers {
 		out := len(l.Bias)
@@ -417,8 +420,8 @@ func (m *Model) QValues(f *Features, values []float64, scratch *forwardScratch, 
 	if m.anchor != nil {
 		m.addAnchorTerm(f, values, scratch, parallel)
 	}
-	if m.bestLatencyTier {
-		rankOutsideBelow(f, values)
+	if m.candidates != "" {
+		rankOutsideBelow(f, values, m.candidates)
 	}
 }
 
@@ -438,12 +441,16 @@ func (m *Model) addAnchorTerm(f *Features, values []float64, scratch *forwardScr
 	}
 }
 
-// rankOutsideBelow is rlscore.core.features.rank_outside_below on the best latency tier: the values of
-// the nodes inside it stay, every other node ranks below them, the better tier first, one spread of the
-// inside values (1 where that is 0) per tier.
-func rankOutsideBelow(f *Features, values []float64) {
+// rankOutsideBelow is rlscore.core.features.rank_ranked_first: the values of the nodes at the candidate
+// set's highest level stay, every other node ranks below them, the higher level first, one spread of the
+// inside values (1 where that is 0) per level. A node's level is its latency tier (best-latency-tier) or
+// whether it runs a pod (running-first).
+func rankOutsideBelow(f *Features, values []float64, candidates string) {
 	const F = numNodeFeatures
 	tier := func(i int) float64 { return f.Nodes[i*F+colMeetsSoft] + f.Nodes[i*F+colMeetsHard] }
+	if candidates == CandidatesRunningFirst {
+		tier = func(i int) float64 { return f.Nodes[i*F+colActive] }
+	}
 	best := math.Inf(-1)
 	for i := range values {
 		best = math.Max(best, tier(i))
