@@ -83,6 +83,20 @@ def test_a_running_first_scorer_serves_the_networks_values_on_the_running_nodes_
     assert torch_network(model).candidates == "running-first"
 
 
+def test_a_tier_running_scorer_ranks_the_tiers_first_then_the_running_nodes_in_each(tmp_path):
+    torch.manual_seed(0)
+    net = NodeScorer((16, 16), candidates="best-latency-tier-running-first")
+    model = load_model(save_model(tmp_path / "el.safetensors", net, "EL", {}), expected_policy="EL")
+    # soft limit 10 ms, hard 30: nodes 0, 1 within the soft limit (node 0 runs), nodes 2, 3 within the
+    # hard one (node 2 runs), node 4 beyond it
+    nodes = make_nodes([4000, 8000, 16000, 4000, 4000], cpu_req=[1000, 0, 500, 0, 0], latency=[5, 8, 20, 25, 90])
+    pod = PodRequest(250, 64 * 2**20, 10.0, 30.0)
+    served = model.q_values(nodes, pod)
+    np.testing.assert_allclose(served[0], _torch_values(net, nodes, pod)[0], rtol=1e-5, atol=1e-7)
+    # levels 2 x tier + running: 5, 4, 3, 2, 0; one inside value, so the gap per level is 1
+    np.testing.assert_allclose(served, served[0] - np.array([0, 1, 2, 3, 5]))
+
+
 def test_a_model_naming_unknown_candidates_is_refused(tmp_path):
     torch.manual_seed(0)
     path = save_model(tmp_path / "ee.safetensors", NodeScorer((16, 16)), "EE", {})

@@ -154,6 +154,21 @@ def test_a_running_first_scorer_ranks_only_the_running_candidates_while_one_runs
     assert torch.isfinite(q[1]).tolist() == [True, True, False, True]
 
 
+def test_a_tier_running_scorer_ranks_the_running_candidates_of_the_best_tier():
+    """best-latency-tier-running-first: the best tier first, then running inside it; a best tier with no
+    running candidate ranks all of its candidates."""
+    torch.manual_seed(0)
+    net = NodeScorer((16, 16), candidates="best-latency-tier-running-first")
+    x, p = _inputs(2, 4)
+    x[..., [11, 19, 20]] = 0.0
+    x[:, 0:2, 20] = 1.0  # nodes 0 and 1 within the hard limit, 2 and 3 beyond it
+    x[0, [1, 2], 11] = 1.0  # row 0: node 1 runs (in the tier), node 2 runs (outside it)
+    x[1, [2, 3], 11] = 1.0  # row 1: only nodes outside the tier run
+    q = net(x, p, torch.ones(2, 4, dtype=torch.bool))
+    assert torch.isfinite(q[0]).tolist() == [False, True, False, False]
+    assert torch.isfinite(q[1]).tolist() == [True, True, False, False]
+
+
 def test_a_pod_without_limits_or_one_tier_leaves_every_candidate_ranked():
     torch.manual_seed(0)
     net = NodeScorer((16, 16), candidates="best-latency-tier")

@@ -478,13 +478,14 @@ def test_cqls_regulariser_keeps_the_network_on_its_teacher_even_where_td_pays(ti
 
 
 @pytest.mark.parametrize("candidates, outside_key", [("best-latency-tier", "teacher_outside_best_latency_tier"),
-                                                     ("running-first", "teacher_outside_ranked")])
+                                                     ("running-first", "teacher_outside_ranked"),
+                                                     ("best-latency-tier-running-first", "teacher_outside_ranked")])
 def test_a_run_ranking_a_candidate_set_neither_acts_nor_is_taught_outside_it(tiny_family, monkeypatch, candidates,
                                                                              outside_key):
     """With --candidates best-latency-tier (running-first) every action the run takes (exploring at random
     throughout) and every node its demonstrations mark right lies in the pod's best latency tier (on a
     running node while one is a candidate), and the network it serves ranks only there."""
-    seen, taught = [], []
+    seen = []
     original = dqn.explorable
 
     def watched(obs, chosen):
@@ -626,7 +627,8 @@ def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
     (["--profile", "/nonexistent.yaml"], "--profile"),
     (["--init", "/nonexistent.safetensors"], "--init"),
     (["--members", "0"], "--members must be >= 1"),
-    (["--candidates", "nearest"], "--candidates must be one of all, best-latency-tier, running-first, not 'nearest'"),
+    (["--candidates", "nearest"],
+     "--candidates must be one of all, best-latency-tier, running-first, best-latency-tier-running-first, not 'nearest'"),
     (["--shaping-gamma", "1.5"], "--shaping-gamma must be -1 (the discount) or within 0..1"),
     (["--bootstrap", "mean"], "--bootstrap must be one of max, teacher, not 'mean'"),
     (["--action-gap", "1"], "--action-gap must be within [0, 1)"),

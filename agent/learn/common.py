@@ -54,8 +54,9 @@ class TrainConfig:
     """equivariant layer widths"""
     candidates: str = ""
     """what the served network ranks: all; best-latency-tier, only the candidates in the pod's best latency
-    tier; running-first, only the running nodes when one is a candidate (the rest rank below them); '': the
-    --init model's, else all"""
+    tier; running-first, only the running nodes when one is a candidate; best-latency-tier-running-first, the
+    running nodes of that tier when one is a candidate (the rest rank below them); '': the --init model's, else
+    all"""
     blind_to: tuple[str, ...] = ()
     """inputs (feature or group names of rlscore.core.features.INPUT_GROUPS) the served network may not
     read: its first layer's weights on them stay zero"""

@@ -120,12 +120,13 @@ def input_columns(names: tuple[str, ...] | list[str]) -> list[int]:
 
 # What a node scorer ranks (its model file's `candidates`): every candidate; "best-latency-tier", only those in
 # the best latency tier the pod can get (within its soft limit, else within its hard limit; every candidate
-# for a pod without limits); or "running-first", only the nodes already running a pod when one of them is
-# a candidate (every candidate otherwise). EL's networks rank inside the tier: a node outside it breaks a
-# limit that a node inside keeps, a mistake none of EL's rules makes and one that TD's noisy returns
-# otherwise teach (docs/training.md). "running-first" takes away the one departure TD's returns teach EE's
-# networks most, switching a node on where a running one has room; EE's rules lose nothing by it.
-CANDIDATE_SETS = ("all", "best-latency-tier", "running-first")
+# for a pod without limits); "running-first", only the nodes already running a pod when one of them is a
+# candidate (every candidate otherwise); "best-latency-tier-running-first", the running nodes of that tier
+# while one of them is a candidate. EL's networks rank inside the tier: a node outside it breaks a limit
+# that a node inside keeps, a mistake none of EL's rules makes and one that TD's noisy returns otherwise
+# teach (docs/training.md). "running-first" takes away the departure TD's returns teach EE's networks most,
+# switching a node on where a running one has room; EE's rules lose nothing by it.
+CANDIDATE_SETS = ("all", "best-latency-tier", "running-first", "best-latency-tier-running-first")
 _MEETS_SOFT, _MEETS_HARD = STATE_FEATURES.index("meets_soft"), STATE_FEATURES.index("meets_hard")
 _ACTIVE = STATE_FEATURES.index("active")
 
@@ -143,6 +144,8 @@ def candidate_level(features: np.ndarray, candidates: str) -> np.ndarray:
         return latency_tier_of(features)
     if candidates == "running-first":
         return features[..., _ACTIVE]
+    if candidates == "best-latency-tier-running-first":  # the tier first, then running
+        return 2.0 * latency_tier_of(features) + features[..., _ACTIVE]
     return np.zeros(features.shape[:-1])
 
 

@@ -106,7 +106,7 @@ class Architecture(BaseModel):
     pod_features: int = Field(ge=0, le=1024)
     rules: list[str] | None = Field(default=None, max_length=MAX_SELECTOR_RULES)
     # a node scorer's: what it ranks (rlscore.core.features.CANDIDATE_SETS; none: every candidate)
-    candidates: Literal["best-latency-tier", "running-first"] | None = None
+    candidates: Literal["best-latency-tier", "running-first", "best-latency-tier-running-first"] | None = None
     anchor: AnchorSpec | None = None  # a node scorer's: the rule selector it is anchored on
 
     def anchor_architecture(self) -> Architecture:

@@ -45,8 +45,8 @@ type Model struct {
 	// readsRules: some first-layer weight on a rule-standing column is not zero (false for a model
 	// of an earlier feature version, whose weights on those columns are 0).
 	readsRules bool
-	// candidates: what the network ranks ("" every candidate, else one of CandidatesBestLatencyTier and
-	// CandidatesRunningFirst); every other node ranks below the ranked ones.
+	// candidates: what the network ranks ("" every candidate, else one of the Candidates* sets); every
+	// other node ranks below the ranked ones.
 	candidates string
 	// anchor: the rule selector an anchored node scorer adds weight x its pick's standing from (nil: none);
 	// anchorColumns[k] is the standing column of the selector's k-th rule; anchorBest: the weight goes to
@@ -64,11 +64,18 @@ const anchorBestTolerance = 1e-6
 const maxAnchorWeight = 1000.0
 
 // The restrictions of what a node scorer ranks (rlscore.core.features.CANDIDATE_SETS): only the candidates
-// in the pod's best latency tier; only the running nodes while one of them is a candidate.
+// in the pod's best latency tier; only the running nodes while one of them is a candidate; the running
+// nodes of the best latency tier while one of them is a candidate.
 const (
-	CandidatesBestLatencyTier = "best-latency-tier"
-	CandidatesRunningFirst    = "running-first"
+	CandidatesBestLatencyTier             = "best-latency-tier"
+	CandidatesRunningFirst                = "running-first"
+	CandidatesBestLatencyTierRunningFirst = "best-latency-tier-running-first"
 )
+
+// isCandidateSet says whether a model file's "candidates" names a set this plugin ranks.
+func isCandidateSet(c string) bool {
+	return c == CandidatesBestLatencyTier || c == CandidatesRunningFirst || c == CandidatesBestLatencyTierRunningFirst
+}
 
 // readsInput says whether any first-layer weight on input column c is not zero.
 func (m *Model) readsInput(c int) bool {
@@ -203,9 +210,9 @@ func parseExported(e exportedModel) (*Model, error) {
 		return nil, fmt.Errorf("model %s: %d layers, expected 2..9", e.Version, len(e.Layers))
 	case isGate && (len(e.Layers) < 1 || len(e.Layers) > 8):
 		return nil, fmt.Errorf("selector %s: %d trunk layers, expected 1..8", e.Version, len(e.Layers))
-	case e.Candidates != "" && e.Candidates != CandidatesBestLatencyTier && e.Candidates != CandidatesRunningFirst:
-		return nil, fmt.Errorf("model %s: candidates is %.40q, expected %q, %q or none", e.Version, e.Candidates,
-			CandidatesBestLatencyTier, CandidatesRunningFirst)
+	case e.Candidates != "" && !isCandidateSet(e.Candidates):
+		return nil, fmt.Errorf("model %s: candidates is %.40q, expected %q, %q, %q or none", e.Version, e.Candidates,
+			CandidatesBestLatencyTier, CandidatesRunningFirst, CandidatesBestLatencyTierRunningFirst)
 	case isGate && e.Candidates != "":
 		return nil, fmt.Errorf("selector %s: names candidates, a selector's are its rules' own", e.Version)
 	}
@@ -443,13 +450,18 @@ func (m *Model) addAnchorTerm(f *Features, values []float64, scratch *forwardScr
 
 // rankOutsideBelow is rlscore.core.features.rank_ranked_first: the values of the nodes at the candidate
 // set's highest level stay, every other node ranks below them, the higher level first, one spread of the
-// inside values (1 where that is 0) per level. A node's level is its latency tier (best-latency-tier) or
-// whether it runs a pod (running-first).
+// inside values (1 where that is 0) per level. A node's level is its latency tier (best-latency-tier),
+// whether it runs a pod (running-first), or twice its tier plus whether it runs a pod.
 func rankOutsideBelow(f *Features, values []float64, candidates string) {
 	const F = numNodeFeatures
 	tier := func(i int) float64 { return f.Nodes[i*F+colMeetsSoft] + f.Nodes[i*F+colMeetsHard] }
-	if candidates == CandidatesRunningFirst {
+	switch candidates {
+	case CandidatesRunningFirst:
 		tier = func(i int) float64 { return f.Nodes[i*F+colActive] }
+	case CandidatesBestLatencyTierRunningFirst:
+		tier = func(i int) float64 {
+			return 2*(f.Nodes[i*F+colMeetsSoft]+f.Nodes[i*F+colMeetsHard]) + f.Nodes[i*F+colActive]
+		}
 	}
 	best := math.Inf(-1)
 	for i := range values {
