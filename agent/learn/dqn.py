@@ -814,7 +814,7 @@ def record_demonstrations(cfg: DQNConfig, plan, teachers, progress: bool,
               "clipped_share": float(np.mean(np.abs(np.asarray(rewards) * scale) > cfg.reward_clip))}
     if cfg.candidates == "best-latency-tier":
         record["teacher_outside_best_latency_tier"] = outside
-    elif cfg.candidates != "all":
+    elif cfg.candidates not in ("", "all"):
         record["teacher_outside_ranked"] = outside
     if labelled:
         record["rollout_labels"] = {"decisions": labelled, "departed_from_teacher": departed / labelled}
@@ -845,7 +845,7 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
                 departed += 1
                 if cfg.rollout_relabel:
                     expert = cheapest
-        if cfg.candidates != "all":
+        if cfg.candidates not in ("", "all"):
             ranked = np.zeros_like(expert)
             ranked[explorable(obs, cfg.candidates)] = True
             # a teacher's choice outside the nodes the network ranks (a soft limit given up for energy, a

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlscore.core.features import rank_ranked_first
+from rlscore.core.features import rank_outside_set_below
 from rlscore.core.model import ANCHOR_PREFIX, Architecture, LoadedModel, LoadedSelector, write_model
 from agent.learn.anchor import SelectorAnchor
 from agent.learn.network import NodeScorer, RuleSelector
@@ -59,4 +59,4 @@ def reference_values(model: LoadedModel | LoadedSelector, features: np.ndarray, 
         values = network(x, p, torch.ones(x.shape[:2], dtype=torch.bool))[0].numpy()
     if isinstance(model, LoadedModel) and model.anchor is not None:
         values = values + model.anchor_term(features, pod_vec)
-    return rank_ranked_first(values, features, getattr(network, "candidates", "all"))
+    return rank_outside_set_below(values, features, getattr(network, "candidates", "all"))

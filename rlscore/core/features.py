@@ -155,7 +155,7 @@ def ranked_candidates(features: np.ndarray, candidates: str) -> np.ndarray:
     return level >= level.max() if len(level) else np.zeros(0, dtype=bool)
 
 
-def rank_ranked_first(values: np.ndarray, features: np.ndarray, candidates: str) -> np.ndarray:
+def rank_outside_set_below(values: np.ndarray, features: np.ndarray, candidates: str) -> np.ndarray:
     """A scorer's values with every node its candidate set leaves out ranked below the ranked ones."""
     if candidates in ("", "all"):
         return values

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlscore.core import bounded_json
 from rlscore.core.features import FEATURE_SPEC_VERSION, NODE_FEATURES_OF_VERSION, NUM_NODE_FEATURES, \
-    NUM_POD_FEATURES, NUM_STATE_FEATURES, RULE_FEATURES, node_features, rank_ranked_first
+    NUM_POD_FEATURES, NUM_STATE_FEATURES, RULE_FEATURES, node_features, rank_outside_set_below
 from rlscore.core.kernels import equivariant_layer, relu_column_max_mean
 from rlscore.core.rules import RULES
 from rlscore.core.state import POLICIES, NodeState, PodRequest
@@ -208,7 +208,7 @@ class LoadedModel:
         values = trunk(self.layers, features, pod_vec)[:, 0]
         if self.anchor is not None:
             values = values + self.anchor_term(features, pod_vec)
-        return rank_ranked_first(values, features, self.architecture.candidates or "all")
+        return rank_outside_set_below(values, features, self.architecture.candidates or "all")
 
     def anchor_term(self, features: np.ndarray, pod_vec: np.ndarray) -> np.ndarray:
         """weight x each node's standing under the rule the anchor's selector picks (1 on its best

@@ -138,7 +138,8 @@ func randomSelector(rng *rand.Rand) *Model {
 // BenchmarkInProcessPreScoreScore measures one scheduling cycle of the plugin scoring in process
 // (features, forward pass, scores; PreScore + Score for every node) on a random cluster, with a
 // node scorer, with a rule selector (its forward pass, then the rule it picks), and with a node scorer
-// that ranks inside the pod's best latency tier (an EL pod with 20/30 ms limits; EL's shipped model).
+// that ranks inside the pod's best latency tier (an EL pod with 20/30 ms limits; EL's shipped model), and
+// one that ranks the running nodes first (every other node empty).
 func BenchmarkInProcessPreScoreScore(b *testing.B) {
 	for _, bench := range []struct {
 		nodes    int
@@ -146,7 +147,7 @@ func BenchmarkInProcessPreScoreScore(b *testing.B) {
 		kind     string
 	}{{100, false, "scorer"}, {1000, false, "scorer"}, {1000, true, "scorer"}, {5000, false, "scorer"},
 		{5000, true, "scorer"}, {100, false, "selector"}, {1000, false, "selector"}, {5000, false, "selector"},
-		{1000, false, "tier-scorer"}, {5000, false, "tier-scorer"}} {
+		{1000, false, "tier-scorer"}, {5000, false, "tier-scorer"}, {1000, false, "running-scorer"}} {
 		n := bench.nodes
 		b.Run(fmt.Sprintf("model=%s/nodes=%d/parallel=%v", bench.kind, n, bench.parallel), func(b *testing.B) {
 			rng := rand.New(rand.NewSource(1))
@@ -156,6 +157,8 @@ func BenchmarkInProcessPreScoreScore(b *testing.B) {
 				model = randomSelector(rng)
 			case "tier-scorer":
 				model.Policy, model.candidates, policy = "EL", CandidatesBestLatencyTier, "EL"
+			case "running-scorer":
+				model.candidates = CandidatesRunningFirst
 			}
 			args := &RLScoreArgs{SuggestionURL: "http://unused:8000/suggest", InProcess: true}
 			args.SetDefaults()
@@ -173,6 +176,9 @@ func BenchmarkInProcessPreScoreScore(b *testing.B) {
 				st.index[name] = i
 				pod := requestsPod(name+"-p", int64(rng.Intn(3000)), int64(rng.Intn(4096))<<20, nil)
 				info := framework.NewNodeInfo(pod)
+				if bench.kind == "running-scorer" && i%2 == 1 {
+					info = framework.NewNodeInfo()
+				}
 				info.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
 					v1.ResourceCPU: resource.MustParse("8"), v1.ResourceMemory: resource.MustParse("16Gi"),
 					v1.ResourcePods: resource.MustParse("110")}}})

@@ -448,7 +448,7 @@ func (m *Model) addAnchorTerm(f *Features, values []float64, scratch *forwardScr
 	}
 }
 
-// rankOutsideBelow is rlscore.core.features.rank_ranked_first: the values of the nodes at the candidate
+// rankOutsideBelow is rlscore.core.features.rank_outside_set_below: the values of the nodes at the candidate
 // set's highest level stay, every other node ranks below them, the higher level first, one spread of the
 // inside values (1 where that is 0) per level. A node's level is its latency tier (best-latency-tier),
 // whether it runs a pod (running-first), or twice its tier plus whether it runs a pod.
