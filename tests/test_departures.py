@@ -101,3 +101,25 @@ def test_following_the_model_asks_on_the_states_its_own_placements_lead_to():
         on_baseline.departed[OPENING]
     assert on_baseline.model_opens > 0.9 * sum(on_baseline.decisions.values()) > on_own.model_opens
     assert "the model switches an empty node on at" in on_own.lines()[1]
+
+
+def test_a_second_scorer_shares_the_departures_it_makes_alike():
+    """A copy of the scorer departs where it does, to the same node; the baseline itself never departs."""
+    spreading = HeuristicScorer("least-allocated", np.random.default_rng(0))
+    copy = departures(spreading, "most-allocated", "test1", 3, seeds=2, decisions=120,
+                      other=HeuristicScorer("least-allocated", np.random.default_rng(0)))
+    assert copy.departed[RUNNING] > 0
+    assert copy.other_departed == copy.both_departed == copy.same_node == copy.departed[RUNNING]
+    packing = departures(HeuristicScorer("least-allocated", np.random.default_rng(0)), "most-allocated", "test1", 3,
+                         seeds=2, decisions=120, other=HeuristicScorer("most-allocated", np.random.default_rng(0)))
+    assert packing.other_departed == packing.both_departed == packing.same_node == 0
+    assert "both to the same node at 0" in packing.lines()[-1]
+
+
+def test_the_cli_asks_a_second_model_and_refuses_one_of_another_policy(capsys):
+    ee = str(MODELS / "ee.safetensors")
+    assert main([ee, "--baseline", "most-allocated", "--family", "test1", "--nodes", "3", "--seeds", "1",
+                 "--decisions", "60", "--other", ee]) == 0
+    assert "both to the same node" in capsys.readouterr().out
+    assert main([ee, "--baseline", "most-allocated", "--family", "test1", "--other", str(MODELS / "lb.safetensors")]) == 2
+    assert "lb.safetensors" in capsys.readouterr().err

@@ -17,6 +17,10 @@ future. It says whether the reward, or what TD made of the future, sent the mode
 also gives each priced pair the discounted sum of training's rewards over H decisions (what TD
 estimates), the rest placed by the model itself and by the baseline: how far apart the two picks are
 in the quantity TD learns, next to the noise of a single return.
+
+`--other FILE` asks a second model (another training seed, say) about the same states: how often both
+depart where the baseline packs, against what two independent models departing as often would share, and
+how often to the same node. Departures that several seeds share are a bias of the recipe, not noise.
 """
 
 from __future__ import annotations
@@ -54,6 +58,12 @@ class Departures:
     # model, then by the baseline
     returns: list[tuple[float, float, float, float]] = field(default_factory=list)
     horizon: int = 0
+    # with a second model, on the decisions where the baseline places onto a running node: its departures,
+    # those both make, and those both make to the same node
+    other_departed: int = 0
+    both_departed: int = 0
+    same_node: int = 0
+    other: str = ""
 
     def lines(self) -> list[str]:
         total = sum(self.decisions.values())
@@ -75,6 +85,11 @@ class Departures:
             out.append(f"    cost over the next {self.window} decisions (the baseline after): {a[:, 4].mean():.1f} against "
                        f"{a[:, 5].mean():.1f} (difference {gap.mean():.2f} +- {1.96 * gap.std() / np.sqrt(len(a)):.2f}); "
                        f"the model's cheaper on {np.mean(gap < 0):.0%}")
+        if self.other:
+            n, k, m = self.decisions[RUNNING], self.departed[RUNNING], self.other_departed
+            independent = k * m / n if n else 0.0
+            out.append(f"  {self.other} departs where the baseline {RUNNING} at {m}; both at {self.both_departed} "
+                       f"({independent:.0f} if independent), both to the same node at {self.same_node}")
         if self.returns:
             r = np.array(self.returns)
             out.append(f"  training's discounted return over {self.horizon} decisions (what TD estimates):")
@@ -121,11 +136,11 @@ def by_rule(rule: str, policy: str, seed: int):
 
 def departures(scorer: Scorer, baseline: str, family_name: str, nodes: int | None, seeds: int, decisions: int,
                seed_base: int = EVAL_SEED_BASE, limits: bool = False, policy: str = "EE", window: int = 0,
-               returns: int = 0, follow_model: bool = False) -> Departures:
+               returns: int = 0, follow_model: bool = False, other: Scorer | None = None) -> Departures:
     """Count the scorer's departures from `baseline` along the baseline's own trajectories (the scorer's
     with `follow_model`; with `window`, price every third opening, with `returns` also by training's
-    return; module docstring)."""
-    out = Departures(window=window, horizon=returns)
+    return; with `other`, how many of its departures a second scorer shares; module docstring)."""
+    out = Departures(window=window, horizon=returns, other=other.name if other is not None else "")
     for name, size, seed in cells((family_name,), seeds, (nodes,) if nodes else None, seed_base):
         sim = Simulation.of_family(name, seed, size, limits=limits)
         if window:
@@ -145,6 +160,12 @@ def departures(scorer: Scorer, baseline: str, family_name: str, nodes: int | Non
             opened = departed and kind == RUNNING and state.pods[own] == 0
             out.opened_instead += int(opened)
             out.model_opens += int(state.pods[own] == 0)
+            if other is not None and kind == RUNNING:
+                second = int(np.argmax(other.values(state, pod)))
+                second_departed = values[second] < values.max() - 1e-9
+                out.other_departed += int(second_departed)
+                out.both_departed += int(departed and second_departed)
+                out.same_node += int(departed and second_departed and second == own)
             if opened and window and out.opened_instead % 3 == 0:
                 end = sim.decisions + window
                 out.priced.append((training_reward(sim, own, policy, None), training_reward(sim, pick, policy, None),
@@ -174,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="price every third opening over this many decisions (module docstring; 0: none)")
     parser.add_argument("--returns", type=int, default=0,
                         help="with --window, also price by training's discounted return over this many decisions")
+    parser.add_argument("--other", type=Path, default=None,
+                        help="a second model asked about the same states: the departures both make")
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.decisions < 1 or (args.nodes is not None and args.nodes < 1) or args.window < 0 \
             or args.returns < 0 or (args.returns and not args.window):
@@ -184,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         model = load_model(args.model)
         family(args.family)
         scorer = ModelScorer(model)
+        other = None
+        if args.other is not None:
+            other = ModelScorer(load_model(args.other, expected_policy=model.policy), name=str(args.other))
         HeuristicScorer(args.baseline, np.random.default_rng(0))
     except (ModelValidationError, ValueError) as exc:
         print(f"departures: {exc}", file=sys.stderr)
@@ -191,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     found = departures(scorer, args.baseline, args.family, args.nodes, args.seeds, args.decisions,
                        HOLDOUT_SEED_BASE if args.holdout else EVAL_SEED_BASE, limits=model.policy == "EL",
                        policy=model.policy, window=args.window, returns=args.returns,
-                       follow_model=args.follow == "model")
+                       follow_model=args.follow == "model", other=other)
     print(f"{args.model} against {args.baseline} on {args.family}"
           + (f" at {args.nodes} nodes" if args.nodes else "") + f", {args.seeds} seeds, on the {args.follow}'s states:")
     print("\n".join(found.lines()))
