@@ -849,7 +849,8 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
             ranked = np.zeros_like(expert)
             ranked[explorable(obs, cfg.candidates)] = True
             # a teacher's choice outside the nodes the network ranks (a soft limit given up for energy, a
-            # node switched on where a running one had room) teaches nothing: every ranked node is marked right, which makes the margin loss zero there
+            # node switched on where a running one had room) teaches nothing: every ranked node is marked
+            # right, which makes the margin loss zero there
             inside = expert & ranked
             outside += int(not inside.any())
             expert = inside if inside.any() else ranked
