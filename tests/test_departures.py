@@ -121,5 +121,6 @@ def test_the_cli_asks_a_second_model_and_refuses_one_of_another_policy(capsys):
     assert main([ee, "--baseline", "most-allocated", "--family", "test1", "--nodes", "3", "--seeds", "1",
                  "--decisions", "60", "--other", ee]) == 0
     assert "both to the same node" in capsys.readouterr().out
-    assert main([ee, "--baseline", "most-allocated", "--family", "test1", "--other", str(MODELS / "lb.safetensors")]) == 2
+    lb = str(MODELS / "lb.safetensors")
+    assert main([ee, "--baseline", "most-allocated", "--family", "test1", "--other", lb]) == 2
     assert "lb.safetensors" in capsys.readouterr().err

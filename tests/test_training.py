@@ -17,7 +17,8 @@ from agent.learn.model_io import save_model, torch_network
 from agent.learn.network import Critics, NodeScorer
 from agent.learn.train import main as train_main
 from agent.sim import families
-from rlscore.core.features import NUM_NODE_FEATURES, NUM_POD_FEATURES, NUM_STATE_FEATURES, RULE_FEATURES, candidate_level
+from rlscore.core.features import (NUM_NODE_FEATURES, NUM_POD_FEATURES, NUM_STATE_FEATURES, RULE_FEATURES,
+                                   candidate_level)
 from rlscore.core.model import load_model
 from rlscore.core.scoring import ModelScorer
 
@@ -628,7 +629,8 @@ def test_rlscore_train_distils_several_runs_into_the_served_network(tmp_path):
     (["--init", "/nonexistent.safetensors"], "--init"),
     (["--members", "0"], "--members must be >= 1"),
     (["--candidates", "nearest"],
-     "--candidates must be one of all, best-latency-tier, running-first, best-latency-tier-running-first, not 'nearest'"),
+     "--candidates must be one of all, best-latency-tier, running-first, best-latency-tier-running-first, "
+     "not 'nearest'"),
     (["--shaping-gamma", "1.5"], "--shaping-gamma must be -1 (the discount) or within 0..1"),
     (["--bootstrap", "mean"], "--bootstrap must be one of max, teacher, not 'mean'"),
     (["--action-gap", "1"], "--action-gap must be within [0, 1)"),
