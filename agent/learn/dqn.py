@@ -867,6 +867,8 @@ def _record_world(job: tuple) -> tuple[list, int, int]:
 def explorable(obs: dict, candidates: str) -> np.ndarray:
     """The slots an action may take: the candidates the network ranks (rlscore.core.features.CANDIDATE_SETS)."""
     valid = np.flatnonzero(obs["action_mask"])
+    if candidates in ("", "all"):
+        return valid
     return valid[ranked_candidates(obs["nodes"][valid], candidates)]
 
 

@@ -159,7 +159,8 @@ def rank_outside_set_below(values: np.ndarray, features: np.ndarray, candidates:
     """A scorer's values with every node its candidate set leaves out ranked below the ranked ones."""
     if candidates in ("", "all"):
         return values
-    return rank_outside_below(values, ranked_candidates(features, candidates), candidate_level(features, candidates))
+    level = candidate_level(features, candidates)
+    return rank_outside_below(values, level >= level.max(), level) if len(level) else values
 
 
 def rank_outside_below(values: np.ndarray, inside: np.ndarray, tier: np.ndarray) -> np.ndarray:
